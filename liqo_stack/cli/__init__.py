@@ -1,0 +1,17 @@
+"""The `liqo-stack` command line."""
+
+from __future__ import annotations
+
+import click
+
+from liqo_stack.cli.demo import demo
+from liqo_stack.cli.dev import dev
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Extend a Kubernetes cluster onto foreign clusters through virtual nodes."""
+
+
+main.add_command(dev)
+main.add_command(demo)

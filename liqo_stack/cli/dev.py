@@ -1,0 +1,69 @@
+"""`liqo-stack dev ...`: the local home and foreign clusters."""
+
+from __future__ import annotations
+
+import click
+
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, DevEnvironmentError, NodeShape
+
+
+def progress(message: str) -> None:
+    click.echo(f"  {message}", err=True)
+
+
+def layout_options(func: click.decorators.FC) -> click.decorators.FC:
+    options = [
+        click.option("--foreign", type=click.IntRange(0, 8), default=2, show_default=True,
+                     help="number of foreign clusters (foreign-1 ... foreign-N)"),
+        click.option("--nodes", type=click.IntRange(1, 50), default=2, show_default=True,
+                     help="fake nodes per cluster"),
+        click.option("--node-cpu", default="16", show_default=True, help="cpu capacity of each fake node"),
+        click.option("--node-memory", default="64Gi", show_default=True, help="memory capacity of each fake node"),
+        click.option("--node-pods", type=click.IntRange(1, 10_000), default=110, show_default=True,
+                     help="pod capacity of each fake node"),
+        click.option("--node-gpus", type=click.IntRange(0, 64), default=0, show_default=True,
+                     help="nvidia.com/gpu capacity of each fake node"),
+    ]  # fmt: skip
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def make_layout(foreign: int, nodes: int, node_cpu: str, node_memory: str, node_pods: int, node_gpus: int) -> ClusterLayout:
+    shape = NodeShape(cpu=node_cpu, memory=node_memory, pods=node_pods, gpus=node_gpus)
+    return ClusterLayout(foreign=foreign, nodes_per_cluster=nodes, node=shape)
+
+
+@click.group()
+def dev() -> None:
+    """Local clusters on loopback for development and tests."""
+
+
+@dev.command()
+@layout_options
+def up(**layout: object) -> None:
+    """Start a home and N foreign clusters (idempotent)."""
+    env = DevEnvironment()
+    try:
+        ids = env.up(make_layout(**layout), progress)  # type: ignore[arg-type]
+    except DevEnvironmentError as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(f"clusters running: {', '.join(ids)}; use them with: eval \"$(liqo-stack dev env)\"")
+
+
+@dev.command()
+def down() -> None:
+    """Delete every dev cluster; no process is left behind."""
+    try:
+        DevEnvironment().down(progress)
+    except DevEnvironmentError as err:
+        raise click.ClickException(str(err)) from err
+
+
+@dev.command()
+def env() -> None:
+    """Print shell export lines: KUBECONFIG_<ID>, KUBECONFIG (one context per cluster id), PATH."""
+    try:
+        click.echo("\n".join(DevEnvironment().env_exports()))
+    except DevEnvironmentError as err:
+        raise click.ClickException(str(err)) from err

@@ -1,0 +1,295 @@
+"""Local dev clusters: one home and N foreign clusters, each a real control plane on loopback.
+
+Each cluster is launched by `kwokctl --runtime binary` from the pinned binaries in the cache
+(etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok). kwok simulates kubelets for
+the fake nodes we register with its annotation only, so Nodes that our runtime registers (the
+virtual nodes) are never touched by it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.types import PatchType
+from lightkube.resources.core_v1 import Node
+
+from liqo_stack.dev import paths
+
+HOME_CLUSTER_ID = "home"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages only Nodes with this = "fake"
+REQUIRED_BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+Progress = Callable[[str], None]
+
+
+class DevEnvironmentError(RuntimeError):
+    """A dev-environment step failed; the message says what to do next."""
+
+
+def foreign_cluster_id(index: int) -> str:
+    return f"foreign-{index}"
+
+
+def env_name(cluster_id: str) -> str:
+    """KUBECONFIG_<ID>: upper-cased, dashes as underscores (foreign-1 -> KUBECONFIG_FOREIGN_1)."""
+    return "KUBECONFIG_" + cluster_id.upper().replace("-", "_")
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """Capacity of one fake node; realistic defaults for a mid-size worker."""
+
+    cpu: str = "16"
+    memory: str = "64Gi"
+    pods: int = 110
+    gpus: int = 0
+
+    def capacity(self) -> dict[str, str]:
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods), "ephemeral-storage": "200Gi"}
+        if self.gpus:
+            capacity["nvidia.com/gpu"] = str(self.gpus)
+        return capacity
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    foreign: int = 2
+    nodes_per_cluster: int = 2
+    node: NodeShape = field(default_factory=NodeShape)
+
+    def cluster_ids(self) -> list[str]:
+        return [HOME_CLUSTER_ID] + [foreign_cluster_id(i) for i in range(1, self.foreign + 1)]
+
+
+def fake_node_manifest(cluster_id: str, index: int, shape: NodeShape) -> dict[str, object]:
+    name = f"{cluster_id}-worker-{index}"
+    capacity = shape.capacity()
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "topology.kubernetes.io/zone": f"{cluster_id}-zone-{index % 2}",
+            },
+        },
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+class DevEnvironment:
+    """The dev clusters under one state directory; every method is safe to call repeatedly."""
+
+    def __init__(self, state_dir: Path | None = None, bin_dir: Path | None = None) -> None:
+        self.state_dir = state_dir or paths.state_root()
+        self.bin_dir = bin_dir or paths.bin_dir()
+
+    # -- locations -------------------------------------------------------------------------
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.state_dir / "kwok"
+
+    @property
+    def kubeconfig_dir(self) -> Path:
+        return self.state_dir / "kubeconfigs"
+
+    @property
+    def merged_kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    def kubeconfig(self, cluster_id: str) -> Path:
+        return self.kubeconfig_dir / f"{cluster_id}.yaml"
+
+    def client(self, cluster_id: str, **kwargs: object) -> Client:
+        return Client(KubeConfig.from_file(self.kubeconfig(cluster_id)), field_manager="liqo-stack-dev", **kwargs)  # type: ignore[arg-type]
+
+    # -- kwokctl ---------------------------------------------------------------------------
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.kwok_workdir)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def _kwokctl(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin_dir / "kwokctl"), *args]
+        proc = subprocess.run(cmd, env=self._env(), capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise DevEnvironmentError(
+                f"`kwokctl {' '.join(args)}` failed:\n{(proc.stderr or proc.stdout).strip()[-2000:]}\n"
+                f"Logs are under {self.kwok_workdir}/clusters; `liqo-stack dev down` resets the clusters."
+            )
+        return proc
+
+    def check_binaries(self) -> None:
+        missing = [name for name in REQUIRED_BINARIES if not (self.bin_dir / name).exists()]
+        if missing:
+            raise DevEnvironmentError(
+                f"missing binaries in {self.bin_dir}: {', '.join(missing)}. "
+                "Build them with `python3 tools/build.py` (cold: about 20 minutes; warm: seconds)."
+            )
+
+    def existing_clusters(self) -> list[str]:
+        if not (self.bin_dir / "kwokctl").exists() or not self.kwok_workdir.exists():
+            return []
+        out = self._kwokctl("get", "clusters").stdout
+        return [line.strip() for line in out.splitlines() if line.strip()]
+
+    def _is_running(self, cluster_id: str) -> bool:
+        try:
+            self.client(cluster_id, timeout=5).get(Node, name="does-not-exist-probe")
+        except ApiError as err:
+            return err.status.code == 404
+        except Exception:
+            return False
+        return True
+
+    def _create_cluster(self, cluster_id: str) -> None:
+        b = self.bin_dir
+        self._kwokctl(
+            "create", "cluster", "--name", cluster_id, "--runtime", "binary",
+            "--etcd-binary", str(b / "etcd"),
+            "--kube-apiserver-binary", str(b / "kube-apiserver"),
+            "--kube-controller-manager-binary", str(b / "kube-controller-manager"),
+            "--kube-scheduler-binary", str(b / "kube-scheduler"),
+            "--kwok-controller-binary", str(b / "kwok"),
+            "--kubeconfig", str(self.state_dir / "kwokctl-kubeconfig"),
+            # fits one machine with several clusters: etcd keeps a small backend
+            "--etcd-quota-backend-size", "2Gi",
+            "--wait", "3m",
+        )  # fmt: skip
+
+    def _write_kubeconfig(self, cluster_id: str) -> None:
+        raw = yaml.safe_load(self._kwokctl("get", "kubeconfig", "--name", cluster_id).stdout)
+        # Rename cluster, user and context after the cluster id, so contexts read `home`, `foreign-1`.
+        raw["clusters"][0]["name"] = cluster_id
+        raw["users"][0]["name"] = cluster_id
+        raw["contexts"] = [{"name": cluster_id, "context": {"cluster": cluster_id, "user": cluster_id}}]
+        raw["current-context"] = cluster_id
+        self.kubeconfig_dir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig(cluster_id).write_text(yaml.safe_dump(raw))
+
+    def _write_merged_kubeconfig(self, cluster_ids: list[str]) -> None:
+        merged: dict[str, object] = {"apiVersion": "v1", "kind": "Config", "preferences": {}}
+        for key in ("clusters", "users", "contexts"):
+            merged[key] = [
+                entry for cid in cluster_ids for entry in yaml.safe_load(self.kubeconfig(cid).read_text())[key]
+            ]
+        merged["current-context"] = HOME_CLUSTER_ID
+        self.merged_kubeconfig.write_text(yaml.safe_dump(merged))
+
+    def _register_nodes(self, cluster_id: str, layout: ClusterLayout) -> None:
+        client = self.client(cluster_id)
+        for index in range(layout.nodes_per_cluster):
+            manifest = fake_node_manifest(cluster_id, index, layout.node)
+            name = manifest["metadata"]["name"]  # type: ignore[index]
+            client.apply(Node.from_dict({k: v for k, v in manifest.items() if k != "status"}), force=True)
+            # Capacity is status: written through the status subresource; kwok keeps what it finds there.
+            client.patch(Node.Status, name, {"status": manifest["status"]}, patch_type=PatchType.MERGE)
+
+    def _wait_nodes_ready(self, cluster_id: str, expected: int, timeout: float = 120) -> None:
+        client = self.client(cluster_id)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = list(client.list(Node))
+            ready = [n for n in nodes if _node_ready(n)]
+            if len(ready) >= expected:
+                return
+            time.sleep(0.5)
+        raise DevEnvironmentError(f"{cluster_id}: fewer than {expected} Ready nodes after {timeout:.0f}s")
+
+    # -- public verbs ----------------------------------------------------------------------
+    def up(self, layout: ClusterLayout, progress: Progress = print) -> list[str]:
+        """Start whatever of the layout is not running; return the cluster ids."""
+        self.check_binaries()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        existing = set(self.existing_clusters())
+        ids = layout.cluster_ids()
+        for cluster_id in ids:
+            started = time.monotonic()
+            if cluster_id in existing and self._is_running(cluster_id):
+                progress(f"{cluster_id}: already running")
+            else:
+                if cluster_id in existing:
+                    progress(f"{cluster_id}: stopped, starting ...")
+                    self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
+                else:
+                    progress(f"{cluster_id}: creating control plane (etcd, apiserver, controller-manager, scheduler, kwok) ...")
+                    self._create_cluster(cluster_id)
+                progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
+            self._write_kubeconfig(cluster_id)
+            self._register_nodes(cluster_id, layout)
+            self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
+            progress(f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({layout.node.cpu} cpu, {layout.node.memory} each)")
+        self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
+        return ids
+
+    def down(self, progress: Progress = print) -> None:
+        """Delete every dev cluster and stop all of their processes."""
+        for cluster_id in self.existing_clusters():
+            progress(f"{cluster_id}: deleting ...")
+            self._kwokctl("delete", "cluster", "--name", cluster_id)
+            self.kubeconfig(cluster_id).unlink(missing_ok=True)
+        leftovers = self.processes()
+        if leftovers:
+            raise DevEnvironmentError(f"processes still running after delete: {leftovers}; stop them with kill")
+        self.merged_kubeconfig.unlink(missing_ok=True)
+        shutil.rmtree(self.kwok_workdir, ignore_errors=True)
+
+    def processes(self) -> list[int]:
+        """PIDs of processes whose command line points into this environment's kwok workdir."""
+        marker = str(self.kwok_workdir)
+        found = []
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit():
+                continue
+            try:
+                cmdline = (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(int(proc_dir.name))
+        return found
+
+    def env_exports(self) -> list[str]:
+        """Shell lines that point kubectl and the tests at the running clusters."""
+        ids = [c for c in self.existing_clusters() if self.kubeconfig(c).exists()]
+        if not ids:
+            raise DevEnvironmentError("no dev clusters are running: start them with `liqo-stack dev up`")
+        lines = [f"export {env_name(c)}={_quote(self.kubeconfig(c))}" for c in ids]
+        lines.append(f"export KUBECONFIG={_quote(self.merged_kubeconfig)}")
+        lines.append(f'export PATH={_quote(self.bin_dir)}:"$PATH"')
+        return lines
+
+
+def _node_ready(node: Node) -> bool:
+    conditions = (node.status.conditions if node.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def _quote(path: Path) -> str:
+    text = str(path)
+    return text if all(ch.isalnum() or ch in "/._-+" for ch in text) else "'" + text.replace("'", "'\\''") + "'"
+
+
+@contextmanager
+def running(layout: ClusterLayout, env: DevEnvironment, progress: Progress = print) -> Iterator[DevEnvironment]:
+    """Clusters up for the duration of the block, torn down afterwards whatever happens."""
+    try:
+        env.up(layout, progress)
+        yield env
+    finally:
+        env.down(progress)

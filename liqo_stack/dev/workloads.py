@@ -1,0 +1,55 @@
+"""Example workloads for the dev clusters, and waiting for them to run."""
+
+from __future__ import annotations
+
+import time
+
+from lightkube import Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Namespace, Pod
+
+
+def example_deployment(name: str, namespace: str, replicas: int) -> Deployment:
+    labels = {"app": name}
+    return Deployment.from_dict(
+        {
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "web",
+                                "image": "nginx:1.27",
+                                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+    )
+
+
+def apply_deployment(client: Client, deployment: Deployment) -> None:
+    assert deployment.metadata is not None and deployment.metadata.namespace
+    client.apply(Namespace(metadata=ObjectMeta(name=deployment.metadata.namespace)), force=True)
+    client.apply(deployment, force=True)
+
+
+def wait_pods_running(client: Client, namespace: str, selector: dict[str, str], count: int, timeout: float) -> list[Pod]:
+    """Block until `count` pods matching `selector` are Running; raise TimeoutError with what was seen."""
+    deadline = time.monotonic() + timeout
+    pods: list[Pod] = []
+    while time.monotonic() < deadline:
+        pods = list(client.list(Pod, namespace=namespace, labels=selector))  # type: ignore[arg-type]
+        running = [p for p in pods if p.status and p.status.phase == "Running"]
+        if len(running) >= count:
+            return running
+        time.sleep(0.5)
+    phases = sorted((p.metadata.name if p.metadata else "?", p.status.phase if p.status else None) for p in pods)
+    raise TimeoutError(f"{count} pods in {namespace} not Running after {timeout:.0f}s; seen: {phases}")

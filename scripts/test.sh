@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: bootstrap, lint, type-check, then pytest (unit, integration and e2e tests
+# start real local clusters through the shared fixtures in tests/conftest.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+exec .venv/bin/pytest "$@"
