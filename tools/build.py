@@ -153,7 +153,11 @@ def build(name: str, pin: dict, pins: dict) -> None:
             target = pin["module"] if package == "." else f"{pin['module']}/{package}"
             out = root / "bin" / binary_name(package, pin)
             print(f"  building {binary_name(package, pin)} ({target}@{pin['version']})", flush=True)
-            run(["go", "build", "-mod=mod", "-trimpath", "-ldflags", ldflags(pin, pins), "-o", str(out), target], work, log)
+            run(
+                ["go", "build", "-mod=mod", "-trimpath", "-ldflags", ldflags(pin, pins), "-o", str(out), target],
+                work,
+                log,
+            )
         if pin.get("scripts"):
             scripts_version = pin["scripts_version"].format(**fields(pin, pins))
             download = run(["go", "mod", "download", "-json", f"{pin['module']}@{scripts_version}"], work, log)
@@ -196,7 +200,10 @@ def main() -> int:
     if shutil.which("go") is None:
         raise SystemExit("go is not on PATH: install Go 1.26 or newer, then run tools/build.py again")
     for n in missing:
-        print(f"{n} {pins[n]['version']}: building into {tool_dir(n, pins[n], pins)} (cold builds take minutes)", flush=True)
+        print(
+            f"{n} {pins[n]['version']}: building into {tool_dir(n, pins[n], pins)} (cold builds take minutes)",
+            flush=True,
+        )
         started = time.monotonic()
         build(n, pins[n], pins)
         print(f"{n}: done in {time.monotonic() - started:.0f}s", flush=True)

@@ -29,7 +29,9 @@ def layout_options(func: click.decorators.FC) -> click.decorators.FC:
     return func
 
 
-def make_layout(foreign: int, nodes: int, node_cpu: str, node_memory: str, node_pods: int, node_gpus: int) -> ClusterLayout:
+def make_layout(
+    foreign: int, nodes: int, node_cpu: str, node_memory: str, node_pods: int, node_gpus: int
+) -> ClusterLayout:
     shape = NodeShape(cpu=node_cpu, memory=node_memory, pods=node_pods, gpus=node_gpus)
     return ClusterLayout(foreign=foreign, nodes_per_cluster=nodes, node=shape)
 
@@ -48,7 +50,7 @@ def up(**layout: object) -> None:
         ids = env.up(make_layout(**layout), progress)  # type: ignore[arg-type]
     except DevEnvironmentError as err:
         raise click.ClickException(str(err)) from err
-    click.echo(f"clusters running: {', '.join(ids)}; use them with: eval \"$(liqo-stack dev env)\"")
+    click.echo(f'clusters running: {", ".join(ids)}; use them with: eval "$(liqo-stack dev env)"')
 
 
 @dev.command()

@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import yaml
 from lightkube import ApiError, Client, KubeConfig
-from lightkube.types import PatchType
 from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
 
 from liqo_stack.dev import paths
 
@@ -29,6 +30,25 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages
 REQUIRED_BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 Progress = Callable[[str], None]
+
+# kwokctl's binary runtime binds every component to 0.0.0.0 and lets kwok manage *all* Nodes;
+# we serve on loopback only, and kwok must leave the virtual nodes to our runtime.
+KWOKCTL_CONFIG: list[dict[str, object]] = [
+    {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": {"bindAddress": "127.0.0.1"},
+        "componentsPatches": [
+            {
+                "name": "kwok-controller",
+                "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    {"key": "manage-nodes-with-annotation-selector", "value": f"{KWOK_NODE_ANNOTATION}=fake"},
+                ],
+            }
+        ],
+    }
+]
 
 
 class DevEnvironmentError(RuntimeError):
@@ -157,10 +177,16 @@ class DevEnvironment:
             return False
         return True
 
+    def _write_kwokctl_config(self) -> Path:
+        config = self.state_dir / "kwokctl.yaml"
+        config.write_text(yaml.safe_dump_all(KWOKCTL_CONFIG))
+        return config
+
     def _create_cluster(self, cluster_id: str) -> None:
         b = self.bin_dir
         self._kwokctl(
             "create", "cluster", "--name", cluster_id, "--runtime", "binary",
+            "--config", str(self._write_kwokctl_config()),
             "--etcd-binary", str(b / "etcd"),
             "--kube-apiserver-binary", str(b / "kube-apiserver"),
             "--kube-controller-manager-binary", str(b / "kube-controller-manager"),
@@ -196,7 +222,8 @@ class DevEnvironment:
         for index in range(layout.nodes_per_cluster):
             manifest = fake_node_manifest(cluster_id, index, layout.node)
             name = manifest["metadata"]["name"]  # type: ignore[index]
-            client.apply(Node.from_dict({k: v for k, v in manifest.items() if k != "status"}), force=True)
+            spec = cast(Node, Node.from_dict({k: v for k, v in manifest.items() if k != "status"}))
+            client.apply(spec, force=True)
             # Capacity is status: written through the status subresource; kwok keeps what it finds there.
             client.patch(Node.Status, name, {"status": manifest["status"]}, patch_type=PatchType.MERGE)
 
@@ -227,13 +254,16 @@ class DevEnvironment:
                     progress(f"{cluster_id}: stopped, starting ...")
                     self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
                 else:
-                    progress(f"{cluster_id}: creating control plane (etcd, apiserver, controller-manager, scheduler, kwok) ...")
+                    progress(
+                        f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ..."
+                    )
                     self._create_cluster(cluster_id)
                 progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
             self._write_kubeconfig(cluster_id)
             self._register_nodes(cluster_id, layout)
             self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
-            progress(f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({layout.node.cpu} cpu, {layout.node.memory} each)")
+            shape = layout.node
+            progress(f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each)")
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
         return ids
 

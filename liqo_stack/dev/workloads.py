@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
@@ -12,26 +13,29 @@ from lightkube.resources.core_v1 import Namespace, Pod
 
 def example_deployment(name: str, namespace: str, replicas: int) -> Deployment:
     labels = {"app": name}
-    return Deployment.from_dict(
-        {
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "web",
-                                "image": "nginx:1.27",
-                                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                            }
-                        ]
+    return cast(
+        Deployment,
+        Deployment.from_dict(
+            {
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "web",
+                                    "image": "nginx:1.27",
+                                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                                }
+                            ]
+                        },
                     },
                 },
-            },
-        }
+            }
+        ),
     )
 
 
@@ -41,7 +45,9 @@ def apply_deployment(client: Client, deployment: Deployment) -> None:
     client.apply(deployment, force=True)
 
 
-def wait_pods_running(client: Client, namespace: str, selector: dict[str, str], count: int, timeout: float) -> list[Pod]:
+def wait_pods_running(
+    client: Client, namespace: str, selector: dict[str, str], count: int, timeout: float
+) -> list[Pod]:
     """Block until `count` pods matching `selector` are Running; raise TimeoutError with what was seen."""
     deadline = time.monotonic() + timeout
     pods: list[Pod] = []

@@ -1,0 +1,75 @@
+"""Pulumi without a network: a local file backend, passphrase secrets, no update checks, no plugin downloads.
+
+The CLI, the Python language host and the plugins come from the pinned toolchain (tools/), so
+every Pulumi run here uses exactly the engine we built; nothing is fetched at run time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pulumi import automation as auto
+
+from liqo_stack.dev import paths
+
+# Secrets of dev and test stacks only; real stacks set PULUMI_CONFIG_PASSPHRASE themselves.
+DEV_PASSPHRASE = "liqo-stack-dev-only"
+
+
+@dataclass(frozen=True)
+class PulumiEnvironment:
+    state_dir: Path
+    bin_dir: Path
+
+    @classmethod
+    def default(cls) -> PulumiEnvironment:
+        return cls(state_dir=paths.state_root() / "pulumi", bin_dir=paths.bin_dir())
+
+    @property
+    def backend_url(self) -> str:
+        return f"file://{self.state_dir / 'backend'}"
+
+    @property
+    def pulumi_home(self) -> Path:
+        return self.state_dir / "home"
+
+    def env_vars(self) -> dict[str, str]:
+        """Variables for the pulumi CLI and the programs it runs."""
+        (self.state_dir / "backend").mkdir(parents=True, exist_ok=True)
+        self.pulumi_home.mkdir(parents=True, exist_ok=True)
+        return {
+            "PULUMI_BACKEND_URL": self.backend_url,
+            "PULUMI_HOME": str(self.pulumi_home),
+            "PULUMI_CONFIG_PASSPHRASE": os.environ.get("PULUMI_CONFIG_PASSPHRASE", DEV_PASSPHRASE),
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_SKIP_CONFIRMATIONS": "true",
+            "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "false",
+            "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+
+    def command(self) -> auto.PulumiCommand:
+        return auto.PulumiCommand(root=str(self.bin_dir.parent), skip_version_check=False)
+
+    def workspace_options(self, work_dir: Path | None = None) -> auto.LocalWorkspaceOptions:
+        return auto.LocalWorkspaceOptions(
+            work_dir=str(work_dir) if work_dir else None,
+            pulumi_home=str(self.pulumi_home),
+            env_vars=self.env_vars(),
+            pulumi_command=self.command(),
+        )
+
+    def stack_for_program(self, project: str, stack: str, program: auto.PulumiFn) -> auto.Stack:
+        """A stack that runs an inline Python program through the Automation API."""
+        os.environ.update({k: v for k, v in self.env_vars().items() if k != "PATH"})
+        return auto.create_or_select_stack(
+            stack_name=stack, project_name=project, program=program, opts=self.workspace_options()
+        )
+
+    def stack_for_directory(self, work_dir: Path, stack: str) -> auto.Stack:
+        """A stack of the Pulumi project in `work_dir` (Pulumi.yaml + __main__.py), run by the CLI."""
+        return auto.create_or_select_stack(
+            stack_name=stack, work_dir=str(work_dir), opts=self.workspace_options(work_dir)
+        )

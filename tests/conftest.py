@@ -1,0 +1,78 @@
+"""Shared fixtures: real local clusters (one home, two foreign) started once per test session.
+
+The clusters live under their own state directory, so a developer's `liqo-stack dev up` clusters
+are never touched. Whatever a previous, killed session left there is deleted first; at the end
+of the session (tests failed, interrupted or terminated) every cluster process is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+from lightkube import Client
+
+from liqo_stack.dev import paths
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, foreign_cluster_id
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+
+SESSION_LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=2)
+
+
+def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM/SIGHUP (CI cancelling, a closed terminal) get the same orderly teardown as Ctrl-C.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def test_state_root() -> Path:
+    return paths.state_root() / "pytest"
+
+
+@pytest.fixture(scope="session")
+def dev_env() -> Iterator[DevEnvironment]:
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    signal.signal(signal.SIGHUP, _terminate_as_interrupt)
+    env = DevEnvironment(state_dir=test_state_root() / "clusters")
+    env.down(progress=lambda message: None)  # leftovers of a killed session
+    try:
+        env.up(SESSION_LAYOUT, progress=lambda message: print(f"[clusters] {message}", flush=True))
+        yield env
+    finally:
+        env.down(progress=lambda message: None)
+
+
+@pytest.fixture(scope="session")
+def session_layout() -> ClusterLayout:
+    return SESSION_LAYOUT
+
+
+@pytest.fixture(scope="session")
+def home(dev_env: DevEnvironment) -> Client:
+    return dev_env.client("home")
+
+
+@pytest.fixture(scope="session")
+def foreign_ids() -> list[str]:
+    return [foreign_cluster_id(i) for i in range(1, SESSION_LAYOUT.foreign + 1)]
+
+
+@pytest.fixture(scope="session")
+def foreign(dev_env: DevEnvironment, foreign_ids: list[str]) -> dict[str, Client]:
+    return {cluster_id: dev_env.client(cluster_id) for cluster_id in foreign_ids}
+
+
+@pytest.fixture(scope="session")
+def pulumi_env(tmp_path_factory: pytest.TempPathFactory) -> PulumiEnvironment:
+    """Offline Pulumi: a file backend of its own for the session, passphrase secrets, no downloads."""
+    return PulumiEnvironment(state_dir=tmp_path_factory.mktemp("pulumi"), bin_dir=paths.bin_dir())
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A DNS-1123 name derived from the test's name, so tests never share objects."""
+    base = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
+    return "".join(ch for ch in base if ch.isalnum() or ch == "-")[:40].strip("-") + f"-{os.getpid() % 1000}"

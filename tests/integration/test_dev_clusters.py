@@ -1,0 +1,116 @@
+"""The dev clusters are real control planes: workloads run on kwok nodes, foreign Nodes are left alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from typing import cast
+
+import pytest
+from lightkube import Client
+from lightkube.models.core_v1 import NodeCondition
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.types import PatchType
+
+from liqo_stack.dev.clusters import KWOK_NODE_ANNOTATION, ClusterLayout, DevEnvironment, env_name
+from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
+
+pytestmark = pytest.mark.clusters
+
+
+def test_every_cluster_reports_the_pinned_kubernetes_version(dev_env: DevEnvironment, foreign_ids: list[str]) -> None:
+    for cluster_id in ["home", *foreign_ids]:
+        kubeconfig = str(dev_env.kubeconfig(cluster_id))
+        command = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", kubeconfig, "version", "-o", "json"]
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        assert json.loads(out)["serverVersion"]["gitVersion"] == "v1.36.3", cluster_id
+
+
+def test_deployment_in_each_foreign_cluster_runs_on_kwok_nodes(foreign: dict[str, Client], unique_name: str) -> None:
+    for cluster_id, client in foreign.items():
+        apply_deployment(client, example_deployment(unique_name, unique_name, replicas=4))
+        pods = wait_pods_running(client, unique_name, {"app": unique_name}, count=4, timeout=90)
+        assert len(pods) == 4
+        for pod in pods:
+            assert pod.spec and pod.spec.nodeName and pod.spec.nodeName.startswith(f"{cluster_id}-worker-")
+            assert pod.status and pod.status.podIP, "kwok assigns pod IPs"
+        client.delete(Namespace, unique_name)
+
+
+def test_fake_nodes_have_the_requested_capacity(foreign: dict[str, Client]) -> None:
+    for client in foreign.values():
+        nodes = [n for n in client.list(Node) if n.metadata and n.metadata.annotations]
+        assert len(nodes) == 2
+        for node in nodes:
+            assert node.status and node.status.allocatable
+            assert node.status.allocatable["cpu"] == "16"
+            assert node.status.allocatable["memory"] == "64Gi"
+            assert node.status.allocatable["pods"] == "110"
+
+
+def test_kwok_leaves_nodes_without_its_marker_alone(home: Client, unique_name: str) -> None:
+    """A Node registered by someone else (our virtual kubelet, later) keeps the status its creator writes."""
+    node = Node(metadata=ObjectMeta(name=unique_name, labels={"liqo.io/type": "virtual-node"}))
+    home.create(node)
+    try:
+        written = [
+            NodeCondition(type="Ready", status="False", reason="WrittenByTest", message="not kwok's"),
+        ]
+        home.patch(
+            Node.Status,
+            unique_name,
+            {"status": {"conditions": [c.to_dict() for c in written], "capacity": {"cpu": "3", "pods": "7"}}},
+            patch_type=PatchType.MERGE,
+        )
+        pod_name = f"{unique_name}-pod"
+        home.create(
+            cast(
+                Pod,
+                Pod.from_dict(
+                    {
+                        "metadata": {"name": pod_name, "namespace": "default"},
+                        "spec": {"nodeName": unique_name, "containers": [{"name": "c", "image": "nginx"}]},
+                    }
+                ),
+            )
+        )
+        # kwok reacts to what it manages within a second or two; give it generous time to misbehave.
+        time.sleep(6)
+        seen = home.get(Node, unique_name)
+        assert seen.metadata and KWOK_NODE_ANNOTATION not in (seen.metadata.annotations or {})
+        assert seen.status and seen.status.conditions
+        assert [(c.type, c.status, c.reason) for c in seen.status.conditions] == [("Ready", "False", "WrittenByTest")]
+        assert seen.status.capacity == {"cpu": "3", "pods": "7"}
+        pod = home.get(Pod, pod_name, namespace="default")
+        assert pod.status is not None
+        assert pod.status.phase == "Pending", "no kubelet of kwok's may run a pod bound to a foreign node"
+        assert not pod.status.podIP
+        home.delete(Pod, pod_name, namespace="default", grace_period=0)
+    finally:
+        home.delete(Node, unique_name)
+
+
+def test_dev_env_exports_drive_kubectl_by_context(dev_env: DevEnvironment, foreign_ids: list[str]) -> None:
+    exports = dev_env.env_exports()
+    for cluster_id in ["home", *foreign_ids]:
+        assert any(line.startswith(f"export {env_name(cluster_id)}=") for line in exports)
+    script = "\n".join(
+        [*exports, "kubectl --context foreign-1 get nodes -o name", "kubectl --context home get ns default -o name"]
+    )
+    clean_path = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    out = subprocess.run(["bash", "-c", script], env=clean_path, capture_output=True, text=True, check=True).stdout
+    assert "node/foreign-1-worker-0" in out
+    assert "namespace/default" in out
+
+
+def test_up_again_keeps_the_running_control_planes(dev_env: DevEnvironment, session_layout: ClusterLayout) -> None:
+    before = sorted(dev_env.processes())
+    assert before, "the session's clusters run as processes under the dev state directory"
+    messages: list[str] = []
+    dev_env.up(session_layout, progress=messages.append)
+    assert sorted(dev_env.processes()) == before
+    running = [m for m in messages if "already running" in m]
+    assert running == [f"{c}: already running" for c in session_layout.cluster_ids()]
