@@ -7,6 +7,7 @@ every Pulumi run here uses exactly the engine we built; nothing is fetched at ru
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,8 @@ class PulumiEnvironment:
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             "PULUMI_SKIP_CONFIRMATIONS": "true",
             "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "false",
-            "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            # The pinned engine first, then this interpreter's environment: dynamic providers run there.
+            "PATH": os.pathsep.join([str(self.bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }
 
     def command(self) -> auto.PulumiCommand:

@@ -1,0 +1,180 @@
+"""`KubeObject`: any Kubernetes object as a Pulumi resource, applied with server-side apply.
+
+Why by hand: pulumi-kubernetes' provider (pulumi-resource-kubernetes) cannot be built on our
+machines (its Go module is not served by the module proxy; see tools/NOTES.md), so this small
+dynamic provider covers what liqo-stack needs: create/update by server-side apply with one field
+manager, diff on the declared manifest (preview --diff shows exactly what changes), replacement
+when an object's identity changes, delete that waits until the object is gone, refresh by read.
+
+The target cluster is an input: `cluster_id` (stable, from the stack config) and `kubeconfig`
+(a Pulumi secret). Only a change of `cluster_id` moves an object; a new kubeconfig for the same
+cluster id is used for the next call and never replaces anything.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pulumi
+import yaml
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.codecs import resource_registry
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from pulumi.dynamic import (
+    CheckFailure,
+    CheckResult,
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    ResourceProvider,
+    UpdateResult,
+)
+
+FIELD_MANAGER = "liqo-stack"
+DELETE_TIMEOUT_SECONDS = 300
+IDENTITY_FIELDS = ("apiVersion", "kind", "name", "namespace")
+
+
+def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    meta = manifest.get("metadata") or {}
+    return {
+        "apiVersion": manifest.get("apiVersion"),
+        "kind": manifest.get("kind"),
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+    }
+
+
+def object_id(cluster_id: str, manifest: dict[str, Any]) -> str:
+    ident = _identity(manifest)
+    scope = ident["namespace"] or "_"
+    return f"{cluster_id}/{ident['apiVersion']}/{ident['kind']}/{scope}/{ident['name']}"
+
+
+def _client(kubeconfig: str) -> Client:
+    config = KubeConfig.from_dict(yaml.safe_load(kubeconfig))
+    return Client(config, field_manager=FIELD_MANAGER)
+
+
+def _resource_class(client: Client, api_version: str, kind: str) -> Any:
+    """Built-in kinds from lightkube's registry; custom kinds from their CRD (plural and scope)."""
+    try:
+        return resource_registry.load(api_version, kind)
+    except Exception:
+        pass
+    group, _, version = api_version.rpartition("/")
+    for crd in client.list(CustomResourceDefinition):
+        spec = crd.spec
+        if spec.group == group and spec.names.kind == kind:
+            factory = create_namespaced_resource if spec.scope == "Namespaced" else create_global_resource
+            return factory(group, version, kind, spec.names.plural)
+    raise LookupError(f"the cluster serves no kind {kind} in {api_version}: is its CRD installed?")
+
+
+def _apply(props: dict[str, Any]) -> dict[str, Any]:
+    client = _client(props["kubeconfig"])
+    manifest = props["manifest"]
+    cls = _resource_class(client, manifest["apiVersion"], manifest["kind"])
+    obj = cls.from_dict(manifest) if hasattr(cls, "from_dict") else manifest
+    applied = client.apply(obj, force=True)
+    meta = applied.metadata if hasattr(applied, "metadata") else None
+    return {"uid": getattr(meta, "uid", None)}
+
+
+def _get(props: dict[str, Any]) -> Any | None:
+    client = _client(props["kubeconfig"])
+    ident = _identity(props["manifest"])
+    cls = _resource_class(client, ident["apiVersion"], ident["kind"])
+    try:
+        return client.get(cls, ident["name"], namespace=ident["namespace"])
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+
+
+class KubeObjectProvider(ResourceProvider):
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+        failures = []
+        manifest = news.get("manifest")
+        if not isinstance(manifest, dict):
+            failures.append(CheckFailure("manifest", "must be a Kubernetes object (a mapping)"))
+        else:
+            for field in ("apiVersion", "kind"):
+                if not manifest.get(field):
+                    failures.append(CheckFailure(f"manifest.{field}", "is required"))
+            if not (manifest.get("metadata") or {}).get("name"):
+                failures.append(CheckFailure("manifest.metadata.name", "is required"))
+        if not news.get("cluster_id"):
+            failures.append(CheckFailure("cluster_id", "is required"))
+        return CheckResult(news, failures)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = [
+            f"manifest.{key}"
+            for key, old in _identity(olds.get("manifest") or {}).items()
+            if _identity(news["manifest"])[key] != old
+        ]
+        if olds.get("cluster_id") != news.get("cluster_id"):
+            replaces.append("cluster_id")
+        # A new kubeconfig for the same cluster is an in-place update (recorded for later calls such as
+        # delete), never a replacement.
+        changed = bool(replaces) or any(olds.get(k) != news.get(k) for k in ("manifest", "kubeconfig"))
+        return DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = {**props, **_apply(props)}
+        return CreateResult(object_id(props["cluster_id"], props["manifest"]), outs)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult({**news, **_apply(news)})
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        live = _get(props)
+        if live is None:
+            return ReadResult(None, {})  # gone: refresh drops it from the state
+        return ReadResult(id_, {**props, "uid": live.metadata.uid})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        client = _client(props["kubeconfig"])
+        ident = _identity(props["manifest"])
+        cls = _resource_class(client, ident["apiVersion"], ident["kind"])
+        try:
+            client.delete(cls, ident["name"], namespace=ident["namespace"])
+        except ApiError as err:
+            if err.status.code == 404:
+                return
+            raise
+        deadline = time.monotonic() + DELETE_TIMEOUT_SECONDS
+        while _get(props) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{object_id(props['cluster_id'], props['manifest'])} still exists (finalizers?)")
+            time.sleep(0.5)
+
+
+_PROVIDER = KubeObjectProvider()
+
+
+class KubeObject(pulumi.dynamic.Resource, module="liqo", name="KubeObject"):
+    """One Kubernetes object in one cluster, owned by the stack."""
+
+    uid: pulumi.Output[str]
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        cluster_id: pulumi.Input[str],
+        kubeconfig: pulumi.Input[str],
+        manifest: pulumi.Input[dict[str, Any]],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props = {
+            "cluster_id": cluster_id,
+            "kubeconfig": pulumi.Output.secret(kubeconfig),
+            "manifest": manifest,
+            "uid": None,
+        }
+        super().__init__(_PROVIDER, resource_name, props, opts)

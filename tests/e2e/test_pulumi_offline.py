@@ -1,0 +1,105 @@
+"""The Pulumi engine runs offline against the dev clusters: up, up again with no change, destroy.
+
+Both ways a Pulumi program runs: inline through the Automation API, and as a project directory
+run by the `pulumi` CLI through the Python language host (what `pulumi up` in a checkout does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import ConfigMap
+from pulumi import automation as auto
+
+from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from liqo_stack.resources.kube_object import KubeObject
+
+pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+def assert_gone(client: Client, name: str) -> None:
+    with pytest.raises(ApiError) as gone:
+        client.get(ConfigMap, name, namespace="default")
+    assert gone.value.status.code == 404
+
+
+def round_trip(stack: auto.Stack, client: Client, name: str) -> None:
+    first = stack.up(on_output=print)
+    assert first.summary.resource_changes == {"create": 2}  # the stack and the ConfigMap
+    live = client.get(ConfigMap, name, namespace="default")
+    assert live.data == {"hello": "world"}
+    assert live.metadata is not None
+    assert first.outputs["uid"].value == live.metadata.uid
+
+    second = stack.up(on_output=print)
+    assert second.summary.resource_changes == {"same": 2}
+    preview = stack.preview(on_output=print)
+    assert preview.change_summary == {auto.OpType.SAME: 2}
+
+    stack.destroy(on_output=print)
+    assert_gone(client, name)
+    stack.workspace.remove_stack(stack.name)
+
+
+def test_inline_program_round_trip(
+    dev_env: DevEnvironment, foreign: dict[str, Client], pulumi_env: PulumiEnvironment, unique_name: str
+) -> None:
+    kubeconfig = dev_env.kubeconfig("foreign-1").read_text()
+
+    def program() -> None:
+        greeting = KubeObject(
+            "greeting",
+            cluster_id="foreign-1",
+            kubeconfig=kubeconfig,
+            manifest={
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": unique_name, "namespace": "default"},
+                "data": {"hello": "world"},
+            },
+        )
+        import pulumi
+
+        pulumi.export("uid", greeting.uid)
+
+    stack = pulumi_env.stack_for_program("inline-round-trip", "dev", program)
+    round_trip(stack, foreign["foreign-1"], unique_name)
+
+
+def test_cli_program_round_trip_through_the_language_host(
+    dev_env: DevEnvironment, foreign: dict[str, Client], pulumi_env: PulumiEnvironment, unique_name: str
+) -> None:
+    stack = pulumi_env.stack_for_directory(PROGRAMS / "configmap", "dev")
+    stack.set_config("clusterId", auto.ConfigValue("foreign-2"))
+    stack.set_config("kubeconfigPath", auto.ConfigValue(str(dev_env.kubeconfig("foreign-2"))))
+    stack.set_config("name", auto.ConfigValue(unique_name))
+    round_trip(stack, foreign["foreign-2"], unique_name)
+
+
+def test_a_changed_value_is_previewed_then_updated_in_place(
+    dev_env: DevEnvironment, foreign: dict[str, Client], pulumi_env: PulumiEnvironment, unique_name: str
+) -> None:
+    stack = pulumi_env.stack_for_directory(PROGRAMS / "configmap", "change")
+    stack.set_config("clusterId", auto.ConfigValue("foreign-1"))
+    stack.set_config("kubeconfigPath", auto.ConfigValue(str(dev_env.kubeconfig("foreign-1"))))
+    stack.set_config("name", auto.ConfigValue(unique_name))
+    client = foreign["foreign-1"]
+    stack.up(on_output=print)
+    uid = client.get(ConfigMap, unique_name, namespace="default").metadata.uid  # type: ignore[union-attr]
+
+    stack.set_config("greeting", auto.ConfigValue("again"))
+    preview = stack.preview(diff=True, on_output=print)
+    assert preview.change_summary == {auto.OpType.SAME: 1, auto.OpType.UPDATE: 1}
+    stack.up(on_output=print)
+    live = client.get(ConfigMap, unique_name, namespace="default")
+    assert live.data == {"hello": "again"}
+    assert live.metadata is not None and live.metadata.uid == uid, "updated in place, not replaced"
+
+    stack.destroy(on_output=print)
+    assert_gone(client, unique_name)
+    stack.workspace.remove_stack("change")
