@@ -222,10 +222,17 @@ class DevEnvironment:
         for index in range(layout.nodes_per_cluster):
             manifest = fake_node_manifest(cluster_id, index, layout.node)
             name = manifest["metadata"]["name"]  # type: ignore[index]
-            spec = cast(Node, Node.from_dict({k: v for k, v in manifest.items() if k != "status"}))
-            client.apply(spec, force=True)
-            # Capacity is status: written through the status subresource; kwok keeps what it finds there.
-            client.patch(Node.Status, name, {"status": manifest["status"]}, patch_type=PatchType.MERGE)
+            try:
+                existing = client.get(Node, name)
+            except ApiError as err:
+                if err.status.code != 404:
+                    raise
+                # Created with its status in one request: kwok initializes a Node's status only where
+                # it finds none, so a later status write would race with kwok's defaults.
+                client.create(cast(Node, Node.from_dict(manifest)))
+                continue
+            if existing.status is None or existing.status.capacity != manifest["status"]["capacity"]:  # type: ignore[index]
+                client.patch(Node.Status, name, {"status": manifest["status"]}, patch_type=PatchType.MERGE)
 
     def _wait_nodes_ready(self, cluster_id: str, expected: int, timeout: float = 120) -> None:
         client = self.client(cluster_id)
