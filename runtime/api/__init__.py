@@ -1,0 +1,54 @@
+"""The API of liqo-stack: CRD models, names, and the pure functions both sides share."""
+
+from runtime.api import names
+from runtime.api.advertisement import ResourceAdvertisement, ResourceAdvertisementSpec
+from runtime.api.core import Condition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Taint
+from runtime.api.crds import ALL_KINDS, all_crd_manifests, crd_manifest
+from runtime.api.namespacemap import NamespaceMap, NamespaceMapSpec
+from runtime.api.namespaceoffloading import (
+    NamespaceMappingStrategy,
+    NamespaceOffloading,
+    NamespaceOffloadingSpec,
+    NamespaceOffloadingStatus,
+    OffloadingPhase,
+    PodOffloadingStrategy,
+)
+from runtime.api.plan import SharedResources, selected_clusters, shared_resources, twin_namespace_name
+from runtime.api.selectors import SelectorSyntaxError, parse_selector, selector_matches
+from runtime.api.shadowpod import ShadowPod, ShadowPodSpec
+from runtime.api.virtualnode import ReflectionPolicy, ReflectorSettings, VirtualNode, VirtualNodeSpec
+
+__all__ = [
+    "ALL_KINDS",
+    "Condition",
+    "NamespaceMap",
+    "NamespaceMapSpec",
+    "NamespaceMappingStrategy",
+    "NamespaceOffloading",
+    "NamespaceOffloadingSpec",
+    "NamespaceOffloadingStatus",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "OffloadingPhase",
+    "PodOffloadingStrategy",
+    "ReflectionPolicy",
+    "ReflectorSettings",
+    "ResourceAdvertisement",
+    "ResourceAdvertisementSpec",
+    "SelectorSyntaxError",
+    "ShadowPod",
+    "ShadowPodSpec",
+    "SharedResources",
+    "Taint",
+    "VirtualNode",
+    "VirtualNodeSpec",
+    "all_crd_manifests",
+    "crd_manifest",
+    "names",
+    "parse_selector",
+    "selected_clusters",
+    "selector_matches",
+    "shared_resources",
+    "twin_namespace_name",
+]

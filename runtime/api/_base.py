@@ -1,0 +1,74 @@
+"""Base classes of the API models: camelCase on the wire, CRD facts next to each model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from runtime.api import names
+
+
+class ApiModel(BaseModel):
+    """A part of an object: camelCase keys, unknown keys ignored (the API server prunes them anyway)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    name: str
+    json_path: str
+    type: Literal["string", "integer", "number", "boolean", "date"] = "string"
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class CrdInfo:
+    kind: str
+    plural: str
+    scope: Literal["Namespaced", "Cluster"] = "Namespaced"
+    short_names: tuple[str, ...] = ()
+    printer_columns: tuple[PrinterColumn, ...] = field(default=())
+    description: str = ""
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def name(self) -> str:
+        return f"{self.plural}.{names.GROUP}"
+
+
+class ObjectMeta(ApiModel):
+    """The metadata fields liqo-stack reads and writes."""
+
+    name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    finalizers: list[str] | None = None
+    generation: int | None = None
+    resource_version: str | None = None
+    uid: str | None = None
+    deletion_timestamp: str | None = None
+
+
+class CustomObject(ApiModel):
+    """A custom resource of our group. Subclasses set `crd` and define `spec` (and `status`)."""
+
+    crd: ClassVar[CrdInfo]
+
+    api_version: str = Field(default=names.API_VERSION)
+    kind: str = ""
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    def model_post_init(self, context: Any) -> None:
+        if not self.kind:
+            self.kind = self.crd.kind

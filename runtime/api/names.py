@@ -1,0 +1,76 @@
+"""Every API group, label, annotation, taint, finalizer and fixed object name, once.
+
+Names follow the seeds' system (Liqo), so manifests written for it keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- API ------------------------------------------------------------------------------------
+GROUP: Final = "offloading.liqo.io"
+VERSION: Final = "v1beta1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+NAMESPACE_OFFLOADING_NAME: Final = "offloading"  # the one NamespaceOffloading of a namespace
+
+# -- Labels ---------------------------------------------------------------------------------
+TYPE_LABEL: Final = "liqo.io/type"
+VIRTUAL_NODE_TYPE: Final = "virtual-node"
+REMOTE_CLUSTER_ID_LABEL: Final = "liqo.io/remote-cluster-id"
+SCHEDULING_ENABLED_LABEL: Final = "liqo.io/scheduling-enabled"  # namespace label, value "true"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "liqo-stack"
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+TENANT_HOME_LABEL: Final = "liqo.io/tenant-home-cluster-id"  # on foreign-side tenant objects
+
+# Reflected objects carry both; a reflector never touches an object that lacks them.
+ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
+DESTINATION_LABEL: Final = "offloading.liqo.io/destination"
+
+# -- Annotations ----------------------------------------------------------------------------
+SKIP_REFLECTION_ANNOTATION: Final = "liqo.io/skip-reflection"
+ALLOW_REFLECTION_ANNOTATION: Final = "liqo.io/allow-reflection"
+ANTI_AFFINITY_PRESET_ANNOTATION: Final = "liqo.io/anti-affinity-preset"
+ANTI_AFFINITY_LABELS_ANNOTATION: Final = "liqo.io/anti-affinity-labels"
+FORCE_REMOTE_NODE_PORT_ANNOTATION: Final = "liqo.io/force-remote-node-port"
+
+# -- Taints, RuntimeClass -------------------------------------------------------------------
+VIRTUAL_NODE_TAINT_KEY: Final = "virtual-node.liqo.io/not-allowed"
+VIRTUAL_NODE_TAINT_VALUE: Final = "true"
+VIRTUAL_NODE_TAINT_EFFECT: Final = "NoExecute"
+RUNTIME_CLASS_NAME: Final = "liqo"
+RUNTIME_CLASS_HANDLER: Final = "liqo"
+
+# -- Finalizers -----------------------------------------------------------------------------
+NAMESPACE_OFFLOADING_FINALIZER: Final = "namespaceoffloading.offloading.liqo.io/finalizer"
+VIRTUAL_NODE_FINALIZER: Final = "virtualnode.offloading.liqo.io/finalizer"
+SHADOW_POD_FINALIZER: Final = "shadowpod.offloading.liqo.io/finalizer"
+
+# -- Fixed namespaces and objects -----------------------------------------------------------
+LIQO_NAMESPACE: Final = "liqo"
+CONTROLLER_MANAGER: Final = "liqo-controller-manager"
+FOREIGN_AGENT: Final = "liqo-foreign-agent"
+VIRTUAL_KUBELET_PREFIX: Final = "liqo-virtual-kubelet"
+
+
+def tenant_namespace(home_cluster_id: str) -> str:
+    """The namespace a foreign cluster dedicates to one home cluster."""
+    return f"liqo-tenant-{home_cluster_id}"
+
+
+def home_identity_name(home_cluster_id: str) -> str:
+    """The ServiceAccount (and its roles) the home cluster acts as in a foreign cluster."""
+    return f"liqo-home-{home_cluster_id}"
+
+
+def virtual_node_name(foreign_cluster_id: str) -> str:
+    return f"liqo-{foreign_cluster_id}"
+
+
+def virtual_kubelet_name(foreign_cluster_id: str) -> str:
+    return f"{VIRTUAL_KUBELET_PREFIX}-{foreign_cluster_id}"
+
+
+def credentials_secret_name(foreign_cluster_id: str) -> str:
+    """Home-side Secret holding the kubeconfig of the home identity in that foreign cluster."""
+    return f"liqo-credentials-{foreign_cluster_id}"

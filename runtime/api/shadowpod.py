@@ -1,0 +1,36 @@
+"""ShadowPod: on the foreign side, the wish for one pod; the foreign agent keeps that pod in place."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
+
+
+class ShadowPodSpec(ApiModel):
+    # A core PodSpec, already mutated for the foreign cluster (seed 002); kept verbatim.
+    pod: dict[str, Any] = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+
+class ShadowPodStatus(ApiModel):
+    phase: str | None = None
+    pod_uid: str | None = Field(default=None, alias="podUID")
+    recreations: int | None = Field(default=None, description="remote pods recreated since the first")
+
+
+class ShadowPod(CustomObject):
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        kind="ShadowPod",
+        plural="shadowpods",
+        short_names=("shpod",),
+        description="A pod offloaded from a home cluster, kept present by the foreign agent.",
+        printer_columns=(
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+    spec: ShadowPodSpec
+    status: ShadowPodStatus | None = None

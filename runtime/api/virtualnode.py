@@ -1,0 +1,72 @@
+"""VirtualNode: one per foreign cluster, in the home cluster's liqo namespace."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+from pydantic import Field
+
+from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
+from runtime.api.core import Condition, Taint
+
+
+class ReflectionPolicy(StrEnum):
+    DENY_LIST = "DenyList"  # everything but objects annotated liqo.io/skip-reflection
+    ALLOW_LIST = "AllowList"  # nothing but objects annotated liqo.io/allow-reflection
+
+
+class ReflectorSettings(ApiModel):
+    type: ReflectionPolicy = ReflectionPolicy.DENY_LIST
+    workers: int = Field(default=3, ge=0, description="0 disables the reflection of this resource type")
+
+
+class OffloadingPatch(ApiModel):
+    labels_not_reflected: list[str] | None = None
+    annotations_not_reflected: list[str] | None = None
+
+
+class HealthCheck(ApiModel):
+    interval_seconds: int = Field(default=10, ge=1)
+    failure_threshold: int = Field(default=3, ge=1)
+
+
+class SecretReference(ApiModel):
+    name: str
+
+
+class VirtualNodeSpec(ApiModel):
+    cluster_id: str = Field(alias="clusterID")
+    kubeconfig_secret_ref: SecretReference | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    sharing_percentage: int = Field(default=90, ge=1, le=100)
+    # fixed amounts that replace the percentage for these resources (e.g. {"nvidia.com/gpu": "1"})
+    fixed_resources: dict[str, str] = Field(default_factory=dict)
+    offloading_patch: OffloadingPatch = Field(default_factory=OffloadingPatch)
+    reflection: dict[str, ReflectorSettings] = Field(default_factory=dict)
+    health_check: HealthCheck = Field(default_factory=HealthCheck)
+    api_server_token_support: bool = True
+
+
+class VirtualNodeStatus(ApiModel):
+    observed_generation: int | None = None
+    capacity: dict[str, str] | None = None
+    conditions: list[Condition] | None = None
+
+
+class VirtualNode(CustomObject):
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        kind="VirtualNode",
+        plural="virtualnodes",
+        short_names=("vn",),
+        description="A foreign cluster seen as one node of the home cluster.",
+        printer_columns=(
+            PrinterColumn("ClusterID", ".spec.clusterID"),
+            PrinterColumn("Sharing", ".spec.sharingPercentage", "integer"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+    spec: VirtualNodeSpec
+    status: VirtualNodeStatus | None = None
