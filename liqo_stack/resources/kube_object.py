@@ -53,7 +53,7 @@ def object_id(cluster_id: str, manifest: dict[str, Any]) -> str:
     return f"{cluster_id}/{ident['apiVersion']}/{ident['kind']}/{scope}/{ident['name']}"
 
 
-def _client(kubeconfig: str) -> Client:
+def client_for(kubeconfig: str) -> Client:
     config = KubeConfig.from_dict(yaml.safe_load(kubeconfig))
     return Client(config, field_manager=FIELD_MANAGER)
 
@@ -73,18 +73,43 @@ def _resource_class(client: Client, api_version: str, kind: str) -> Any:
     raise LookupError(f"the cluster serves no kind {kind} in {api_version}: is its CRD installed?")
 
 
+def integral_numbers(value: Any) -> Any:
+    """Pulumi carries every number as a float; Kubernetes fields are mostly integers (1.0 -> 1)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: integral_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [integral_numbers(v) for v in value]
+    return value
+
+
 def _apply(props: dict[str, Any]) -> dict[str, Any]:
-    client = _client(props["kubeconfig"])
-    manifest = props["manifest"]
+    client = client_for(props["kubeconfig"])
+    manifest = integral_numbers(props["manifest"])
     cls = _resource_class(client, manifest["apiVersion"], manifest["kind"])
     obj = cls.from_dict(manifest) if hasattr(cls, "from_dict") else manifest
     applied = client.apply(obj, force=True)
+    if manifest["kind"] == "CustomResourceDefinition":
+        _wait_established(client, manifest["metadata"]["name"])
     meta = applied.metadata if hasattr(applied, "metadata") else None
     return {"uid": getattr(meta, "uid", None)}
 
 
+def _wait_established(client: Client, name: str, timeout: float = 60) -> None:
+    """Objects of a new kind can be created only once its CRD is Established."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        crd = client.get(CustomResourceDefinition, name)
+        conditions = (crd.status.conditions if crd.status else None) or []
+        if any(c.type == "Established" and c.status == "True" for c in conditions):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"CustomResourceDefinition {name} not Established after {timeout:.0f}s")
+
+
 def _get(props: dict[str, Any]) -> Any | None:
-    client = _client(props["kubeconfig"])
+    client = client_for(props["kubeconfig"])
     ident = _identity(props["manifest"])
     cls = _resource_class(client, ident["apiVersion"], ident["kind"])
     try:
@@ -138,7 +163,7 @@ class KubeObjectProvider(ResourceProvider):
         return ReadResult(id_, {**props, "uid": live.metadata.uid})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
-        client = _client(props["kubeconfig"])
+        client = client_for(props["kubeconfig"])
         ident = _identity(props["manifest"])
         cls = _resource_class(client, ident["apiVersion"], ident["kind"])
         try:

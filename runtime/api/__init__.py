@@ -3,7 +3,7 @@
 from runtime.api import names
 from runtime.api.advertisement import ResourceAdvertisement, ResourceAdvertisementSpec
 from runtime.api.core import Condition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Taint
-from runtime.api.crds import ALL_KINDS, all_crd_manifests, crd_manifest
+from runtime.api.crds import ALL_KINDS, all_crd_manifests, crd_manifest, foreign_crd_manifests, home_crd_manifests
 from runtime.api.namespacemap import NamespaceMap, NamespaceMapSpec
 from runtime.api.namespaceoffloading import (
     NamespaceMappingStrategy,
@@ -45,6 +45,8 @@ __all__ = [
     "VirtualNodeSpec",
     "all_crd_manifests",
     "crd_manifest",
+    "foreign_crd_manifests",
+    "home_crd_manifests",
     "names",
     "parse_selector",
     "selected_clusters",

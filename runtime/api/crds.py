@@ -16,13 +16,9 @@ from runtime.api.namespaceoffloading import NamespaceOffloading
 from runtime.api.shadowpod import ShadowPod
 from runtime.api.virtualnode import VirtualNode
 
-ALL_KINDS: tuple[type[CustomObject], ...] = (
-    NamespaceOffloading,
-    VirtualNode,
-    ShadowPod,
-    NamespaceMap,
-    ResourceAdvertisement,
-)
+HOME_KINDS: tuple[type[CustomObject], ...] = (NamespaceOffloading, VirtualNode)
+FOREIGN_KINDS: tuple[type[CustomObject], ...] = (ShadowPod, NamespaceMap, ResourceAdvertisement)
+ALL_KINDS = HOME_KINDS + FOREIGN_KINDS
 
 _DROPPED_KEYS = {"title", "$defs"}
 
@@ -63,7 +59,7 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
 def openapi_schema(model: type[CustomObject]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
-    schema = _structural(raw, defs)
+    schema: dict[str, Any] = _structural(raw, defs)
     properties = schema["properties"]
     # apiVersion, kind and metadata are the API server's to validate.
     properties["apiVersion"] = {"type": "string"}
@@ -120,3 +116,11 @@ def crd_manifest(model: type[CustomObject]) -> dict[str, Any]:
 
 def all_crd_manifests() -> list[dict[str, Any]]:
     return [crd_manifest(kind) for kind in ALL_KINDS]
+
+
+def home_crd_manifests() -> list[dict[str, Any]]:
+    return [crd_manifest(kind) for kind in HOME_KINDS]
+
+
+def foreign_crd_manifests() -> list[dict[str, Any]]:
+    return [crd_manifest(kind) for kind in FOREIGN_KINDS]

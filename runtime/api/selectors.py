@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from runtime.api.core import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
+from runtime.api.core import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, SelectorOperator
 
 _SET_RE = re.compile(r"^(?P<key>[^\s!=()]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
 _EQ_RE = re.compile(r"^(?P<key>[^\s!=()]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^\s!=(),]*)$")
@@ -22,7 +22,9 @@ class SelectorSyntaxError(ValueError):
 
 def _split_requirements(text: str) -> list[str]:
     """Split on commas that are not inside parentheses."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1
@@ -46,7 +48,7 @@ def parse_requirement(text: str) -> NodeSelectorRequirement:
         values = [v.strip() for v in match["values"].split(",") if v.strip()]
         if not values:
             raise SelectorSyntaxError(f"{text!r}: a set needs at least one value")
-        operator = "In" if match["op"] == "in" else "NotIn"
+        operator: SelectorOperator = "In" if match["op"] == "in" else "NotIn"
         return NodeSelectorRequirement(key=match["key"], operator=operator, values=values)
     if match := _EQ_RE.match(text):
         operator = "NotIn" if match["op"] == "!=" else "In"

@@ -1,0 +1,5 @@
+"""liqo-stack's Pulumi program: see liqo_stack/program.py."""
+
+from liqo_stack.program import main
+
+main()

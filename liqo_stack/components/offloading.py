@@ -1,0 +1,47 @@
+"""The namespace offloadings declared in the stack config, one NamespaceOffloading each."""
+
+from __future__ import annotations
+
+import pulumi
+
+from liqo_stack import manifests
+from liqo_stack.components.cluster import Cluster
+from liqo_stack.components.home import HomeControlPlane
+from liqo_stack.config import NamespaceOffloadingConfig
+from runtime.api import NamespaceOffloadingSpec
+
+
+def offloading_spec(declared: NamespaceOffloadingConfig) -> NamespaceOffloadingSpec:
+    return NamespaceOffloadingSpec(
+        namespace_mapping_strategy=declared.namespace_mapping_strategy,
+        remote_namespace_name=declared.remote_namespace_name,
+        pod_offloading_strategy=declared.pod_offloading_strategy,
+        cluster_selector=declared.selector(),
+    )
+
+
+class NamespaceOffloadings(pulumi.ComponentResource):
+    def __init__(
+        self,
+        name: str,
+        home: Cluster,
+        declared: list[NamespaceOffloadingConfig],
+        home_plane: HomeControlPlane,
+        handlers: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("liqo-stack:index:NamespaceOffloadings", name, None, opts)
+        for ns in declared:
+            # The namespace is the application team's: ensured, never deleted by the stack.
+            namespace = home.object(
+                f"namespace-{ns.name}",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns.name}},
+                pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            )
+            # Deleted before the controllers that remove its finalizer (they are its dependencies).
+            home.object(
+                f"offloading-{ns.name}",
+                manifests.namespace_offloading(ns.name, offloading_spec(ns)),
+                pulumi.ResourceOptions(parent=self, depends_on=[namespace, *home_plane.crds, *handlers]),
+            )
+        self.register_outputs({})

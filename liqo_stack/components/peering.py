@@ -1,0 +1,141 @@
+"""One peering: the home cluster's identity in a foreign cluster, and its virtual node at home."""
+
+from __future__ import annotations
+
+import pulumi
+
+from liqo_stack import manifests
+from liqo_stack.components.cluster import Cluster
+from liqo_stack.components.foreign import ForeignAgent
+from liqo_stack.components.home import HomeControlPlane
+from liqo_stack.config import ForeignCluster, StackConfig
+from liqo_stack.resources.token_kubeconfig import TokenKubeconfig
+from runtime.api import ReflectorSettings, VirtualNodeSpec, names
+from runtime.api.virtualnode import HealthCheck, OffloadingPatch, SecretReference
+
+
+def virtual_node_spec(config: StackConfig, foreign: ForeignCluster) -> VirtualNodeSpec:
+    """The VirtualNode a foreign cluster gets, from the stack config alone (also shown in the plan)."""
+    vk = config.virtual_kubelet
+    return VirtualNodeSpec(
+        cluster_id=foreign.cluster_id,
+        kubeconfig_secret_ref=SecretReference(name=names.credentials_secret_name(foreign.cluster_id)),
+        labels=dict(foreign.labels),
+        taints=list(foreign.taints),
+        sharing_percentage=config.sharing_of(foreign),
+        fixed_resources=dict(foreign.fixed_resources),
+        offloading_patch=OffloadingPatch(
+            labels_not_reflected=config.reflection.skip_labels or None,
+            annotations_not_reflected=config.reflection.skip_annotations or None,
+        ),
+        reflection={
+            name: ReflectorSettings(type=s.type, workers=s.workers) for name, s in config.reflection.settings().items()
+        },
+        health_check=HealthCheck(
+            interval_seconds=vk.health_check_interval_seconds, failure_threshold=vk.failure_threshold
+        ),
+        api_server_token_support=vk.api_server_token_support,
+    )
+
+
+class Peering(pulumi.ComponentResource):
+    def __init__(
+        self,
+        name: str,
+        *,
+        config: StackConfig,
+        foreign_config: ForeignCluster,
+        home: Cluster,
+        foreign: Cluster,
+        home_plane: HomeControlPlane,
+        agent: ForeignAgent,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("liqo-stack:index:Peering", name, None, opts)
+        home_id, foreign_id = home.cluster_id, foreign.cluster_id
+        tenant = names.tenant_namespace(home_id)
+        identity = names.home_identity_name(home_id)
+        component = "peering"
+
+        # -- foreign side: a tenant namespace and the home cluster's identity, confined to it ----
+        self.tenant_namespace = foreign.object(
+            "tenant-namespace",
+            manifests.namespace(tenant, component, {names.TENANT_HOME_LABEL: home_id}),
+            pulumi.ResourceOptions(parent=self),
+        )
+        in_tenant = pulumi.ResourceOptions(parent=self, depends_on=[self.tenant_namespace])
+        account = foreign.object("home-identity", manifests.service_account(identity, tenant, component), in_tenant)
+        token = foreign.object(
+            "home-identity-token",
+            manifests.service_account_token(identity, tenant, component),
+            pulumi.ResourceOptions(parent=self, depends_on=[account]),
+        )
+        role = foreign.object(
+            "home-identity-role",
+            manifests.role(identity, tenant, manifests.HOME_IDENTITY_TENANT_RULES, component),
+            in_tenant,
+        )
+        foreign.object(
+            "home-identity-binding",
+            manifests.binding("Role", identity, identity, identity, tenant, component, ns=tenant),
+            pulumi.ResourceOptions(parent=self, depends_on=[role, account, *agent.crds]),
+        )
+        credentials = TokenKubeconfig(
+            f"{foreign_id}:home-identity-kubeconfig",
+            cluster_id=foreign_id,
+            admin_kubeconfig=foreign.kubeconfig,
+            namespace=tenant,
+            secret_name=f"{identity}-token",
+            account=identity,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[token]),
+        )
+
+        # -- home side: credentials, the VirtualNode, and its virtual kubelet --------------------
+        ns = names.LIQO_NAMESPACE
+        in_liqo = pulumi.ResourceOptions(parent=self, depends_on=[home_plane.namespace])
+        secret = home.object(
+            f"credentials-{foreign_id}",
+            credentials.kubeconfig.apply(
+                lambda kubeconfig: manifests.secret(
+                    names.credentials_secret_name(foreign_id), ns, {"kubeconfig": kubeconfig}, component
+                )
+            ),
+            in_liqo,
+        )
+        vk_name = names.virtual_kubelet_name(foreign_id)
+        vk_component = "virtual-kubelet"
+        vk_account = home.object(f"vk-sa-{foreign_id}", manifests.service_account(vk_name, ns, vk_component), in_liqo)
+        vk_role = home.object(
+            f"vk-role-{foreign_id}",
+            manifests.cluster_role(vk_name, manifests.VIRTUAL_KUBELET_RULES, vk_component),
+            pulumi.ResourceOptions(parent=self),
+        )
+        vk_binding = home.object(
+            f"vk-binding-{foreign_id}",
+            manifests.binding("ClusterRole", vk_name, vk_name, vk_name, ns, vk_component),
+            pulumi.ResourceOptions(parent=self, depends_on=[vk_role, vk_account]),
+        )
+        replicas = 1 if config.runtime.mode.value == "cluster" else 0
+        self.virtual_kubelet = home.object(
+            f"virtual-kubelet-{foreign_id}",
+            manifests.deployment(
+                vk_name,
+                ns,
+                config.runtime.image,
+                ["virtual-kubelet", f"--foreign-cluster-id={foreign_id}", f"--home-cluster-id={home_id}"],
+                vk_name,
+                replicas,
+                vk_component,
+            ),
+            pulumi.ResourceOptions(parent=self, depends_on=[vk_binding, secret]),
+        )
+        # The VirtualNode is deleted before the virtual kubelet and controllers that handle it.
+        self.virtual_node = home.object(
+            f"virtualnode-{foreign_id}",
+            manifests.virtual_node(virtual_node_spec(config, foreign_config)),
+            pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*home_plane.crds, home_plane.controller_manager, self.virtual_kubelet, secret],
+            ),
+        )
+        self.register_outputs({})

@@ -1,0 +1,271 @@
+"""The stack config (`liqo:` namespace of Pulumi.<stack>.yaml), as typed models validated once.
+
+A bad config fails before any resource is registered, with one line per problem that names the
+config path (e.g. `liqo:foreignClusters[1].sharingPercentage`) and what is allowed there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from lightkube.utils.quantity import parse_quantity
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from runtime.api import (
+    NamespaceMappingStrategy,
+    NodeSelector,
+    PodOffloadingStrategy,
+    ReflectionPolicy,
+    SelectorSyntaxError,
+    Taint,
+    parse_selector,
+)
+
+CONFIG_NAMESPACE = "liqo"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+# Resource types whose reflection can be configured (seed 002: pods, PVCs and ServiceAccounts can't).
+REFLECTED_RESOURCES = ("configmap", "secret", "service", "endpointslice", "ingress", "event")
+
+
+class ConfigError(ValueError):
+    """The stack config is invalid; `str()` lists every problem with its config path."""
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise ValueError("must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters")
+    return value
+
+
+def _check_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or len(name) > 63:
+            raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
+        if not _LABEL_NAME.match(name):
+            raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
+        if len(value) > 63 or not _LABEL_VALUE.match(value):
+            raise ValueError(f"label value {value!r} (of {key!r}) is not a valid Kubernetes label value")
+    return labels
+
+
+def _check_quantities(resources: dict[str, str]) -> dict[str, str]:
+    for name, quantity in resources.items():
+        try:
+            parse_quantity(str(quantity))
+        except ValueError as err:
+            raise ValueError(f"{name}: {quantity!r} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)") from err
+    return resources
+
+
+ClusterId = Annotated[str, AfterValidator(_dns_label)]
+Labels = Annotated[dict[str, str], AfterValidator(_check_labels)]
+Quantities = Annotated[dict[str, str], AfterValidator(_check_quantities)]
+
+
+class ConfigModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class ClusterAccess(ConfigModel):
+    """How to reach a cluster: kubeconfig content (set it with `pulumi config set --secret`) or a file."""
+
+    cluster_id: ClusterId
+    kubeconfig: str | None = None
+    kubeconfig_path: str | None = None
+    context: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kubeconfig(self) -> Self:
+        if (self.kubeconfig is None) == (self.kubeconfig_path is None):
+            raise ValueError("set exactly one of kubeconfig (content, as a secret) or kubeconfigPath (a file)")
+        return self
+
+    def kubeconfig_text(self) -> str:
+        """The kubeconfig, restricted to `context` when one is named."""
+        if self.kubeconfig is not None:
+            text = self.kubeconfig
+        else:
+            path = Path(self.kubeconfig_path or "").expanduser()
+            if not path.is_file():
+                raise ConfigError(f"cluster {self.cluster_id}: kubeconfigPath {str(path)!r} is not a readable file")
+            text = path.read_text()
+        return _select_context(text, self.context, self.cluster_id) if self.context else text
+
+
+def _select_context(text: str, context: str, cluster_id: str) -> str:
+    import yaml
+
+    config = yaml.safe_load(text)
+    contexts = {c["name"]: c for c in config.get("contexts") or []}
+    if context not in contexts:
+        raise ConfigError(f"cluster {cluster_id}: context {context!r} not in its kubeconfig ({sorted(contexts)})")
+    chosen = contexts[context]["context"]
+    config["contexts"] = [contexts[context]]
+    config["current-context"] = context
+    config["clusters"] = [c for c in config.get("clusters") or [] if c["name"] == chosen["cluster"]]
+    config["users"] = [u for u in config.get("users") or [] if u["name"] == chosen.get("user")]
+    return str(yaml.safe_dump(config))
+
+
+class ForeignCluster(ClusterAccess):
+    labels: Labels = Field(default_factory=dict)
+    sharing_percentage: int | None = Field(default=None, ge=1, le=100)
+    fixed_resources: Quantities = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+
+
+class NamespaceOffloadingConfig(ConfigModel):
+    name: ClusterId  # a namespace name follows the same DNS-1123 label rule
+    namespace_mapping_strategy: NamespaceMappingStrategy = NamespaceMappingStrategy.DEFAULT_NAME
+    remote_namespace_name: ClusterId | None = None
+    pod_offloading_strategy: PodOffloadingStrategy = PodOffloadingStrategy.LOCAL_AND_REMOTE
+    # label-selector strings, ORed (like repeated --selector), or a core NodeSelector
+    cluster_selector: list[str] | NodeSelector = Field(default_factory=list)
+
+    @field_validator("cluster_selector")
+    @classmethod
+    def _parseable(cls, value: list[str] | NodeSelector) -> list[str] | NodeSelector:
+        if isinstance(value, list):
+            try:
+                parse_selector(value)
+            except SelectorSyntaxError as err:
+                raise ValueError(str(err)) from err
+        return value
+
+    @model_validator(mode="after")
+    def _remote_name_with_selected_name(self) -> Self:
+        selected = self.namespace_mapping_strategy is NamespaceMappingStrategy.SELECTED_NAME
+        if selected and not self.remote_namespace_name:
+            raise ValueError("namespaceMappingStrategy SelectedName requires remoteNamespaceName")
+        if not selected and self.remote_namespace_name:
+            raise ValueError(
+                f"remoteNamespaceName is only used with namespaceMappingStrategy SelectedName "
+                f"(this one is {self.namespace_mapping_strategy.value})"
+            )
+        return self
+
+    def selector(self) -> NodeSelector:
+        return (
+            parse_selector(self.cluster_selector) if isinstance(self.cluster_selector, list) else self.cluster_selector
+        )
+
+
+class ReflectorConfig(ConfigModel):
+    type: ReflectionPolicy = ReflectionPolicy.DENY_LIST
+    workers: int = Field(default=3, ge=0, le=64)
+
+
+class ReflectionConfig(ConfigModel):
+    resources: dict[Literal[REFLECTED_RESOURCES], ReflectorConfig] = Field(default_factory=dict)  # type: ignore[valid-type]
+    skip_labels: list[str] = Field(default_factory=list)
+    skip_annotations: list[str] = Field(default_factory=list)
+
+    def settings(self) -> dict[str, ReflectorConfig]:
+        return {name: self.resources.get(name, ReflectorConfig()) for name in REFLECTED_RESOURCES}
+
+
+class VirtualKubeletConfig(ConfigModel):
+    health_check_interval_seconds: int = Field(default=10, ge=1, le=3600)
+    failure_threshold: int = Field(default=3, ge=1, le=100)
+    api_server_token_support: bool = True
+
+
+class RuntimeMode(StrEnum):
+    CLUSTER = "cluster"  # the runtime runs as Deployments of the runtime image
+    EXTERNAL = "external"  # same objects, Deployments scaled to zero; the runtime runs as local processes
+
+
+class RuntimeConfig(ConfigModel):
+    mode: RuntimeMode = RuntimeMode.EXTERNAL
+    image: str = Field(default="ghcr.io/liqo-stack/runtime:0.1.0", min_length=1)
+
+
+class StackConfig(ConfigModel):
+    home: ClusterAccess
+    foreign_clusters: list[ForeignCluster] = Field(min_length=1)
+    sharing_percentage: int = Field(default=90, ge=1, le=100)
+    namespaces: list[NamespaceOffloadingConfig] = Field(default_factory=list)
+    reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
+    virtual_kubelet: VirtualKubeletConfig = Field(default_factory=VirtualKubeletConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        ids = [self.home.cluster_id] + [f.cluster_id for f in self.foreign_clusters]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"cluster ids must be unique across home and foreignClusters; repeated: {duplicates}")
+        names = [n.name for n in self.namespaces]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"each namespace may be offloaded once; repeated in namespaces: {repeated}")
+        for ns in self.namespaces:
+            if ns.namespace_mapping_strategy is NamespaceMappingStrategy.DEFAULT_NAME:
+                twin = f"{ns.name}-{self.home.cluster_id}"
+                if len(twin) > 63:
+                    raise ValueError(f"namespace {ns.name}: its twin name {twin!r} would exceed 63 characters")
+        return self
+
+    def sharing_of(self, cluster: ForeignCluster) -> int:
+        return cluster.sharing_percentage if cluster.sharing_percentage is not None else self.sharing_percentage
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    text = f"{CONFIG_NAMESPACE}:"
+    for index, part in enumerate(loc):
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part == "[key]" or str(part).startswith(("list[", "function-after[")) or part == "NodeSelector":
+            continue  # markers pydantic adds for dict keys and union branches
+        else:
+            text += ("" if index == 0 else ".") + str(part)
+    return text
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "is not a known setting (check its spelling)"
+    elif error["type"] == "missing":
+        message = "is required"
+    elif "input" in error and error["type"] not in ("model_type", "dict_type"):
+        shown = json.dumps(error["input"], default=str)
+        if len(shown) <= 80:
+            message += f" (got {shown})"
+    return message
+
+
+def parse(raw: Mapping[str, Any]) -> StackConfig:
+    """Validate the `liqo:` settings (keys without the namespace, values already decoded)."""
+    try:
+        return StackConfig.model_validate(dict(raw))
+    except ValidationError as err:
+        lines = sorted({f"{_path(e['loc'])}: {_describe(e)}" for e in err.errors()})
+        raise ConfigError("invalid stack config:\n  " + "\n  ".join(lines)) from None
+
+
+def from_pulumi_config(all_config: Mapping[str, Any]) -> StackConfig:
+    """From the engine's config map ({"liqo:home": "<json>", ...}); other namespaces are ignored."""
+    raw: dict[str, Any] = {}
+    prefix = f"{CONFIG_NAMESPACE}:"
+    for key, value in all_config.items():
+        if not key.startswith(prefix):
+            continue
+        name = key[len(prefix) :]
+        if isinstance(value, str):
+            with contextlib.suppress(json.JSONDecodeError):  # else a plain string setting
+                value = json.loads(value)
+        raw[name] = value
+    return parse(raw)

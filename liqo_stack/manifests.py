@@ -1,0 +1,282 @@
+"""The Kubernetes objects liqo-stack installs, as plain manifests (pure functions, no Pulumi).
+
+The components in `liqo_stack.components` decide which cluster each goes to and in what order;
+what each object looks like is decided here, once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.api import NamespaceOffloading, NamespaceOffloadingSpec, VirtualNode, VirtualNodeSpec, names
+from runtime.api.plan import virtual_node_labels
+
+Manifest = dict[str, Any]
+
+
+def _labels(component: str) -> dict[str, str]:
+    return {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.COMPONENT_LABEL: component}
+
+
+def namespace(name: str, component: str, extra_labels: dict[str, str] | None = None) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {**_labels(component), **(extra_labels or {})}},
+    }
+
+
+def runtime_class() -> Manifest:
+    """RuntimeClass `liqo`: its pods go to virtual nodes and tolerate their taint (seed 003)."""
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": names.RUNTIME_CLASS_NAME, "labels": _labels("runtime-class")},
+        "handler": names.RUNTIME_CLASS_HANDLER,
+        "scheduling": {
+            "nodeSelector": {names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE},
+            "tolerations": [
+                {
+                    "key": names.VIRTUAL_NODE_TAINT_KEY,
+                    "operator": "Equal",
+                    "value": names.VIRTUAL_NODE_TAINT_VALUE,
+                    "effect": names.VIRTUAL_NODE_TAINT_EFFECT,
+                }
+            ],
+        },
+    }
+
+
+def service_account(name: str, ns: str, component: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": ns, "labels": _labels(component)},
+    }
+
+
+def service_account_token(account: str, ns: str, component: str) -> Manifest:
+    """A long-lived token Secret, filled by the token controller of the cluster it lives in."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {
+            "name": f"{account}-token",
+            "namespace": ns,
+            "labels": _labels(component),
+            "annotations": {"kubernetes.io/service-account.name": account},
+        },
+    }
+
+
+def cluster_role(name: str, rules: list[Manifest], component: str) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": _labels(component)},
+        "rules": rules,
+    }
+
+
+def role(name: str, ns: str, rules: list[Manifest], component: str) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": ns, "labels": _labels(component)},
+        "rules": rules,
+    }
+
+
+def binding(
+    kind: str, name: str, role_name: str, account: str, account_ns: str, component: str, ns: str | None = None
+) -> Manifest:
+    """A RoleBinding (with ns) or ClusterRoleBinding of a ClusterRole or Role to a ServiceAccount."""
+    meta: Manifest = {"name": name, "labels": _labels(component)}
+    if ns:
+        meta["namespace"] = ns
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding" if ns else "ClusterRoleBinding",
+        "metadata": meta,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_ns}],
+    }
+
+
+def deployment(
+    name: str, ns: str, image: str, args: list[str], account: str, replicas: int, component: str
+) -> Manifest:
+    labels = {**_labels(component), "app.kubernetes.io/name": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": account,
+                    "containers": [
+                        {
+                            "name": component,
+                            "image": image,
+                            "args": args,
+                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def secret(name: str, ns: str, string_data: dict[str, Any], component: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": ns, "labels": _labels(component)},
+        "stringData": string_data,
+    }
+
+
+def virtual_node(spec: VirtualNodeSpec) -> Manifest:
+    vn = VirtualNode(spec=spec)
+    vn.metadata.name = names.virtual_node_name(spec.cluster_id)
+    vn.metadata.namespace = names.LIQO_NAMESPACE
+    vn.metadata.labels = {**_labels("virtual-node"), names.REMOTE_CLUSTER_ID_LABEL: spec.cluster_id}
+    wire = vn.to_wire()
+    wire["spec"]["labels"] = virtual_node_labels(spec.cluster_id, spec.labels)
+    return wire
+
+
+def namespace_offloading(ns: str, spec: NamespaceOffloadingSpec) -> Manifest:
+    obj = NamespaceOffloading(spec=spec)
+    obj.metadata.name = names.NAMESPACE_OFFLOADING_NAME
+    obj.metadata.namespace = ns
+    obj.metadata.labels = _labels("namespace-offloading")
+    return obj.to_wire()
+
+
+# -- RBAC rules: the least each identity needs ------------------------------------------------
+_GROUP = names.GROUP
+
+CONTROLLER_MANAGER_RULES: list[Manifest] = [
+    {
+        "apiGroups": [_GROUP],
+        "resources": ["namespaceoffloadings", "virtualnodes"],
+        "verbs": ["get", "list", "watch", "update", "patch"],
+    },
+    {
+        "apiGroups": [_GROUP],
+        "resources": ["namespaceoffloadings/status", "virtualnodes/status"],
+        "verbs": ["get", "update", "patch"],
+    },
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "update", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+]
+
+VIRTUAL_KUBELET_RULES: list[Manifest] = [
+    {
+        "apiGroups": [""],
+        "resources": ["nodes", "nodes/status"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch"],
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "update", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "update", "patch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps", "secrets", "services", "serviceaccounts", "persistentvolumeclaims", "events"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [_GROUP], "resources": ["virtualnodes", "namespaceoffloadings"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "list", "watch", "create", "update"],
+    },
+]
+
+# In the foreign cluster, inside its tenant namespace only: what the home cluster may ask for.
+HOME_IDENTITY_TENANT_RULES: list[Manifest] = [
+    {
+        "apiGroups": [_GROUP],
+        "resources": ["namespacemaps"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": [_GROUP], "resources": ["resourceadvertisements"], "verbs": ["get", "list", "watch"]},
+]
+
+FOREIGN_AGENT_RULES: list[Manifest] = [
+    {
+        "apiGroups": [_GROUP],
+        "resources": ["namespacemaps", "shadowpods", "resourceadvertisements"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": [_GROUP],
+        "resources": ["namespacemaps/status", "shadowpods/status"],
+        "verbs": ["get", "update", "patch"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["namespaces"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["rolebindings"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    # it grants the home identity rights in twin namespaces, so it must hold them (escalation check)
+    {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["clusterroles"],
+        "verbs": ["bind"],
+        "resourceNames": ["liqo-home-in-twin-namespace"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+]
+
+# Bound by the foreign agent in each twin namespace it creates for a home cluster.
+HOME_IN_TWIN_NAMESPACE_ROLE = "liqo-home-in-twin-namespace"
+HOME_IN_TWIN_NAMESPACE_RULES: list[Manifest] = [
+    {
+        "apiGroups": [_GROUP],
+        "resources": ["shadowpods"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/exec", "pods/attach"], "verbs": ["create", "get"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps", "secrets", "services", "serviceaccounts", "persistentvolumeclaims", "events"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["discovery.k8s.io"],
+        "resources": ["endpointslices"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["ingresses"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+]

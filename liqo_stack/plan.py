@@ -1,0 +1,56 @@
+"""The resolved plan of a stack, shown as stack outputs by `pulumi preview` and `pulumi up`.
+
+Computed from the stack config with the same pure functions the runtime uses (runtime.api.plan),
+so what a preview shows is what the controllers will do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from liqo_stack.components.peering import virtual_node_spec
+from liqo_stack.config import StackConfig
+from runtime.api import names
+from runtime.api.plan import selected_clusters, twin_namespace_name, virtual_node_labels, virtual_node_taints
+
+
+def virtual_nodes_plan(config: StackConfig) -> dict[str, Any]:
+    plan: dict[str, Any] = {}
+    for foreign in config.foreign_clusters:
+        spec = virtual_node_spec(config, foreign)
+        plan[foreign.cluster_id] = {
+            "virtualNode": names.virtual_node_name(foreign.cluster_id),
+            "labels": virtual_node_labels(foreign.cluster_id, spec.labels),
+            "taints": [t.to_wire() for t in virtual_node_taints(spec.taints)],
+            "capacity": {
+                "sharingPercentage": spec.sharing_percentage,
+                "of": "allocatable of the foreign cluster's nodes minus requests of pods it runs for others",
+                "fixed": spec.fixed_resources,
+            },
+        }
+    return plan
+
+
+def namespaces_plan(config: StackConfig) -> dict[str, Any]:
+    labels = {f.cluster_id: virtual_node_labels(f.cluster_id, f.labels) for f in config.foreign_clusters}
+    plan: dict[str, Any] = {}
+    for ns in config.namespaces:
+        twin = twin_namespace_name(
+            ns.name, ns.namespace_mapping_strategy, config.home.cluster_id, ns.remote_namespace_name
+        )
+        clusters = selected_clusters(ns.selector(), labels)
+        plan[ns.name] = {
+            "podOffloadingStrategy": ns.pod_offloading_strategy.value,
+            "namespaceMappingStrategy": ns.namespace_mapping_strategy.value,
+            "clusters": {cluster_id: {"twinNamespace": twin} for cluster_id in clusters},
+        }
+    return plan
+
+
+def stack_plan(config: StackConfig) -> dict[str, Any]:
+    return {
+        "homeClusterId": config.home.cluster_id,
+        "runtimeMode": config.runtime.mode.value,
+        "foreignClusters": virtual_nodes_plan(config),
+        "namespaces": namespaces_plan(config),
+    }
