@@ -1,0 +1,140 @@
+"""Shape of the program with Pulumi's mocks: which objects go to which cluster, in what order."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from runtime.api import names
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.resources: list[pulumi.runtime.MockResourceArgs] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        self.resources.append(args)
+        outputs = dict(args.inputs)
+        if args.typ.endswith("TokenKubeconfig"):
+            outputs["kubeconfig"] = "apiVersion: v1\nkind: Config\n"
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+    def objects(self) -> list[pulumi.runtime.MockResourceArgs]:
+        return [r for r in self.resources if r.typ.endswith("KubeObject")]
+
+    def in_cluster(self, cluster_id: str) -> list[dict[str, Any]]:
+        return [r.inputs["manifest"] for r in self.objects() if r.inputs["cluster_id"] == cluster_id]
+
+    def by_name(self, name: str) -> pulumi.runtime.MockResourceArgs:
+        return next(r for r in self.resources if r.name == name)
+
+
+def stack_config(tmp_path: Path) -> dict[str, Any]:
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    return {
+        "liqo:home": json.dumps({"clusterId": "home", "kubeconfigPath": str(kubeconfig)}),
+        "liqo:foreignClusters": json.dumps(
+            [
+                {"clusterId": "foreign-1", "kubeconfigPath": str(kubeconfig), "labels": {"region": "europe"}},
+                {"clusterId": "foreign-2", "kubeconfigPath": str(kubeconfig), "sharingPercentage": 50},
+            ]
+        ),
+        "liqo:namespaces": json.dumps([{"name": "demo", "clusterSelector": ["region in (europe)"]}]),
+    }
+
+
+@pytest.fixture
+def mocks(tmp_path: Path) -> Iterator[RecordingMocks]:
+    recorder = RecordingMocks()
+    pulumi.runtime.set_mocks(recorder, project="liqo-stack", stack="unit", preview=False)
+    pulumi.runtime.set_all_config(stack_config(tmp_path))
+    yield recorder
+    pulumi.runtime.set_all_config({})
+
+
+@pulumi.runtime.test  # type: ignore[untyped-decorator]
+def run_program() -> None:
+    """Registers the whole program; returns once every registration has reached the mocks."""
+    from liqo_stack.program import main
+
+    main()
+
+
+def test_each_cluster_gets_its_objects(mocks: RecordingMocks) -> None:
+    run_program()
+
+    home = {(m["kind"], m["metadata"]["name"]) for m in mocks.in_cluster("home")}
+    assert ("Namespace", names.LIQO_NAMESPACE) in home
+    assert ("RuntimeClass", names.RUNTIME_CLASS_NAME) in home
+    assert ("CustomResourceDefinition", "namespaceoffloadings.offloading.liqo.io") in home
+    assert ("CustomResourceDefinition", "virtualnodes.offloading.liqo.io") in home
+    assert ("CustomResourceDefinition", "shadowpods.offloading.liqo.io") not in home
+    assert ("VirtualNode", "liqo-foreign-1") in home
+    assert ("VirtualNode", "liqo-foreign-2") in home
+    assert ("Secret", "liqo-credentials-foreign-1") in home
+    assert ("Deployment", "liqo-virtual-kubelet-foreign-1") in home
+    assert ("NamespaceOffloading", "offloading") in home
+    for foreign in ("foreign-1", "foreign-2"):
+        objects = {(m["kind"], m["metadata"]["name"]) for m in mocks.in_cluster(foreign)}
+        assert ("Namespace", "liqo-tenant-home") in objects
+        assert ("ServiceAccount", "liqo-home-home") in objects
+        assert ("Role", "liqo-home-home") in objects
+        assert ("CustomResourceDefinition", "shadowpods.offloading.liqo.io") in objects
+        assert ("Deployment", names.FOREIGN_AGENT) in objects
+        assert ("VirtualNode", "liqo-foreign-1") not in objects
+
+
+def test_external_mode_scales_runtime_deployments_to_zero(mocks: RecordingMocks) -> None:
+    run_program()
+
+    deployments = [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "Deployment"]
+    assert len(deployments) == 1 + 2 + 2  # controller-manager, two virtual kubelets, two foreign agents
+    assert {d["spec"]["replicas"] for d in deployments} == {0}
+
+
+def test_virtual_node_carries_the_resolved_config(mocks: RecordingMocks) -> None:
+    run_program()
+
+    node = next(
+        m for m in mocks.in_cluster("home") if m["kind"] == "VirtualNode" and "foreign-2" in m["metadata"]["name"]
+    )
+    spec = node["spec"]
+    assert spec["clusterID"] == "foreign-2"
+    assert spec["sharingPercentage"] == 50
+    assert spec["labels"] == {names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE, names.REMOTE_CLUSTER_ID_LABEL: "foreign-2"}
+    assert spec["kubeconfigSecretRef"] == {"name": "liqo-credentials-foreign-2"}
+    assert spec["reflection"]["secret"] == {"type": "DenyList", "workers": 3}
+
+
+def test_plan_shows_twin_namespaces_and_virtual_nodes(tmp_path: Path) -> None:
+    from liqo_stack.config import from_pulumi_config
+    from liqo_stack.plan import stack_plan
+
+    plan = stack_plan(from_pulumi_config(stack_config(tmp_path)))
+    assert plan["namespaces"]["demo"]["clusters"] == {"foreign-1": {"twinNamespace": "demo-home"}}
+    assert plan["foreignClusters"]["foreign-2"]["virtualNode"] == "liqo-foreign-2"
+    assert plan["foreignClusters"]["foreign-2"]["capacity"]["sharingPercentage"] == 50
+    assert plan["foreignClusters"]["foreign-1"]["labels"]["region"] == "europe"
+    assert plan["foreignClusters"]["foreign-1"]["taints"] == [
+        {"key": names.VIRTUAL_NODE_TAINT_KEY, "value": "true", "effect": "NoExecute"}
+    ]
+
+
+def test_bad_config_fails_before_any_resource(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    foreign = json.loads(config["liqo:foreignClusters"])
+    foreign[1]["sharingPercentage"] = 150
+    config["liqo:foreignClusters"] = json.dumps(foreign)
+    pulumi.runtime.set_all_config(config)
+    with pytest.raises(Exception, match=r"liqo:foreignClusters\[1\]\.sharingPercentage: .*less than or equal to 100"):
+        run_program()
+    assert mocks.resources == []
