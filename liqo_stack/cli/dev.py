@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+
 import click
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, DevEnvironmentError, NodeShape
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 
 
 def progress(message: str) -> None:
@@ -55,11 +58,15 @@ def up(**layout: object) -> None:
 
 @dev.command()
 def down() -> None:
-    """Delete every dev cluster; no process is left behind."""
+    """Delete every dev cluster (no process is left behind) and the dev Pulumi stacks that described them."""
     try:
         DevEnvironment().down(progress)
     except DevEnvironmentError as err:
         raise click.ClickException(str(err)) from err
+    pulumi_state = PulumiEnvironment.default().state_dir
+    if pulumi_state.exists():
+        shutil.rmtree(pulumi_state)
+        progress(f"removed the dev Pulumi state ({pulumi_state}): its clusters are gone")
 
 
 @dev.command()
