@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from lightkube.utils.quantity import parse_quantity
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from runtime.api import (
@@ -43,19 +53,18 @@ class ConfigError(ValueError):
 
 
 def _dns_label(value: str) -> str:
-    if len(value) > 63 or not _DNS_LABEL.match(value):
+    if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
         raise ValueError("must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters")
     return value
 
 
 def _check_labels(labels: dict[str, str]) -> dict[str, str]:
     for key, value in labels.items():
-        prefix, _, name = key.rpartition("/")
-        if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or len(name) > 63:
+        prefix, slash, name = key.rpartition("/")
+        bad_prefix = slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))
+        if bad_prefix or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
             raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
-        if not _LABEL_NAME.match(name):
-            raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
-        if len(value) > 63 or not _LABEL_VALUE.match(value):
+        if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             raise ValueError(f"label value {value!r} (of {key!r}) is not a valid Kubernetes label value")
     return labels
 
@@ -69,9 +78,19 @@ def _check_quantities(resources: dict[str, str]) -> dict[str, str]:
     return resources
 
 
+def _numbers_as_text(resources: Any) -> Any:
+    """`cpu: 4` in YAML is a number; a Kubernetes quantity is its text."""
+    if isinstance(resources, dict):
+        return {
+            k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in resources.items()
+        }
+    return resources
+
+
 ClusterId = Annotated[str, AfterValidator(_dns_label)]
 Labels = Annotated[dict[str, str], AfterValidator(_check_labels)]
-Quantities = Annotated[dict[str, str], AfterValidator(_check_quantities)]
+Quantities = Annotated[dict[str, str], BeforeValidator(_numbers_as_text), AfterValidator(_check_quantities)]
+Percentage = Annotated[int, Field(ge=1, le=100, strict=True)]
 
 
 class ConfigModel(BaseModel):
@@ -121,7 +140,7 @@ def _select_context(text: str, context: str, cluster_id: str) -> str:
 
 class ForeignCluster(ClusterAccess):
     labels: Labels = Field(default_factory=dict)
-    sharing_percentage: int | None = Field(default=None, ge=1, le=100)
+    sharing_percentage: Percentage | None = None
     fixed_resources: Quantities = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
 
@@ -195,28 +214,38 @@ class RuntimeConfig(ConfigModel):
 class StackConfig(ConfigModel):
     home: ClusterAccess
     foreign_clusters: list[ForeignCluster] = Field(min_length=1)
-    sharing_percentage: int = Field(default=90, ge=1, le=100)
+    sharing_percentage: Percentage = 90
     namespaces: list[NamespaceOffloadingConfig] = Field(default_factory=list)
     reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
     virtual_kubelet: VirtualKubeletConfig = Field(default_factory=VirtualKubeletConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        ids = [self.home.cluster_id] + [f.cluster_id for f in self.foreign_clusters]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        if duplicates:
-            raise ValueError(f"cluster ids must be unique across home and foreignClusters; repeated: {duplicates}")
-        names = [n.name for n in self.namespaces]
+    @field_validator("foreign_clusters")
+    @classmethod
+    def _unique_cluster_ids(cls, clusters: list[ForeignCluster], info: ValidationInfo) -> list[ForeignCluster]:
+        home = info.data.get("home")
+        ids = ([home.cluster_id] if home else []) + [c.cluster_id for c in clusters]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:
+            raise ValueError(f"cluster ids must be unique across home and foreignClusters; repeated: {repeated}")
+        return clusters
+
+    @field_validator("namespaces")
+    @classmethod
+    def _offloadable(
+        cls, namespaces: list[NamespaceOffloadingConfig], info: ValidationInfo
+    ) -> list[NamespaceOffloadingConfig]:
+        names = [n.name for n in namespaces]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"each namespace may be offloaded once; repeated in namespaces: {repeated}")
-        for ns in self.namespaces:
-            if ns.namespace_mapping_strategy is NamespaceMappingStrategy.DEFAULT_NAME:
-                twin = f"{ns.name}-{self.home.cluster_id}"
+        home = info.data.get("home")
+        for ns in namespaces:
+            if home and ns.namespace_mapping_strategy is NamespaceMappingStrategy.DEFAULT_NAME:
+                twin = f"{ns.name}-{home.cluster_id}"
                 if len(twin) > 63:
-                    raise ValueError(f"namespace {ns.name}: its twin name {twin!r} would exceed 63 characters")
-        return self
+                    raise ValueError(f"namespace {ns.name}: its twin name {twin} would exceed 63 characters")
+        return namespaces
 
     def sharing_of(self, cluster: ForeignCluster) -> int:
         return cluster.sharing_percentage if cluster.sharing_percentage is not None else self.sharing_percentage
@@ -240,8 +269,9 @@ def _describe(error: Mapping[str, Any]) -> str:
         message = "is not a known setting (check its spelling)"
     elif error["type"] == "missing":
         message = "is required"
-    elif "input" in error and error["type"] not in ("model_type", "dict_type"):
-        shown = json.dumps(error["input"], default=str)
+    elif isinstance(error.get("input"), str | int | float | bool):
+        # scalars only: a mapping may hold a kubeconfig, which must never reach a log
+        shown = json.dumps(error["input"])
         if len(shown) <= 80:
             message += f" (got {shown})"
     return message

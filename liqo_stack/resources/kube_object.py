@@ -31,6 +31,8 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
+from pulumi.output import Unknown
+from pulumi.runtime import rpc
 
 FIELD_MANAGER = "liqo-stack"
 DELETE_TIMEOUT_SECONDS = 300
@@ -120,11 +122,22 @@ def _get(props: dict[str, Any]) -> Any | None:
         raise
 
 
+def _is_known(value: Any) -> bool:
+    """False for a value the engine does not know yet (during a preview)."""
+    return not (isinstance(value, Unknown) or value == rpc.UNKNOWN)
+
+
 class KubeObjectProvider(ResourceProvider):
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        # Pickled by reference: the state names this class, and every run uses the installed code.
+        return (type(self), ())
+
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         failures = []
         manifest = news.get("manifest")
-        if not isinstance(manifest, dict):
+        if not _is_known(manifest):
+            pass  # computed from outputs not known yet (a preview); checked once it is known
+        elif not isinstance(manifest, dict):
             failures.append(CheckFailure("manifest", "must be a Kubernetes object (a mapping)"))
         else:
             for field in ("apiVersion", "kind"):
@@ -137,6 +150,8 @@ class KubeObjectProvider(ResourceProvider):
         return CheckResult(news, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        if not _is_known(news.get("manifest")):
+            return DiffResult(changes=True, replaces=[], delete_before_replace=True)  # settled at apply time
         replaces = [
             f"manifest.{key}"
             for key, old in _identity(olds.get("manifest") or {}).items()

@@ -69,6 +69,10 @@ def _read_token(props: dict[str, Any]) -> dict[str, Any]:
 
 
 class TokenKubeconfigProvider(ResourceProvider):
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        # Pickled by reference: the state names this class, and every run uses the installed code.
+        return (type(self), ())
+
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         keys = ("admin_kubeconfig", "cluster_id", "namespace", "secret_name", "account")
         return DiffResult(

@@ -43,11 +43,17 @@ def _split_requirements(text: str) -> list[str]:
     return parts
 
 
+_VALUE_RE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
 def parse_requirement(text: str) -> NodeSelectorRequirement:
     if match := _SET_RE.match(text):
         values = [v.strip() for v in match["values"].split(",") if v.strip()]
         if not values:
             raise SelectorSyntaxError(f"{text!r}: a set needs at least one value")
+        invalid = [v for v in values if not _VALUE_RE.fullmatch(v)]
+        if invalid:
+            raise SelectorSyntaxError(f"{text!r}: {invalid} are not label values (separate values with commas)")
         operator: SelectorOperator = "In" if match["op"] == "in" else "NotIn"
         return NodeSelectorRequirement(key=match["key"], operator=operator, values=values)
     if match := _EQ_RE.match(text):

@@ -177,6 +177,23 @@ def test_config_change_is_previewed_exactly(stack: auto.Stack, dev_env: DevEnvir
     stack.up(on_output=print)
 
 
+def test_new_kubeconfig_for_a_cluster_replaces_nothing(stack: auto.Stack, dev_env: DevEnvironment) -> None:
+    """Like a provider's cluster identifier: objects follow the cluster id, not the kubeconfig."""
+    config = base_config(dev_env)
+    config["foreignClusters"][1]["labels"] = {"region": "us-west"}
+    config["namespaces"].append({"name": "e2e-more", "podOffloadingStrategy": "Remote"})
+    # the same cluster through the merged kubeconfig and its context: different text, same cluster
+    config["foreignClusters"][0]["kubeconfigPath"] = str(dev_env.merged_kubeconfig)
+    config["foreignClusters"][0]["context"] = "foreign-1"
+    set_config(stack, config)
+    preview = stack.preview(on_output=print)
+    assert auto.OpType.REPLACE not in preview.change_summary
+    assert auto.OpType.DELETE not in preview.change_summary
+    assert auto.OpType.CREATE not in preview.change_summary
+    assert preview.change_summary.get(auto.OpType.UPDATE, 0) > 0
+    stack.up(on_output=print)
+
+
 def test_bad_config_fails_naming_the_field_and_touches_nothing(stack: auto.Stack, dev_env: DevEnvironment) -> None:
     before = stack.export_stack().deployment
     config = base_config(dev_env)
