@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
+import sys
+from pathlib import Path
 
 import click
 
@@ -71,8 +74,14 @@ def down() -> None:
 
 @dev.command()
 def env() -> None:
-    """Print shell export lines: KUBECONFIG_<ID>, KUBECONFIG (one context per cluster id), PATH."""
+    """Print shell export lines: KUBECONFIG_<ID>, KUBECONFIG (one context per cluster id), PATH, and the
+    offline Pulumi settings, so that `pulumi preview --diff` works in the checkout."""
     try:
-        click.echo("\n".join(DevEnvironment().env_exports()))
+        lines = DevEnvironment().env_exports()
     except DevEnvironmentError as err:
         raise click.ClickException(str(err)) from err
+    pulumi_vars = PulumiEnvironment.default().env_vars()
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in pulumi_vars.items() if key != "PATH"]
+    # the language host runs `python3` from PATH: this environment's, where liqo_stack is installed
+    lines.append(f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"')
+    click.echo("\n".join(lines))

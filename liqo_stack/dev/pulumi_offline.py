@@ -46,8 +46,6 @@ class PulumiEnvironment:
             "PULUMI_CONFIG_PASSPHRASE": os.environ.get("PULUMI_CONFIG_PASSPHRASE", DEV_PASSPHRASE),
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            "PULUMI_SKIP_CONFIRMATIONS": "true",
-            "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "false",
             # The pinned engine first, then this interpreter's environment: dynamic providers run there.
             "PATH": os.pathsep.join([str(self.bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }
