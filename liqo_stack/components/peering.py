@@ -5,6 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from liqo_stack import manifests
+from liqo_stack.components._controller import deploy_controller
 from liqo_stack.components.cluster import Cluster
 from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
@@ -102,32 +103,16 @@ class Peering(pulumi.ComponentResource):
             ),
             in_liqo,
         )
-        vk_name = names.virtual_kubelet_name(foreign_id)
-        vk_component = "virtual-kubelet"
-        vk_account = home.object(f"vk-sa-{foreign_id}", manifests.service_account(vk_name, ns, vk_component), in_liqo)
-        vk_role = home.object(
-            f"vk-role-{foreign_id}",
-            manifests.cluster_role(vk_name, manifests.VIRTUAL_KUBELET_RULES, vk_component),
-            pulumi.ResourceOptions(parent=self),
-        )
-        vk_binding = home.object(
-            f"vk-binding-{foreign_id}",
-            manifests.binding("ClusterRole", vk_name, vk_name, vk_name, ns, vk_component),
-            pulumi.ResourceOptions(parent=self, depends_on=[vk_role, vk_account]),
-        )
-        replicas = 1 if config.runtime.mode.value == "cluster" else 0
-        self.virtual_kubelet = home.object(
-            f"virtual-kubelet-{foreign_id}",
-            manifests.deployment(
-                vk_name,
-                ns,
-                config.runtime.image,
-                ["virtual-kubelet", f"--foreign-cluster-id={foreign_id}", f"--home-cluster-id={home_id}"],
-                vk_name,
-                replicas,
-                vk_component,
-            ),
-            pulumi.ResourceOptions(parent=self, depends_on=[vk_binding, secret]),
+        self.virtual_kubelet = deploy_controller(
+            home,
+            self,
+            resource_name=f"virtual-kubelet-{foreign_id}",
+            name=names.virtual_kubelet_name(foreign_id),
+            component="virtual-kubelet",
+            rules=manifests.VIRTUAL_KUBELET_RULES,
+            args=["virtual-kubelet", f"--foreign-cluster-id={foreign_id}", f"--home-cluster-id={home_id}"],
+            runtime=config.runtime,
+            depends_on=[home_plane.namespace, secret],
         )
         # The VirtualNode is deleted before the virtual kubelet and controllers that handle it.
         self.virtual_node = home.object(

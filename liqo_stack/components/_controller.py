@@ -1,0 +1,46 @@
+"""A runtime controller as the stack installs it: ServiceAccount, ClusterRole, binding, Deployment."""
+
+from __future__ import annotations
+
+import pulumi
+
+from liqo_stack import manifests
+from liqo_stack.components.cluster import Cluster
+from liqo_stack.config import RuntimeConfig, RuntimeMode
+from liqo_stack.resources.kube_object import KubeObject
+from runtime.api import names
+
+
+def deploy_controller(
+    cluster: Cluster,
+    parent: pulumi.Resource,
+    *,
+    resource_name: str,
+    name: str,
+    component: str,
+    rules: list[manifests.Manifest],
+    args: list[str],
+    runtime: RuntimeConfig,
+    depends_on: list[pulumi.Resource],
+) -> KubeObject:
+    """Returns the Deployment; in external mode it has no replicas (the runtime runs locally with this identity)."""
+    ns = names.LIQO_NAMESPACE
+    account = cluster.object(
+        f"{resource_name}-sa",
+        manifests.service_account(name, ns, component),
+        pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
+    )
+    role = cluster.object(
+        f"{resource_name}-role", manifests.cluster_role(name, rules, component), pulumi.ResourceOptions(parent=parent)
+    )
+    binding = cluster.object(
+        f"{resource_name}-binding",
+        manifests.binding("ClusterRole", name, name, name, ns, component),
+        pulumi.ResourceOptions(parent=parent, depends_on=[role, account]),
+    )
+    replicas = 1 if runtime.mode is RuntimeMode.CLUSTER else 0
+    return cluster.object(
+        resource_name,
+        manifests.deployment(name, ns, runtime.image, args, name, replicas, component),
+        pulumi.ResourceOptions(parent=parent, depends_on=[account, binding, *depends_on]),
+    )
