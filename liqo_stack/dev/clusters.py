@@ -45,7 +45,7 @@ KWOKCTL_CONFIG: list[dict[str, object]] = [
                     {"key": "manage-all-nodes", "value": "false", "override": True},
                     {"key": "manage-nodes-with-annotation-selector", "value": f"{KWOK_NODE_ANNOTATION}=fake"},
                 ],
-            }
+            },
         ],
     }
 ]

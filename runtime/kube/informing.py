@@ -1,0 +1,164 @@
+"""Informer: a local, always-current copy of one kind of object, and events for every change.
+
+Paginated list, then watch from the list's resourceVersion with bookmarks (so a quiet watch
+still advances its resourceVersion and reconnects cheaply). When the API server answers
+410 Gone (the resourceVersion left its watch window), the informer lists again and compares the
+new list with its store: objects that vanished meanwhile get a synthetic DELETED event, so no
+handler ever misses a delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lightkube import ApiError, AsyncClient
+from lightkube.core.exceptions import NotReadyError
+from lightkube.core.generic_client import BasicRequest
+from lightkube.core.resource import NamespacedResource
+from lightkube.core.selector import build_selector
+from lightkube.types import OnErrorAction, OnErrorResult
+
+log = logging.getLogger(__name__)
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: EventType
+    key: str  # "namespace/name", or "name" for cluster-scoped kinds
+    obj: Any
+
+
+Handler = Callable[[Event], None]
+
+
+def object_key(obj: Any) -> str:
+    meta = obj.metadata
+    return f"{meta.namespace}/{meta.name}" if meta.namespace else str(meta.name)
+
+
+def diff_stores(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
+    """Events that turn `old` into `new`: deletes for vanished keys, adds, and modifications by resourceVersion."""
+    events = [Event("DELETED", key, obj) for key, obj in old.items() if key not in new]
+    for key, obj in new.items():
+        before = old.get(key)
+        if before is None:
+            events.append(Event("ADDED", key, obj))
+        elif before.metadata.resourceVersion != obj.metadata.resourceVersion:
+            events.append(Event("MODIFIED", key, obj))
+    return events
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: list again."""
+
+
+class Informer:
+    def __init__(
+        self,
+        client: AsyncClient,
+        resource: type[Any],
+        *,
+        namespace: str | None = None,
+        labels: dict[str, Any] | None = None,
+        page_size: int = 500,
+        watch_timeout_seconds: int = 300,
+        retry_delay: float = 1.0,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.labels = labels
+        self.page_size = page_size
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.retry_delay = retry_delay
+        self.store: dict[str, Any] = {}
+        self.resource_version: str | None = None
+        self.synced = asyncio.Event()
+        self.relists = 0
+        self._handlers: list[Handler] = []
+
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def resume(self, store: dict[str, Any], resource_version: str) -> None:
+        """Continue from a known state (e.g. after a restart) instead of listing first."""
+        self.store = dict(store)
+        self.resource_version = resource_version
+
+    def _dispatch(self, events: Iterable[Event]) -> None:
+        for event in events:
+            for handler in self._handlers:
+                handler(event)
+
+    async def _list(self) -> None:
+        namespace = (self.namespace or "*") if self._namespaced else None
+        items = self.client.list(self.resource, namespace=namespace, labels=self.labels, chunk_size=self.page_size)
+        fresh = {object_key(obj): obj async for obj in items}
+        try:
+            self.resource_version = items.resourceVersion
+        except NotReadyError:  # an empty first page still carries one; be safe
+            self.resource_version = None
+        events = diff_stores(self.store, fresh)
+        self.store = fresh
+        self.relists += 1
+        self._dispatch(events)
+        self.synced.set()
+
+    @property
+    def _namespaced(self) -> bool:
+        return issubclass(self.resource, NamespacedResource)
+
+    def _watch_request(self) -> BasicRequest:
+        params = {
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": self.watch_timeout_seconds,
+            "labelSelector": build_selector(self.labels) if self.labels else None,
+        }
+        namespace = (self.namespace or "*") if self._namespaced else None
+        # lightkube's public watch() sends no allowWatchBookmarks; its request builder does.
+        return self.client._client.prepare_request(
+            "list", res=self.resource, namespace=namespace, watch=True, params=params
+        )
+
+    def _on_error(self, error: Exception, count: int) -> OnErrorResult:
+        if isinstance(error, ApiError) and error.status.code == 410:
+            return OnErrorResult(OnErrorAction.RAISE)
+        log.warning("watch of %s failed (%s), retry %d", self.resource.__name__, error, count)
+        return OnErrorResult(OnErrorAction.RETRY, sleep=min(self.retry_delay * count, 30))
+
+    async def _watch(self) -> None:
+        try:
+            async for kind, obj in self.client._client.watch(self._watch_request(), on_error=self._on_error):
+                self.resource_version = obj.metadata.resourceVersion
+                if kind == "BOOKMARK":
+                    continue
+                key = object_key(obj)
+                if kind == "DELETED":
+                    self.store.pop(key, None)
+                else:
+                    self.store[key] = obj
+                self._dispatch([Event(kind, key, obj)])
+        except ApiError as err:
+            if err.status.code == 410:
+                raise _Gone from err
+            raise
+
+    async def run(self) -> None:
+        """List (unless resumed), then watch forever; cancel the task to stop."""
+        if self.resource_version is None:
+            await self._list()
+        else:
+            self.synced.set()
+        while True:
+            try:
+                await self._watch()
+            except _Gone:
+                log.info("watch of %s expired at %s: listing again", self.resource.__name__, self.resource_version)
+                await self._list()

@@ -1,0 +1,149 @@
+"""Work queue: per-key coalescing, rate-limited retries, a fixed number of workers.
+
+Semantics of client-go's workqueue: a key waits in the queue at most once however often it is
+added; a key being reconciled is never handed to a second worker, and adds that arrive meanwhile
+make it run once more afterwards; a failed reconcile is retried after an exponential backoff per
+key, reset by the next success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+Reconcile = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class QueueStats:
+    reconciles: int = 0
+    failures: int = 0
+    retries_scheduled: int = 0
+    latency_seconds_total: float = 0.0
+
+
+class WorkQueue:
+    def __init__(
+        self,
+        reconcile: Reconcile,
+        *,
+        workers: int = 4,
+        base_delay: float = 0.05,
+        max_delay: float = 60.0,
+        name: str = "queue",
+    ) -> None:
+        if workers < 1:
+            raise ValueError("a work queue needs at least one worker")
+        self.reconcile = reconcile
+        self.workers = workers
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.name = name
+        self.stats = QueueStats()
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._processing: set[str] = set()
+        self._dirty: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._delayed: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- adding ----------------------------------------------------------------------------
+    def add(self, key: str) -> None:
+        if key in self._processing:
+            self._dirty.add(key)  # run again once the current reconcile ends
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._idle.clear()
+        self._queue.put_nowait(key)
+
+    def add_after(self, key: str, delay: float) -> None:
+        if key in self._delayed:
+            return
+        loop = asyncio.get_running_loop()
+        self._idle.clear()
+
+        def fire() -> None:
+            self._delayed.pop(key, None)
+            self.add(key)
+
+        self._delayed[key] = loop.call_later(delay, fire)
+
+    def backoff(self, key: str) -> float:
+        failures = self._failures.get(key, 0)
+        return float(min(self.base_delay * (2 ** max(failures - 1, 0)), self.max_delay))
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return len(self._queued)
+
+    def pending(self) -> bool:
+        return bool(self._queued or self._processing or self._dirty or self._delayed)
+
+    async def wait_idle(self, timeout: float | None = None) -> None:
+        """Until nothing is queued, running or scheduled for retry."""
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+    # -- running ---------------------------------------------------------------------------
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._processing.add(key)
+            started = time.monotonic()
+            try:
+                await self.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.stats.failures += 1
+                self._failures[key] = self._failures.get(key, 0) + 1
+                delay = self.backoff(key)
+                count = self._failures[key]
+                log.exception("%s: reconcile of %s failed (%d in a row), retry in %.2fs", self.name, key, count, delay)
+                self.stats.retries_scheduled += 1
+                self.add_after(key, delay)
+            else:
+                self._failures.pop(key, None)
+            finally:
+                elapsed = time.monotonic() - started
+                self.stats.reconciles += 1
+                self.stats.latency_seconds_total += elapsed
+                self._processing.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.add(key)
+                if not self.pending():
+                    self._idle.set()
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)]
+
+    async def shutdown(self, drain_timeout: float = 10.0) -> None:
+        """Let queued work finish (up to `drain_timeout`), then stop the workers and pending retries."""
+        for handle in self._delayed.values():
+            handle.cancel()
+        self._delayed.clear()
+        if self._queued or self._processing:
+            try:
+                await asyncio.wait_for(self._wait_drained(), drain_timeout)
+            except TimeoutError:
+                log.warning("%s: %d keys not reconciled at shutdown", self.name, self.depth)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _wait_drained(self) -> None:
+        while self._queued or self._processing or self._dirty:
+            await asyncio.sleep(0.01)

@@ -1,0 +1,139 @@
+"""WorkQueue semantics: coalescing, one worker per key, retries with backoff, draining shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+
+import pytest
+
+from runtime.kube import WorkQueue
+
+
+def test_a_key_added_many_times_while_queued_is_reconciled_once() -> None:
+    async def scenario() -> Counter[str]:
+        seen: Counter[str] = Counter()
+
+        async def reconcile(key: str) -> None:
+            seen[key] += 1
+
+        queue = WorkQueue(reconcile, workers=2)
+        for _ in range(5):
+            queue.add("a")
+        queue.add("b")
+        queue.start()
+        await queue.wait_idle(timeout=5)
+        await queue.shutdown()
+        return seen
+
+    assert asyncio.run(scenario()) == Counter({"a": 1, "b": 1})
+
+
+def test_a_key_is_never_reconciled_by_two_workers_and_runs_again_after_adds_meanwhile() -> None:
+    async def scenario() -> tuple[int, int]:
+        running = 0
+        most = 0
+        runs = 0
+        release = asyncio.Event()
+
+        async def reconcile(key: str) -> None:
+            nonlocal running, most, runs
+            running += 1
+            runs += 1
+            most = max(most, running)
+            if runs == 1:
+                await release.wait()
+            running -= 1
+
+        queue = WorkQueue(reconcile, workers=4)
+        queue.start()
+        queue.add("k")
+        await asyncio.sleep(0.05)  # the first reconcile is now blocked
+        for _ in range(3):
+            queue.add("k")  # coalesced into one follow-up run
+        await asyncio.sleep(0.05)
+        release.set()
+        await queue.wait_idle(timeout=5)
+        await queue.shutdown()
+        return most, runs
+
+    most, runs = asyncio.run(scenario())
+    assert most == 1
+    assert runs == 2
+
+
+def test_failures_are_retried_with_growing_backoff_until_success() -> None:
+    async def scenario() -> tuple[list[float], WorkQueue]:
+        attempts: list[float] = []
+        loop = asyncio.get_running_loop()
+
+        async def reconcile(key: str) -> None:
+            attempts.append(loop.time())
+            if len(attempts) < 4:
+                raise RuntimeError("not yet")
+
+        queue = WorkQueue(reconcile, workers=1, base_delay=0.02, max_delay=1.0)
+        queue.start()
+        queue.add("k")
+        await queue.wait_idle(timeout=5)
+        await queue.shutdown()
+        return attempts, queue
+
+    attempts, queue = asyncio.run(scenario())
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert len(attempts) == 4
+    assert gaps[0] >= 0.02 and gaps[1] >= 0.04 and gaps[2] >= 0.08
+    assert queue.stats.failures == 3
+    assert queue.backoff("k") == 0.02, "a success resets the key's backoff"
+
+
+def test_backoff_is_capped() -> None:
+    async def scenario() -> float:
+        async def reconcile(key: str) -> None:
+            raise RuntimeError
+
+        queue = WorkQueue(reconcile, base_delay=1, max_delay=5)
+        queue._failures["k"] = 20
+        return queue.backoff("k")
+
+    assert asyncio.run(scenario()) == 5
+
+
+def test_shutdown_drains_queued_work() -> None:
+    async def scenario() -> list[str]:
+        done: list[str] = []
+
+        async def reconcile(key: str) -> None:
+            await asyncio.sleep(0.01)
+            done.append(key)
+
+        queue = WorkQueue(reconcile, workers=1)
+        queue.start()
+        for key in "abc":
+            queue.add(key)
+        await queue.shutdown(drain_timeout=5)
+        return done
+
+    assert asyncio.run(scenario()) == ["a", "b", "c"]
+
+
+def test_a_queue_needs_a_worker() -> None:
+    async def reconcile(key: str) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="at least one worker"):
+        WorkQueue(reconcile, workers=0)
+
+
+def test_diff_of_stores_reports_vanished_new_and_changed_objects() -> None:
+    from types import SimpleNamespace
+
+    from runtime.kube import diff_stores
+
+    def obj(rv: str) -> SimpleNamespace:
+        return SimpleNamespace(metadata=SimpleNamespace(resourceVersion=rv))
+
+    old = {"a": obj("1"), "b": obj("2"), "c": obj("3")}
+    new = {"b": obj("2"), "c": obj("4"), "d": obj("5")}
+    assert [(e.type, e.key) for e in diff_stores(old, new)] == [("DELETED", "a"), ("MODIFIED", "c"), ("ADDED", "d")]
