@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig
@@ -79,7 +79,8 @@ def test_expired_resource_version_relists_and_synthesises_deletes(
     A resourceVersion from before a kind's CRD existed is older than anything the API server can
     replay for that kind, so the watch gets 410 Gone, as after a long disconnection.
     """
-    old_version = home.create(configmap("marker", namespace)).metadata.resourceVersion  # type: ignore[union-attr]
+    marker: Any = home.create(configmap("marker", namespace))
+    old_version: str = marker.metadata.resourceVersion
     group = f"{unique_name}.test.liqo.io"
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -99,11 +100,11 @@ def test_expired_resource_version_relists_and_synthesises_deletes(
             ],
         },
     }
-    home.create(CustomResourceDefinition.from_dict(crd))  # type: ignore[arg-type]
+    home.create(cast(CustomResourceDefinition, CustomResourceDefinition.from_dict(crd)))
     home.wait(CustomResourceDefinition, f"things.{group}", for_conditions=["Established"])
     thing = create_namespaced_resource(group, "v1", "Thing", "things")
     for name in ("stays", "goes"):
-        home.create(thing.from_dict({"metadata": {"name": name, "namespace": namespace}}))  # type: ignore[arg-type]
+        home.create(thing.from_dict({"metadata": {"name": name, "namespace": namespace}}))
 
     async def scenario() -> tuple[list[Event], dict[str, Any], int]:
         client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
