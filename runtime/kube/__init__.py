@@ -2,5 +2,6 @@
 
 from runtime.kube.informing import Event, Informer, diff_stores, object_key
 from runtime.kube.queueing import WorkQueue
+from runtime.kube.serving import EngineMetrics, ProbeServer
 
-__all__ = ["Event", "Informer", "WorkQueue", "diff_stores", "object_key"]
+__all__ = ["EngineMetrics", "Event", "Informer", "ProbeServer", "WorkQueue", "diff_stores", "object_key"]

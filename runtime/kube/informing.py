@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from lightkube.core.generic_client import BasicRequest
 from lightkube.core.resource import NamespacedResource
 from lightkube.core.selector import build_selector
 from lightkube.types import OnErrorAction, OnErrorResult
+
+from runtime.kube.serving import EngineMetrics
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ class Informer:
         page_size: int = 500,
         watch_timeout_seconds: int = 300,
         retry_delay: float = 1.0,
+        metrics: EngineMetrics | None = None,
+        cluster_id: str = "",
     ) -> None:
         self.client = client
         self.resource = resource
@@ -77,6 +82,8 @@ class Informer:
         self.page_size = page_size
         self.watch_timeout_seconds = watch_timeout_seconds
         self.retry_delay = retry_delay
+        self.metrics = metrics
+        self.cluster_id = cluster_id
         self.store: dict[str, Any] = {}
         self.resource_version: str | None = None
         self.synced = asyncio.Event()
@@ -104,6 +111,7 @@ class Informer:
             self.resource_version = items.resourceVersion
         except NotReadyError:  # an empty first page still carries one; be safe
             self.resource_version = None
+        self._count("list", max(1, math.ceil(len(fresh) / self.page_size)))
         events = diff_stores(self.store, fresh)
         self.store = fresh
         self.relists += 1
@@ -133,7 +141,12 @@ class Informer:
         log.warning("watch of %s failed (%s), retry %d", self.resource.__name__, error, count)
         return OnErrorResult(OnErrorAction.RETRY, sleep=min(self.retry_delay * count, 30))
 
+    def _count(self, verb: str, calls: int = 1) -> None:
+        if self.metrics:
+            self.metrics.api_calls.labels(self.cluster_id, verb, self.resource.__name__).inc(calls)
+
     async def _watch(self) -> None:
+        self._count("watch")
         try:
             async for kind, obj in self.client._client.watch(self._watch_request(), on_error=self._on_error):
                 self.resource_version = obj.metadata.resourceVersion

@@ -14,6 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from runtime.kube.serving import EngineMetrics
+
 log = logging.getLogger(__name__)
 
 Reconcile = Callable[[str], Awaitable[None]]
@@ -36,6 +38,7 @@ class WorkQueue:
         base_delay: float = 0.05,
         max_delay: float = 60.0,
         name: str = "queue",
+        metrics: EngineMetrics | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a work queue needs at least one worker")
@@ -44,6 +47,7 @@ class WorkQueue:
         self.base_delay = base_delay
         self.max_delay = max_delay
         self.name = name
+        self.metrics = metrics
         self.stats = QueueStats()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
@@ -65,6 +69,7 @@ class WorkQueue:
         self._queued.add(key)
         self._idle.clear()
         self._queue.put_nowait(key)
+        self._report_depth()
 
     def add_after(self, key: str, delay: float) -> None:
         if key in self._delayed:
@@ -81,6 +86,10 @@ class WorkQueue:
     def backoff(self, key: str) -> float:
         failures = self._failures.get(key, 0)
         return float(min(self.base_delay * (2 ** max(failures - 1, 0)), self.max_delay))
+
+    def _report_depth(self) -> None:
+        if self.metrics:
+            self.metrics.queue_depth.labels(self.name).set(len(self._queued))
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -99,6 +108,8 @@ class WorkQueue:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
+            self._report_depth()
+            result = "success"
             self._processing.add(key)
             started = time.monotonic()
             try:
@@ -106,6 +117,7 @@ class WorkQueue:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                result = "failure"
                 self.stats.failures += 1
                 self._failures[key] = self._failures.get(key, 0) + 1
                 delay = self.backoff(key)
@@ -119,6 +131,8 @@ class WorkQueue:
                 elapsed = time.monotonic() - started
                 self.stats.reconciles += 1
                 self.stats.latency_seconds_total += elapsed
+                if self.metrics:
+                    self.metrics.reconcile_seconds.labels(self.name, result).observe(elapsed)
                 self._processing.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)

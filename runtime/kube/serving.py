@@ -1,0 +1,90 @@
+"""Health, readiness and Prometheus metrics over HTTP, on loopback unless told otherwise.
+
+/healthz: the process serves. /readyz: every registered readiness check passes (e.g. informers
+synced). /metrics: the engine's metrics in Prometheus' text format.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+ReadinessCheck = Callable[[], bool]
+
+
+class EngineMetrics:
+    """The figures every controller reports, in one registry per process."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.queue_depth = Gauge("liqo_queue_depth", "keys waiting in a work queue", ["queue"], registry=self.registry)
+        self.reconcile_seconds = Histogram(
+            "liqo_reconcile_seconds", "duration of one reconcile", ["queue", "result"], registry=self.registry
+        )
+        self.api_calls = Counter(
+            "liqo_api_calls_total",
+            "requests sent to an API server",
+            ["cluster", "verb", "resource"],
+            registry=self.registry,
+        )
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: no access log
+        return None
+
+
+class ProbeServer:
+    def __init__(self, metrics: EngineMetrics, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.metrics = metrics
+        self._checks: dict[str, ReadinessCheck] = {}
+        self._metrics_app = make_wsgi_app(metrics.registry)
+        self._server: WSGIServer = make_server(host, port, self._app, handler_class=_QuietHandler)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def add_readiness(self, name: str, check: ReadinessCheck) -> None:
+        self._checks[name] = check
+
+    def not_ready(self) -> list[str]:
+        failing = []
+        for name, check in self._checks.items():
+            try:
+                ok = check()
+            except Exception:
+                ok = False
+            if not ok:
+                failing.append(name)
+        return failing
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/healthz":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok\n"]
+        if path == "/readyz":
+            failing = self.not_ready()
+            status = "503 Service Unavailable" if failing else "200 OK"
+            start_response(status, [("Content-Type", "text/plain")])
+            body = "".join(f"not ready: {name}\n" for name in failing) or "ok\n"
+            return [body.encode()]
+        if path == "/metrics":
+            return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"try /healthz, /readyz or /metrics\n"]
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="probes", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
