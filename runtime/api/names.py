@@ -63,6 +63,11 @@ def home_identity_name(home_cluster_id: str) -> str:
     return f"liqo-home-{home_cluster_id}"
 
 
+def namespace_map_name(home_cluster_id: str) -> str:
+    """One NamespaceMap per home cluster, in its tenant namespace, named after it."""
+    return home_cluster_id
+
+
 def virtual_node_name(foreign_cluster_id: str) -> str:
     return f"liqo-{foreign_cluster_id}"
 

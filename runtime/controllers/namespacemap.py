@@ -1,0 +1,156 @@
+"""Foreign agent, namespace side: turns a home cluster's NamespaceMap into twin namespaces.
+
+Runs in the foreign cluster with the agent's own identity. For each requested twin it creates
+the namespace (labelled with the home cluster it serves) and binds the home identity to the
+`liqo-home-in-twin-namespace` role there, and nowhere else. A namespace of that name that was
+not created for this home cluster is never adopted, changed or deleted: the mapping fails with
+a message saying why. Twins no longer requested (or whose NamespaceMap is gone) are deleted,
+only if they carry this home cluster's label. State lives in the API server alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.rbac_authorization_v1 import RoleBinding
+from lightkube.types import PatchType
+
+from runtime.api import names
+from runtime.api.namespacemap import MappingPhase
+from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube.resources import NamespaceMapResource
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "liqo-foreign-agent"
+TWIN_ROLE = "liqo-home-in-twin-namespace"
+HOME_BINDING = "liqo-home"
+
+
+def twin_labels(home_id: str, foreign_id: str) -> dict[str, str]:
+    return {
+        names.ORIGIN_LABEL: home_id,
+        names.DESTINATION_LABEL: foreign_id,
+        names.MANAGED_BY_LABEL: names.MANAGED_BY,
+    }
+
+
+class NamespaceMapController:
+    def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 2) -> None:
+        self.client = client
+        self.cluster_id = cluster_id
+        self.maps = Informer(client, NamespaceMapResource)
+        self.namespaces = Informer(client, Namespace, labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
+        self.queue = WorkQueue(self.reconcile, workers=workers, name="namespacemap")
+        self.maps.add_handler(lambda event: self.queue.add(event.key))
+        self.namespaces.add_handler(self._on_namespace)
+
+    def _on_namespace(self, event: Event) -> None:
+        labels = event.obj.metadata.labels or {}
+        home = labels.get(names.ORIGIN_LABEL)
+        if home:
+            tenant = names.tenant_namespace(home)
+            self.queue.add(f"{tenant}/{names.namespace_map_name(home)}")  # also when its map is gone
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self.maps.run()), asyncio.create_task(self.namespaces.run())]
+        await self.maps.synced.wait()
+        await self.namespaces.synced.wait()
+        self.queue.start()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await self.queue.shutdown()
+
+    async def _home_of(self, tenant: str) -> str | None:
+        try:
+            ns = await self.client.get(Namespace, tenant)
+        except ApiError as err:
+            if err.status.code == 404:
+                return None
+            raise
+        return (ns.metadata.labels or {}).get(names.TENANT_HOME_LABEL) if ns.metadata else None
+
+    async def reconcile(self, key: str) -> None:
+        tenant, _, name = key.partition("/")
+        home_id = await self._home_of(tenant)
+        mapping = self.maps.store.get(key)
+        if home_id is None:
+            home_id = name  # tenant namespace gone: the map's name is its home cluster id
+        desired: dict[str, str] = dict((mapping or {}).get("spec", {}).get("desiredMapping") or {}) if mapping else {}
+        current: dict[str, Any] = {}
+        wanted_twins = set()
+        for local, twin in desired.items():
+            wanted_twins.add(twin)
+            current[local] = await self._ensure_twin(home_id, tenant, twin)
+        for ns in list(self.namespaces.store.values()):
+            labels = ns.metadata.labels or {}
+            if labels.get(names.ORIGIN_LABEL) == home_id and ns.metadata.name not in wanted_twins:
+                await self._delete_twin(ns.metadata.name)
+        if mapping is not None:
+            status = {"currentMapping": current}
+            if (mapping.get("status") or {}) != status:
+                patch = {"status": status}
+                await self.client.patch(
+                    NamespaceMapResource.Status,
+                    name,
+                    patch,
+                    namespace=tenant,
+                    patch_type=PatchType.MERGE,
+                    field_manager=FIELD_MANAGER,
+                )
+
+    async def _ensure_twin(self, home_id: str, tenant: str, twin: str) -> dict[str, Any]:
+        try:
+            existing = await self.client.get(Namespace, twin)
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
+            existing = None
+        if existing is not None:
+            labels = existing.metadata.labels or {} if existing.metadata else {}
+            if labels.get(names.ORIGIN_LABEL) != home_id:
+                return {
+                    "remoteNamespace": twin,
+                    "phase": MappingPhase.CREATION_FAILED.value,
+                    "message": f"namespace {twin} already exists in {self.cluster_id} and was not created for "
+                    f"home cluster {home_id}: it is left untouched; choose another namespaceMappingStrategy or name",
+                }
+            if existing.metadata and existing.metadata.deletionTimestamp:
+                return {"remoteNamespace": twin, "phase": MappingPhase.TERMINATING.value}
+        else:
+            meta = ObjectMeta(name=twin, labels=twin_labels(home_id, self.cluster_id))
+            await self.client.create(Namespace(metadata=meta), field_manager=FIELD_MANAGER)
+        binding = cast(
+            RoleBinding,
+            RoleBinding.from_dict(
+                {
+                    "metadata": {
+                        "name": HOME_BINDING,
+                        "namespace": twin,
+                        "labels": twin_labels(home_id, self.cluster_id),
+                    },
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TWIN_ROLE},
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": names.home_identity_name(home_id), "namespace": tenant}
+                    ],
+                }
+            ),
+        )
+        await self.client.apply(binding, field_manager=FIELD_MANAGER, force=True)
+        return {"remoteNamespace": twin, "phase": MappingPhase.ACCEPTED.value}
+
+    async def _delete_twin(self, twin: str) -> None:
+        log.info("deleting twin namespace %s: no longer requested", twin)
+        try:
+            await self.client.delete(Namespace, twin)
+        except ApiError as err:
+            if err.status.code != 404:
+                raise

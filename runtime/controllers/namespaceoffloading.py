@@ -1,0 +1,300 @@
+"""Home side of namespace offloading (seed 003): NamespaceOffloading -> twin namespaces.
+
+For each NamespaceOffloading the controller evaluates the cluster selector against the labels
+of the virtual nodes (VirtualNode spec, the same labels the plan shows), asks each selected
+foreign cluster for the twin namespace through the NamespaceMap in its tenant namespace (the
+home identity may not create namespaces there itself), and reports per-cluster conditions, a
+phase and observedGeneration. Deleting the NamespaceOffloading (unoffload) withdraws every
+request, waits until the foreign clusters report the twins gone, then releases its finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube.types import PatchType
+
+from runtime.api import NamespaceOffloadingSpec, OffloadingPhase, names
+from runtime.api.namespacemap import MappingPhase
+from runtime.api.plan import selected_clusters, twin_namespace_name
+from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "liqo-controller-manager"
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def phase_of(selected: list[str], ready: set[str], failed: set[str]) -> OffloadingPhase:
+    if not selected:
+        return OffloadingPhase.NO_CLUSTER_SELECTED
+    if failed and len(failed) == len(selected):
+        return OffloadingPhase.ALL_FAILED
+    if failed:
+        return OffloadingPhase.SOME_FAILED
+    if ready == set(selected):
+        return OffloadingPhase.READY
+    return OffloadingPhase.IN_PROGRESS
+
+
+class ForeignClusters:
+    """Clients for the foreign clusters, built from the credentials Secrets the stack created."""
+
+    def __init__(self, home: AsyncClient) -> None:
+        self.home = home
+        self._clients: dict[str, tuple[str, AsyncClient]] = {}
+
+    async def client(self, cluster_id: str, secret_name: str) -> AsyncClient:
+        secret = await self.home.get(Secret, secret_name, namespace=names.LIQO_NAMESPACE)
+        kubeconfig = base64.b64decode((secret.data or {})["kubeconfig"]).decode()
+        cached = self._clients.get(cluster_id)
+        if cached and cached[0] == kubeconfig:
+            return cached[1]
+        client = AsyncClient(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
+        self._clients[cluster_id] = (kubeconfig, client)
+        return client
+
+    async def close(self) -> None:
+        for _, client in self._clients.values():
+            await client.close()
+
+
+class NamespaceOffloadingController:
+    def __init__(
+        self,
+        home: AsyncClient,
+        home_cluster_id: str,
+        *,
+        foreign_clients: Callable[[AsyncClient], ForeignClusters] = ForeignClusters,
+        workers: int = 2,
+        poll_seconds: float = 1.0,
+    ) -> None:
+        self.home = home
+        self.home_cluster_id = home_cluster_id
+        self.foreign = foreign_clients(home)
+        self.poll_seconds = poll_seconds
+        self.offloadings = Informer(home, NamespaceOffloadingResource)
+        self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
+        self.queue = WorkQueue(self.reconcile, workers=workers, name="namespaceoffloading")
+        self.offloadings.add_handler(lambda event: self.queue.add(event.key))
+        self.virtual_nodes.add_handler(self._requeue_all)
+
+    def _requeue_all(self, _: Event) -> None:
+        for key in self.offloadings.store:
+            self.queue.add(key)
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self.offloadings.run()), asyncio.create_task(self.virtual_nodes.run())]
+        await self.offloadings.synced.wait()
+        await self.virtual_nodes.synced.wait()
+        self.queue.start()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await self.queue.shutdown()
+            await self.foreign.close()
+
+    # -- reconcile -------------------------------------------------------------------------
+    def _clusters(self) -> dict[str, dict[str, Any]]:
+        """Virtual nodes by foreign cluster id: their labels and credentials Secret."""
+        clusters = {}
+        for vn in self.virtual_nodes.store.values():
+            spec = vn.get("spec") or {}
+            clusters[spec["clusterID"]] = {
+                "labels": spec.get("labels") or {},
+                "secret": (spec.get("kubeconfigSecretRef") or {}).get(
+                    "name", names.credentials_secret_name(spec["clusterID"])
+                ),
+            }
+        return clusters
+
+    async def reconcile(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        obj = self.offloadings.store.get(key)
+        if obj is None or name != names.NAMESPACE_OFFLOADING_NAME:
+            return
+        meta = obj.metadata
+        spec = NamespaceOffloadingSpec.model_validate(obj.get("spec") or {})
+        clusters = self._clusters()
+        twin = twin_namespace_name(
+            namespace, spec.namespace_mapping_strategy, self.home_cluster_id, spec.remote_namespace_name
+        )
+        terminating = meta.deletionTimestamp is not None
+        if terminating:
+            selected: list[str] = []
+        else:
+            await self._ensure_finalizer(obj)
+            await self._label_namespace(namespace, enabled=True)
+            selected = selected_clusters(spec.cluster_selector, {c: v["labels"] for c, v in clusters.items()})
+
+        conditions: dict[str, list[dict[str, Any]]] = {}
+        ready, failed, remaining = set(), set(), set()
+        for cluster_id, info in clusters.items():
+            wanted = cluster_id in selected
+            mapping = await self._request_twin(cluster_id, info["secret"], namespace, twin if wanted else None)
+            phase = (mapping or {}).get("phase")
+            if mapping is not None:
+                remaining.add(cluster_id)
+            if not wanted:
+                if mapping is None:
+                    continue
+                conditions[cluster_id] = [
+                    _condition("OffloadingRequired", "False", "NotSelected", "withdrawing the twin")
+                ]
+                continue
+            required = _condition("OffloadingRequired", "True", "ClusterSelected", f"twin namespace {twin}")
+            if phase == MappingPhase.ACCEPTED.value:
+                ready.add(cluster_id)
+                state = _condition("Ready", "True", "NamespaceReady", f"{twin} ready in {cluster_id}")
+            elif phase == MappingPhase.CREATION_FAILED.value:
+                failed.add(cluster_id)
+                state = _condition("Ready", "False", "CreationFailed", (mapping or {}).get("message", ""))
+            else:
+                state = _condition("Ready", "Unknown", "Pending", "waiting for the foreign cluster")
+            conditions[cluster_id] = [required, state]
+
+        phase = OffloadingPhase.TERMINATING if terminating else phase_of(selected, ready, failed)
+        await self._write_status(namespace, obj, phase, twin, conditions)
+        if terminating:
+            if remaining:
+                self.queue.add_after(key, self.poll_seconds)  # twins still being deleted
+                return
+            await self._label_namespace(namespace, enabled=False)
+            await self._release_finalizer(obj)
+        elif phase in (OffloadingPhase.IN_PROGRESS,) or len(ready) + len(failed) < len(selected):
+            self.queue.add_after(key, self.poll_seconds)
+
+    async def _request_twin(
+        self, cluster_id: str, secret: str, namespace: str, twin: str | None
+    ) -> dict[str, Any] | None:
+        """Set (or withdraw, with None) the request for `namespace` and return what the foreign side reports."""
+        client = await self.foreign.client(cluster_id, secret)
+        tenant = names.tenant_namespace(self.home_cluster_id)
+        map_name = names.namespace_map_name(self.home_cluster_id)
+        try:
+            current = await client.get(NamespaceMapResource, map_name, namespace=tenant)
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
+            current = None
+        desired = dict(((current or {}).get("spec") or {}).get("desiredMapping") or {})
+        if twin is not None and desired.get(namespace) != twin:
+            desired[namespace] = twin
+            await self._write_map(client, tenant, map_name, desired)
+        elif twin is None and namespace in desired:
+            desired.pop(namespace)
+            await self._write_map(client, tenant, map_name, desired)
+        status = ((current or {}).get("status") or {}).get("currentMapping") or {}
+        found: dict[str, Any] | None = status.get(namespace)
+        return found
+
+    async def _write_map(self, client: AsyncClient, tenant: str, name: str, desired: dict[str, str]) -> None:
+        body = NamespaceMapResource.from_dict(
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": "NamespaceMap",
+                "metadata": {"name": name, "namespace": tenant},
+                "spec": {"desiredMapping": desired},
+            }
+        )
+        await client.apply(body, field_manager=FIELD_MANAGER, force=True)
+
+    async def _ensure_finalizer(self, obj: Any) -> None:
+        finalizers = list(obj.metadata.finalizers or [])
+        if names.NAMESPACE_OFFLOADING_FINALIZER not in finalizers:
+            patch = {"metadata": {"finalizers": [*finalizers, names.NAMESPACE_OFFLOADING_FINALIZER]}}
+            await self.home.patch(
+                NamespaceOffloadingResource,
+                obj.metadata.name,
+                patch,
+                namespace=obj.metadata.namespace,
+                patch_type=PatchType.MERGE,
+            )
+
+    async def _release_finalizer(self, obj: Any) -> None:
+        finalizers = [f for f in obj.metadata.finalizers or [] if f != names.NAMESPACE_OFFLOADING_FINALIZER]
+        try:
+            await self.home.patch(
+                NamespaceOffloadingResource,
+                obj.metadata.name,
+                {"metadata": {"finalizers": finalizers or None}},
+                namespace=obj.metadata.namespace,
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
+
+    async def _label_namespace(self, namespace: str, *, enabled: bool) -> None:
+        value = "true" if enabled else None
+        try:
+            ns = await self.home.get(Namespace, namespace)
+        except ApiError as err:
+            if err.status.code == 404:
+                return
+            raise
+        labels = (ns.metadata.labels if ns.metadata else None) or {}
+        if labels.get(names.SCHEDULING_ENABLED_LABEL) != value:
+            patch = {"metadata": {"labels": {names.SCHEDULING_ENABLED_LABEL: value}}}
+            await self.home.patch(Namespace, namespace, patch, patch_type=PatchType.MERGE)
+
+    async def _write_status(
+        self, namespace: str, obj: Any, phase: OffloadingPhase, twin: str, conditions: dict[str, list[dict[str, Any]]]
+    ) -> None:
+        old = obj.get("status") or {}
+        status = {
+            "observedGeneration": obj.metadata.generation,
+            "offloadingPhase": phase.value,
+            "remoteNamespaceName": twin,
+            "remoteNamespacesConditions": _keep_transition_times(
+                old.get("remoteNamespacesConditions") or {}, conditions
+            ),
+        }
+        if {k: old.get(k) for k in status} == status:
+            return  # nothing changed: no write (an idle controller writes nothing)
+        patch = {"status": {**status, "remoteNamespacesConditions": dict(status["remoteNamespacesConditions"])}}
+        for gone in set(old.get("remoteNamespacesConditions") or {}) - set(conditions):
+            patch["status"]["remoteNamespacesConditions"][gone] = None  # a merge patch removes keys set to null
+        await self.home.patch(
+            NamespaceOffloadingResource.Status,
+            obj.metadata.name,
+            patch,
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+
+
+def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now()}
+
+
+def _keep_transition_times(
+    old: dict[str, list[dict[str, Any]]], new: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """A condition keeps its lastTransitionTime while its status stays the same."""
+    merged = {}
+    for cluster_id, conditions in new.items():
+        previous = {c["type"]: c for c in old.get(cluster_id, [])}
+        merged[cluster_id] = [
+            {**c, "lastTransitionTime": previous[c["type"]]["lastTransitionTime"]}
+            if c["type"] in previous
+            and {k: previous[c["type"]].get(k) for k in ("status", "reason", "message")}
+            == {k: c[k] for k in ("status", "reason", "message")}
+            else c
+            for c in conditions
+        ]
+    return merged

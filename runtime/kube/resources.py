@@ -1,0 +1,20 @@
+"""lightkube resource classes for our CRDs, made from the models in runtime.api (one source of truth)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube.generic_resource import create_namespaced_resource
+
+from runtime.api import NamespaceMap, NamespaceOffloading, ResourceAdvertisement, ShadowPod, VirtualNode, names
+
+
+def _resource(kind: type[Any]) -> Any:
+    return create_namespaced_resource(names.GROUP, names.VERSION, kind.crd.kind, kind.crd.plural)
+
+
+NamespaceOffloadingResource = _resource(NamespaceOffloading)
+VirtualNodeResource = _resource(VirtualNode)
+ShadowPodResource = _resource(ShadowPod)
+NamespaceMapResource = _resource(NamespaceMap)
+ResourceAdvertisementResource = _resource(ResourceAdvertisement)
