@@ -17,8 +17,9 @@ class MappingPhase(StrEnum):
 
 
 class NamespaceMapSpec(ApiModel):
-    # home namespace -> requested twin namespace name
-    desired_mapping: dict[str, str] = Field(default_factory=dict)
+    # home namespace -> requested twin namespace name; null when nothing is requested (the last
+    # mapping withdrawn: an empty object cannot be sent through a server-side apply)
+    desired_mapping: dict[str, str] | None = None
 
 
 class MappingStatus(ApiModel):

@@ -95,9 +95,10 @@ class NamespaceMapController:
             if labels.get(names.ORIGIN_LABEL) == home_id and ns.metadata.name not in wanted_twins:
                 await self._delete_twin(ns.metadata.name)
         if mapping is not None:
-            status = {"currentMapping": current}
-            if (mapping.get("status") or {}) != status:
-                patch = {"status": status}
+            reported = (mapping.get("status") or {}).get("currentMapping") or {}
+            if reported != current:
+                # a merge patch keeps keys it does not mention: withdrawn mappings are set to null
+                patch = {"status": {"currentMapping": {**dict.fromkeys(reported), **current}}}
                 await self.client.patch(
                     NamespaceMapResource.Status,
                     name,

@@ -1,0 +1,74 @@
+"""Run a runtime component: `python -m runtime controller-manager|foreign-agent ...`.
+
+In `cluster` mode this is the container's command; in `external` mode (dev env, tests) the same
+command runs as a local process. SIGTERM/SIGINT stop it gracefully (queued work drains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Coroutine
+from typing import Any
+
+from lightkube import AsyncClient, KubeConfig
+
+from runtime.controllers import NamespaceMapController, NamespaceOffloadingController
+from runtime.kube import EngineMetrics, ProbeServer
+
+
+def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
+    return AsyncClient(config, field_manager=field_manager)
+
+
+async def serve(main: Coroutine[Any, Any, None], probes: ProbeServer) -> None:
+    task = asyncio.ensure_future(main)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    probes.start()
+    logging.info("probes on http://%s:%d (/healthz, /readyz, /metrics)", *probes.address)
+    try:
+        await task
+    except asyncio.CancelledError:
+        logging.info("stopped")
+    finally:
+        probes.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__)
+    parser.add_argument("--probe-address", default="127.0.0.1", help="where /healthz, /readyz, /metrics listen")
+    parser.add_argument("--probe-port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--log-level", default="INFO")
+    commands = parser.add_subparsers(dest="command", required=True)
+    manager = commands.add_parser("controller-manager", help="home side: NamespaceOffloading")
+    manager.add_argument("--kubeconfig", help="of the home cluster (default: in-cluster service account)")
+    manager.add_argument("--home-cluster-id", required=True)
+    agent = commands.add_parser("foreign-agent", help="foreign side: NamespaceMap")
+    agent.add_argument("--kubeconfig", help="of this foreign cluster (default: in-cluster service account)")
+    agent.add_argument("--cluster-id", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    metrics = EngineMetrics()
+    probes = ProbeServer(metrics, args.probe_address, args.probe_port)
+    if args.command == "controller-manager":
+        home = client_from(args.kubeconfig, "liqo-controller-manager")
+        offloading = NamespaceOffloadingController(home, args.home_cluster_id)
+        probes.add_readiness("informers synced", offloading.offloadings.synced.is_set)
+        asyncio.run(serve(offloading.run(), probes))
+    else:
+        client = client_from(args.kubeconfig, "liqo-foreign-agent")
+        maps = NamespaceMapController(client, args.cluster_id)
+        probes.add_readiness("informers synced", maps.maps.synced.is_set)
+        asyncio.run(serve(maps.run(), probes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
