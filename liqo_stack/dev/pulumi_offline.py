@@ -46,6 +46,8 @@ class PulumiEnvironment:
             "PULUMI_CONFIG_PASSPHRASE": os.environ.get("PULUMI_CONFIG_PASSPHRASE", DEV_PASSPHRASE),
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            # a crash of a Python provider process then shows its threads' tracebacks in the diagnostics
+            "PYTHONFAULTHANDLER": "1",
             # The pinned engine first, then this interpreter's environment: dynamic providers run there.
             "PATH": os.pathsep.join([str(self.bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }

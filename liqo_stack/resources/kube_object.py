@@ -13,8 +13,11 @@ cluster id is used for the next call and never replaces anything.
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pulumi
 import yaml
@@ -34,7 +37,24 @@ from pulumi.dynamic import (
 from pulumi.output import Unknown
 from pulumi.runtime import rpc
 
+T = TypeVar("T")
 FIELD_MANAGER = "liqo-stack"
+
+# The engine calls a dynamic provider from a thread pool. lightkube decodes with msgspec, whose
+# first decode of a type from several threads at once crashed the provider process (segfault seen
+# in `msgspec._utils.get_class_annotations`), so calls into the cluster take turns.
+API_LOCK = threading.Lock()
+
+
+def serialized(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def locked(*args: Any, **kwargs: Any) -> T:
+        with API_LOCK:
+            return method(*args, **kwargs)
+
+    return locked
+
+
 DELETE_TIMEOUT_SECONDS = 300
 IDENTITY_FIELDS = ("apiVersion", "kind", "name", "namespace")
 
@@ -164,19 +184,23 @@ class KubeObjectProvider(ResourceProvider):
         changed = bool(replaces) or any(olds.get(k) != news.get(k) for k in ("manifest", "kubeconfig"))
         return DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
 
+    @serialized
     def create(self, props: dict[str, Any]) -> CreateResult:
         outs = {**props, **_apply(props)}
         return CreateResult(object_id(props["cluster_id"], props["manifest"]), outs)
 
+    @serialized
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         return UpdateResult({**news, **_apply(news)})
 
+    @serialized
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         live = _get(props)
         if live is None:
             return ReadResult(None, {})  # gone: refresh drops it from the state
         return ReadResult(id_, {**props, "uid": live.metadata.uid})
 
+    @serialized
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         client = client_for(props["kubeconfig"])
         ident = _identity(props["manifest"])

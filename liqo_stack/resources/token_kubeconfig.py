@@ -17,7 +17,7 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import Secret
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from liqo_stack.resources.kube_object import client_for
+from liqo_stack.resources.kube_object import client_for, serialized
 
 TOKEN_WAIT_SECONDS = 60
 
@@ -79,9 +79,11 @@ class TokenKubeconfigProvider(ResourceProvider):
             changes=any(olds.get(k) != news.get(k) for k in keys), replaces=[], delete_before_replace=False
         )
 
+    @serialized
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(f"{props['cluster_id']}/{props['namespace']}/{props['secret_name']}", _read_token(props))
 
+    @serialized
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         return UpdateResult(_read_token(news))
 
