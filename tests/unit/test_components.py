@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,11 +55,16 @@ def stack_config(tmp_path: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def mocks(tmp_path: Path) -> Iterator[RecordingMocks]:
+    # Pulumi's test mode uses the thread's current event loop; asyncio.run() elsewhere leaves none.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     recorder = RecordingMocks()
     pulumi.runtime.set_mocks(recorder, project="liqo-stack", stack="unit", preview=False)
     pulumi.runtime.set_all_config(stack_config(tmp_path))
     yield recorder
     pulumi.runtime.set_all_config({})
+    asyncio.set_event_loop(None)
+    loop.close()
 
 
 @pulumi.runtime.test  # type: ignore[untyped-decorator]
