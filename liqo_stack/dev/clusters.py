@@ -8,8 +8,10 @@ virtual nodes) are never touched by it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -280,11 +282,26 @@ class DevEnvironment:
             progress(f"{cluster_id}: deleting ...")
             self._kwokctl("delete", "cluster", "--name", cluster_id)
             self.kubeconfig(cluster_id).unlink(missing_ok=True)
-        leftovers = self.processes()
-        if leftovers:
-            raise DevEnvironmentError(f"processes still running after delete: {leftovers}; stop them with kill")
+        self._reap()
         self.merged_kubeconfig.unlink(missing_ok=True)
         shutil.rmtree(self.kwok_workdir, ignore_errors=True)
+
+    def _reap(self, grace: float = 10.0) -> None:
+        """kwokctl signals its processes and returns; wait for them, then stop any that linger."""
+        deadline = time.monotonic() + grace
+        while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            lingering = self.processes()
+            if not lingering:
+                return
+            for pid in lingering:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            time.sleep(1)
+        leftovers = self.processes()
+        if leftovers:
+            raise DevEnvironmentError(f"processes of {self.kwok_workdir} survived SIGKILL: {leftovers}")
 
     def processes(self) -> list[int]:
         """PIDs of processes whose command line points into this environment's kwok workdir."""
