@@ -6,6 +6,7 @@ import click
 
 from liqo_stack.cli.demo import demo
 from liqo_stack.cli.dev import dev
+from liqo_stack.cli.offload import offload, unoffload
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,3 +16,5 @@ def main() -> None:
 
 main.add_command(dev)
 main.add_command(demo)
+main.add_command(offload)
+main.add_command(unoffload)

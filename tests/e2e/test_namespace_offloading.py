@@ -271,3 +271,40 @@ def test_controller_killed_mid_offload_converges_without_duplicates(
         assert len(twins) == 1
         maps = client.get(NamespaceMapResource, "home", namespace=names.tenant_namespace("home"))
         assert maps["spec"]["desiredMapping"]["restart"] == "restart-home"
+
+
+def test_cli_offload_waits_for_ready_and_unoffload_cleans_up(
+    runtime: Runtime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    from click.testing import CliRunner
+
+    from liqo_stack.cli import main
+
+    kubeconfig = ["--kubeconfig", str(dev_env.kubeconfig("home"))]
+    home.create(Namespace(metadata=ObjectMeta(name="cli-apps")))
+    result = CliRunner().invoke(main, ["offload", "namespace", "cli-apps", "--selector", "region=europe", *kubeconfig])
+    assert result.exit_code == 0, result.output
+    assert "offloaded: Ready, twin cli-apps-home in foreign-1" in result.output
+    assert exists(foreign["foreign-1"], "cli-apps-home") and not exists(foreign["foreign-2"], "cli-apps-home")
+
+    refused = CliRunner().invoke(main, ["unoffload", "namespace", "cli-apps", *kubeconfig], input="n\n")
+    assert refused.exit_code != 0 and exists(foreign["foreign-1"], "cli-apps-home"), "nothing deleted without a yes"
+    result = CliRunner().invoke(main, ["unoffload", "namespace", "cli-apps", "--yes", *kubeconfig])
+    assert result.exit_code == 0, result.output
+    wait_until(twin_gone(foreign["foreign-1"], "cli-apps-home"), 60, "twin deleted")
+
+
+def test_cli_offload_reports_failures_and_exits_non_zero(
+    runtime: Runtime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    from click.testing import CliRunner
+
+    from liqo_stack.cli import main
+
+    for client in foreign.values():
+        client.create(Namespace(metadata=ObjectMeta(name="taken")))
+    home.create(Namespace(metadata=ObjectMeta(name="taken")))
+    args = ["offload", "namespace", "taken", "--namespace-mapping-strategy", "EnforceSameName"]
+    result = CliRunner().invoke(main, [*args, "--kubeconfig", str(dev_env.kubeconfig("home"))])
+    assert result.exit_code == 1
+    assert "AllFailed" in result.output and "foreign-1: namespace taken already exists" in result.output

@@ -1,0 +1,65 @@
+"""`liqo-stack offload namespace --output`: the seeds' manifest format; bad flags name themselves."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from click.testing import CliRunner
+
+from liqo_stack.cli import main
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["offload", "namespace", *args])
+    return result.exit_code, result.output
+
+
+def test_default_manifest_in_the_seeds_format() -> None:
+    code, out = run("foo", "--output", "yaml")
+    assert code == 0
+    assert yaml.safe_load(out) == {
+        "apiVersion": "offloading.liqo.io/v1beta1",
+        "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading", "namespace": "foo"},
+        "spec": {
+            "namespaceMappingStrategy": "DefaultName",
+            "podOffloadingStrategy": "LocalAndRemote",
+            "clusterSelector": {"nodeSelectorTerms": []},
+        },
+    }
+
+
+def test_repeated_selectors_are_ored_and_commas_anded() -> None:
+    code, out = run("foo", "-o", "json", "--selector", "region in (europe,us-west), !staging", "--selector", "!staging")
+    assert code == 0
+    terms = json.loads(out)["spec"]["clusterSelector"]["nodeSelectorTerms"]
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": "region", "operator": "In", "values": ["europe", "us-west"]},
+                {"key": "staging", "operator": "DoesNotExist"},
+            ]
+        },
+        {"matchExpressions": [{"key": "staging", "operator": "DoesNotExist"}]},
+    ]
+
+
+def test_selected_name_and_pod_strategy() -> None:
+    code, out = run(
+        "foo", "-o", "yaml", "--namespace-mapping-strategy", "SelectedName", "--remote-namespace-name", "bar",
+        "--pod-offloading-strategy", "Remote",
+    )  # fmt: skip
+    spec = yaml.safe_load(out)["spec"]
+    assert code == 0 and spec["remoteNamespaceName"] == "bar" and spec["podOffloadingStrategy"] == "Remote"
+
+
+def test_bad_flags_name_the_flag_and_apply_nothing() -> None:
+    code, out = run("foo", "-o", "yaml", "--selector", "region in ()")
+    assert code == 2 and "Invalid value for --selector" in out and "apiVersion" not in out
+    code, out = run("foo", "-o", "yaml", "--namespace-mapping-strategy", "SelectedName")
+    assert code == 2 and "--remote-namespace-name" in out
+    code, out = run("foo", "-o", "yaml", "--remote-namespace-name", "bar")
+    assert code == 2 and "only used with SelectedName" in out
+    code, out = run("foo", "-o", "yaml", "--pod-offloading-strategy", "Elsewhere")
+    assert code == 2 and "'Elsewhere' is not one of" in out
