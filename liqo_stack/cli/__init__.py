@@ -6,6 +6,7 @@ import click
 
 from liqo_stack.cli.demo import demo
 from liqo_stack.cli.dev import dev
+from liqo_stack.cli.info import info
 from liqo_stack.cli.offload import offload, unoffload
 
 
@@ -18,3 +19,4 @@ main.add_command(dev)
 main.add_command(demo)
 main.add_command(offload)
 main.add_command(unoffload)
+main.add_command(info)

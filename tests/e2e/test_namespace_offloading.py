@@ -308,3 +308,26 @@ def test_cli_offload_reports_failures_and_exits_non_zero(
     result = CliRunner().invoke(main, [*args, "--kubeconfig", str(dev_env.kubeconfig("home"))])
     assert result.exit_code == 1
     assert "AllFailed" in result.output and "foreign-1: namespace taken already exists" in result.output
+
+
+def test_info_shows_peerings_and_offloaded_namespaces(runtime: Runtime, home: Client, dev_env: DevEnvironment) -> None:
+    from click.testing import CliRunner
+
+    from liqo_stack.cli import main
+
+    offload(home, "described", {})
+    wait_phase(home, "described", "Ready")
+    kubeconfig = ["--kubeconfig", str(dev_env.kubeconfig("home"))]
+    result = CliRunner().invoke(main, ["info", "-o", "json", *kubeconfig])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [p["clusterId"] for p in data["peerings"]] == ["foreign-1", "foreign-2"]
+    assert data["peerings"][1]["labels"]["staging"] == "true"
+    described = next(ns for ns in data["namespaces"] if ns["namespace"] == "described")
+    assert described["phase"] == "Ready" and described["twin"] == "described-home"
+    assert described["clusters"] == {
+        "foreign-1": {"OffloadingRequired": "True", "Ready": "True"},
+        "foreign-2": {"OffloadingRequired": "True", "Ready": "True"},
+    }
+    text = CliRunner().invoke(main, ["info", *kubeconfig]).output
+    assert "described" in text and "node not registered yet" in text

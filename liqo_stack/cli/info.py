@@ -1,0 +1,98 @@
+"""`liqo-stack info`: peerings, virtual nodes and offloaded namespaces, as the home cluster sees them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+import yaml
+from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import Node
+
+from liqo_stack.cli.offload import home_client, with_cluster
+from runtime.api import names
+from runtime.kube.resources import NamespaceOffloadingResource, VirtualNodeResource
+
+
+def node_summary(client: Client, name: str) -> dict[str, Any]:
+    try:
+        node = client.get(Node, name)
+    except ApiError as err:
+        if err.status.code == 404:
+            return {"registered": False}
+        raise
+    conditions = (node.status.conditions if node.status else None) or []
+    ready = next((c.status for c in conditions if c.type == "Ready"), "Unknown")
+    capacity = dict((node.status.capacity if node.status else None) or {})
+    return {"registered": True, "ready": ready, "capacity": capacity}
+
+
+def collect(client: Client) -> dict[str, Any]:
+    peerings = []
+    for vn in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
+        spec = vn.get("spec") or {}
+        cluster_id = str(spec.get("clusterID"))
+        peerings.append(
+            {
+                "clusterId": cluster_id,
+                "virtualNode": names.virtual_node_name(cluster_id),
+                "sharingPercentage": spec.get("sharingPercentage"),
+                "labels": spec.get("labels") or {},
+                "node": node_summary(client, names.virtual_node_name(cluster_id)),
+            }
+        )
+    namespaces = []
+    for offloading in client.list(NamespaceOffloadingResource, namespace="*"):
+        status = offloading.get("status") or {}
+        clusters = {
+            cluster_id: {c["type"]: c["status"] for c in conditions}
+            for cluster_id, conditions in (status.get("remoteNamespacesConditions") or {}).items()
+        }
+        namespaces.append(
+            {
+                "namespace": offloading.metadata.namespace,
+                "phase": status.get("offloadingPhase"),
+                "twin": status.get("remoteNamespaceName"),
+                "podOffloadingStrategy": (offloading.get("spec") or {}).get("podOffloadingStrategy"),
+                "clusters": clusters,
+            }
+        )
+    return {"peerings": sorted(peerings, key=lambda p: str(p["clusterId"])), "namespaces": namespaces}
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = ["PEERINGS"]
+    if not data["peerings"]:
+        lines.append("  none: apply a stack with foreignClusters (pulumi up)")
+    for p in data["peerings"]:
+        node = p["node"]
+        if node["registered"]:
+            capacity = node["capacity"]
+            state = f"node Ready={node['ready']}, cpu {capacity.get('cpu', '?')}, memory {capacity.get('memory', '?')}"
+        else:
+            state = "node not registered yet (is its virtual kubelet running?)"
+        lines.append(f"  {p['clusterId']:<16} {p['virtualNode']:<24} sharing {p['sharingPercentage']}%  {state}")
+    lines.append("OFFLOADED NAMESPACES")
+    if not data["namespaces"]:
+        lines.append("  none: liqo-stack offload namespace NAME")
+    for ns in data["namespaces"]:
+        clusters = (
+            ", ".join(f"{c}: Ready={v.get('Ready', 'Unknown')}" for c, v in sorted(ns["clusters"].items())) or "-"
+        )
+        lines.append(f"  {ns['namespace']:<20} {ns['phase'] or 'pending':<18} twin {ns['twin'] or '-':<24} {clusters}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), help="machine-readable output")
+@with_cluster
+def info(output: str | None, kubeconfig: str | None, context: str | None) -> None:
+    """Peerings, virtual nodes (readiness, capacity) and offloaded namespaces with per-cluster status."""
+    data = collect(home_client(kubeconfig, context))
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False))
+    else:
+        click.echo(render(data))
