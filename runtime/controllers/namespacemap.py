@@ -10,7 +10,6 @@ only if they carry this home cluster's label. State lives in the API server alon
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, cast
 
@@ -23,6 +22,7 @@ from lightkube.types import PatchType
 from runtime.api import names
 from runtime.api.namespacemap import MappingPhase
 from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube.controlling import run_controller
 from runtime.kube.resources import NamespaceMapResource
 
 log = logging.getLogger(__name__)
@@ -58,16 +58,7 @@ class NamespaceMapController:
             self.queue.add(f"{tenant}/{names.namespace_map_name(home)}")  # also when its map is gone
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.maps.run()), asyncio.create_task(self.namespaces.run())]
-        await self.maps.synced.wait()
-        await self.namespaces.synced.wait()
-        self.queue.start()
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await self.queue.shutdown()
+        await run_controller([self.maps, self.namespaces], self.queue)
 
     async def _home_of(self, tenant: str) -> str | None:
         try:

@@ -10,7 +10,6 @@ request, waits until the foreign clusters report the twins gone, then releases i
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from runtime.api import NamespaceOffloadingSpec, OffloadingPhase, names
 from runtime.api.namespacemap import MappingPhase
 from runtime.api.plan import selected_clusters, twin_namespace_name
 from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube.controlling import run_controller
 from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
 
 log = logging.getLogger(__name__)
@@ -96,16 +96,9 @@ class NamespaceOffloadingController:
             self.queue.add(key)
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.offloadings.run()), asyncio.create_task(self.virtual_nodes.run())]
-        await self.offloadings.synced.wait()
-        await self.virtual_nodes.synced.wait()
-        self.queue.start()
         try:
-            await asyncio.gather(*tasks)
+            await run_controller([self.offloadings, self.virtual_nodes], self.queue)
         finally:
-            for task in tasks:
-                task.cancel()
-            await self.queue.shutdown()
             await self.foreign.close()
 
     # -- reconcile -------------------------------------------------------------------------
