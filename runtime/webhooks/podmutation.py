@@ -1,0 +1,83 @@
+"""Where a pod of an offloaded namespace may run (seed 003), as constraints added to the pod.
+
+- LocalAndRemote: the pod tolerates the virtual-node taint, so the scheduler may choose; with a
+  cluster selector, virtual nodes outside it are excluded (physical nodes stay allowed).
+- Local: nothing added: the taint keeps the pod on physical nodes.
+- Remote: the pod tolerates the taint and must land on a virtual node the selector matches.
+- `runtimeClassName: liqo` means Remote whatever the namespace's strategy.
+The pod's own required node affinity is kept: each of its terms is ANDed with each of ours.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from runtime.api import NodeSelector, PodOffloadingStrategy, names
+
+VIRTUAL = {"key": names.TYPE_LABEL, "operator": "In", "values": [names.VIRTUAL_NODE_TYPE]}
+PHYSICAL = {"key": names.TYPE_LABEL, "operator": "DoesNotExist"}
+TOLERATION = {
+    "key": names.VIRTUAL_NODE_TAINT_KEY,
+    "operator": "Equal",
+    "value": names.VIRTUAL_NODE_TAINT_VALUE,
+    "effect": names.VIRTUAL_NODE_TAINT_EFFECT,
+}
+
+
+def effective_strategy(pod: dict[str, Any], strategy: PodOffloadingStrategy) -> PodOffloadingStrategy:
+    if (pod.get("spec") or {}).get("runtimeClassName") == names.RUNTIME_CLASS_NAME:
+        return PodOffloadingStrategy.REMOTE
+    return strategy
+
+
+def _virtual_terms(selector: NodeSelector) -> list[list[dict[str, Any]]]:
+    """Virtual nodes the selector allows, one list of ANDed requirements per ORed term."""
+    if not selector.node_selector_terms:
+        return [[VIRTUAL]]
+    return [
+        [VIRTUAL, *[r.to_wire() for r in term.match_expressions or []]]
+        for term in selector.node_selector_terms
+        if term.match_expressions
+    ] or [[VIRTUAL, {"key": names.TYPE_LABEL, "operator": "NotIn", "values": [names.VIRTUAL_NODE_TYPE]}]]
+
+
+def allowed_terms(strategy: PodOffloadingStrategy, selector: NodeSelector) -> list[list[dict[str, Any]]] | None:
+    """Node selector terms the pod must satisfy, or None when nothing needs adding."""
+    if strategy is PodOffloadingStrategy.LOCAL:
+        return None
+    if strategy is PodOffloadingStrategy.REMOTE:
+        return _virtual_terms(selector)
+    if not selector.node_selector_terms:
+        return None  # toleration alone: any node, physical or virtual
+    return [[PHYSICAL], *_virtual_terms(selector)]
+
+
+def mutate_pod(pod: dict[str, Any], strategy: PodOffloadingStrategy, selector: NodeSelector) -> dict[str, Any]:
+    """The pod with the constraints of its namespace's offloading added (the input is not changed)."""
+    mutated = copy.deepcopy(pod)
+    spec = mutated.setdefault("spec", {})
+    effective = effective_strategy(pod, strategy)
+    if effective is PodOffloadingStrategy.LOCAL:
+        return mutated
+    tolerations = spec.setdefault("tolerations", [])
+    if TOLERATION not in tolerations:
+        tolerations.append(dict(TOLERATION))
+    ours = allowed_terms(effective, selector)
+    if ours is None:
+        return mutated
+    required = (
+        spec.setdefault("affinity", {})
+        .setdefault("nodeAffinity", {})
+        .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    )
+    theirs = required.get("nodeSelectorTerms") or []
+    if theirs:
+        required["nodeSelectorTerms"] = [
+            {**term, "matchExpressions": [*(term.get("matchExpressions") or []), *extra]}
+            for term in theirs
+            for extra in ours
+        ]
+    else:
+        required["nodeSelectorTerms"] = [{"matchExpressions": extra} for extra in ours]
+    return mutated
