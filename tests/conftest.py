@@ -8,6 +8,7 @@ of the session (tests failed, interrupted or terminated) every cluster process i
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, foreign_clust
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 
 SESSION_LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=2)
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -69,6 +71,15 @@ def foreign(dev_env: DevEnvironment, foreign_ids: list[str]) -> dict[str, Client
 def pulumi_env(tmp_path_factory: pytest.TempPathFactory) -> PulumiEnvironment:
     """Offline Pulumi: a file backend of its own for the session, passphrase secrets, no downloads."""
     return PulumiEnvironment(state_dir=tmp_path_factory.mktemp("pulumi"), bin_dir=paths.bin_dir())
+
+
+@pytest.fixture(scope="session")
+def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The liqo-stack program copied out of the checkout, so stacks' Pulumi.<stack>.yaml never land in it."""
+    project = tmp_path_factory.mktemp("project")
+    for name in ("Pulumi.yaml", "__main__.py"):
+        shutil.copy(REPO / name, project / name)
+    return project
 
 
 @pytest.fixture

@@ -6,10 +6,12 @@ every Pulumi run here uses exactly the engine we built; nothing is fetched at ru
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pulumi import automation as auto
 
@@ -69,6 +71,14 @@ class PulumiEnvironment:
         return auto.create_or_select_stack(
             stack_name=stack, project_name=project, program=program, opts=self.workspace_options()
         )
+
+    @staticmethod
+    def set_liqo_config(stack: auto.Stack, config: dict[str, Any]) -> None:
+        """Make the stack's `liqo:` config exactly `config` (keys as in Pulumi.<stack>.yaml, without `liqo:`)."""
+        for key in stack.get_all_config():
+            if key.startswith("liqo:") and key.split(":", 1)[1] not in config:
+                stack.remove_config(key)
+        stack.set_all_config({f"liqo:{key}": auto.ConfigValue(json.dumps(value)) for key, value in config.items()})
 
     def stack_for_directory(self, work_dir: Path, stack: str) -> auto.Stack:
         """A stack of the Pulumi project in `work_dir` (Pulumi.yaml + __main__.py), run by the CLI."""

@@ -8,7 +8,6 @@ removing the twins; and a controller killed mid-offload converging after restart
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -28,8 +27,6 @@ from runtime.api import names
 from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
@@ -84,14 +81,9 @@ class Runtime:
 
 
 @pytest.fixture(scope="module")
-def installed(
-    dev_env: DevEnvironment, pulumi_env: PulumiEnvironment, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[auto.Stack]:
+def installed(dev_env: DevEnvironment, pulumi_env: PulumiEnvironment, project_dir: Path) -> Iterator[auto.Stack]:
     """The stack with foreign-1 in region europe and foreign-2 in us-west + staging."""
-    project = tmp_path_factory.mktemp("offloading-project")
-    for name in ("Pulumi.yaml", "__main__.py"):
-        shutil.copy(REPO / name, project / name)
-    stack = pulumi_env.stack_for_directory(project, "offloading")
+    stack = pulumi_env.stack_for_directory(project_dir, "offloading")
     config = {
         "home": {"clusterId": "home", "kubeconfigPath": str(dev_env.kubeconfig("home"))},
         "foreignClusters": [
@@ -107,7 +99,7 @@ def installed(
             },
         ],
     }
-    stack.set_all_config({f"liqo:{k}": auto.ConfigValue(json.dumps(v)) for k, v in config.items()})
+    pulumi_env.set_liqo_config(stack, config)
     stack.up(on_output=print)
     try:
         yield stack

@@ -7,8 +7,6 @@ seeds' system's format applies unchanged; destroy leaves nothing liqo-owned in a
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +28,6 @@ from runtime.api import names
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
-REPO = Path(__file__).resolve().parents[2]
 VirtualNodeResource = create_namespaced_resource(names.GROUP, names.VERSION, "VirtualNode", "virtualnodes")
 OffloadingResource = create_namespaced_resource(
     names.GROUP, names.VERSION, "NamespaceOffloading", "namespaceoffloadings"
@@ -75,22 +72,12 @@ def base_config(dev_env: DevEnvironment) -> dict[str, Any]:
     }
 
 
-def set_config(stack: auto.Stack, config: dict[str, Any]) -> None:
-    current = stack.get_all_config()
-    for key in current:
-        if key.startswith("liqo:") and key.split(":", 1)[1] not in config:
-            stack.remove_config(key)
-    stack.set_all_config({f"liqo:{key}": auto.ConfigValue(json.dumps(value)) for key, value in config.items()})
+set_config = PulumiEnvironment.set_liqo_config
 
 
 @pytest.fixture(scope="module")
-def stack(
-    dev_env: DevEnvironment, pulumi_env: PulumiEnvironment, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[auto.Stack]:
-    project = tmp_path_factory.mktemp("project")
-    for name in ("Pulumi.yaml", "__main__.py"):
-        shutil.copy(REPO / name, project / name)
-    created = pulumi_env.stack_for_directory(project, "e2e")
+def stack(dev_env: DevEnvironment, pulumi_env: PulumiEnvironment, project_dir: Path) -> Iterator[auto.Stack]:
+    created = pulumi_env.stack_for_directory(project_dir, "e2e")
     set_config(created, base_config(dev_env))
     try:
         yield created
