@@ -1,1 +1,2 @@
-"""Admission logic: pod mutation per offloading strategy (the TLS server that serves it comes next)."""
+"""Admission logic: pod mutation per offloading strategy and NamespaceOffloading validation (pure
+functions; the TLS server that serves them to the API server is not written yet)."""
