@@ -14,8 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -337,13 +336,3 @@ def _node_ready(node: Node) -> bool:
 def _quote(path: Path) -> str:
     text = str(path)
     return text if all(ch.isalnum() or ch in "/._-+" for ch in text) else "'" + text.replace("'", "'\\''") + "'"
-
-
-@contextmanager
-def running(layout: ClusterLayout, env: DevEnvironment, progress: Progress = print) -> Iterator[DevEnvironment]:
-    """Clusters up for the duration of the block, torn down afterwards whatever happens."""
-    try:
-        env.up(layout, progress)
-        yield env
-    finally:
-        env.down(progress)
