@@ -209,6 +209,8 @@ class RuntimeMode(StrEnum):
 class RuntimeConfig(ConfigModel):
     mode: RuntimeMode = RuntimeMode.EXTERNAL
     image: str = Field(default="ghcr.io/liqo-stack/runtime:0.1.0", min_length=1)
+    # external mode: the API server calls the webhooks at https://127.0.0.1:<webhookPort>
+    webhook_port: int = Field(default=9443, ge=1, le=65535, strict=True)
 
 
 class StackConfig(ConfigModel):

@@ -161,6 +161,91 @@ def namespace_offloading(ns: str, spec: NamespaceOffloadingSpec) -> Manifest:
     return obj.to_wire()
 
 
+# -- Admission webhooks (served by the controller-manager, which also fills in their caBundle) ---
+WEBHOOK_CONTAINER_PORT = 9443
+
+
+def webhook_client(path: str, *, url_port: int | None) -> Manifest:
+    """A loopback URL in external mode (`url_port` given), else the controller-manager's Service."""
+    if url_port is not None:
+        return {"url": f"https://127.0.0.1:{url_port}{path}"}
+    service = {"name": names.WEBHOOK_SERVICE, "namespace": names.LIQO_NAMESPACE, "port": 443, "path": path}
+    return {"service": service}
+
+
+def pod_mutating_webhook(url_port: int | None) -> Manifest:
+    """Pods of namespaces labelled liqo.io/scheduling-enabled=true: rejected until the offloading is
+    ready, then constrained per strategy (seed 003). Fail closed: without the webhook a pod would
+    ignore its namespace's strategy."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": names.POD_MUTATING_WEBHOOK_CONFIGURATION, "labels": _labels("webhooks")},
+        "webhooks": [
+            {
+                "name": names.POD_MUTATING_WEBHOOK,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+                "reinvocationPolicy": "Never",
+                "namespaceSelector": {"matchLabels": {names.SCHEDULING_ENABLED_LABEL: "true"}},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "clientConfig": webhook_client(names.POD_MUTATION_PATH, url_port=url_port),
+            }
+        ],
+    }
+
+
+def offloading_validating_webhook(url_port: int | None) -> Manifest:
+    """NamespaceOffloading rules (seed 003). Fail open: `pulumi up` may create offloadings before the
+    controller-manager runs, and the controller only ever acts on the twin it recorded."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": names.OFFLOADING_VALIDATING_WEBHOOK_CONFIGURATION, "labels": _labels("webhooks")},
+        "webhooks": [
+            {
+                "name": names.OFFLOADING_VALIDATING_WEBHOOK,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": 10,
+                "rules": [
+                    {
+                        "apiGroups": [names.GROUP],
+                        "apiVersions": [names.VERSION],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["namespaceoffloadings"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "clientConfig": webhook_client(names.OFFLOADING_VALIDATION_PATH, url_port=url_port),
+            }
+        ],
+    }
+
+
+def webhook_service(selector_name: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": names.WEBHOOK_SERVICE, "namespace": names.LIQO_NAMESPACE, "labels": _labels("webhooks")},
+        "spec": {
+            "selector": {"app.kubernetes.io/name": selector_name},
+            "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_CONTAINER_PORT}],
+        },
+    }
+
+
 # -- RBAC rules: the least each identity needs ------------------------------------------------
 _GROUP = names.GROUP
 
@@ -180,6 +265,11 @@ CONTROLLER_MANAGER_RULES: list[Manifest] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
 ]
 
 VIRTUAL_KUBELET_RULES: list[Manifest] = [

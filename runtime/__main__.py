@@ -16,8 +16,10 @@ from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
 
-from runtime.controllers import NamespaceMapController, NamespaceOffloadingController
+from runtime.api import names
+from runtime.controllers import CaBundleController, NamespaceMapController, NamespaceOffloadingController
 from runtime.kube import EngineMetrics, ProbeServer
+from runtime.webhooks import WebhookServer, issue_certificate
 
 
 def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
@@ -40,6 +42,27 @@ async def serve(main: Coroutine[Any, Any, None], probes: ProbeServer) -> None:
         probes.stop()
 
 
+async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
+    """The NamespaceOffloading controller and the admission webhooks, which read its informer."""
+    offloading = NamespaceOffloadingController(home, args.home_cluster_id)
+    service = f"{names.WEBHOOK_SERVICE}.{names.LIQO_NAMESPACE}.svc"
+    certificate = issue_certificate([args.webhook_address, "127.0.0.1", "localhost", service])
+    ca_bundle = CaBundleController(home, certificate.ca_pem)
+    webhooks = WebhookServer(
+        lambda namespace: offloading.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}"),
+        args.webhook_address,
+        args.webhook_port,
+        certificate.ssl_context(),
+    )
+    probes.add_readiness("informers synced", offloading.offloadings.synced.is_set)
+    probes.add_readiness("webhook CA in the webhook configurations", ca_bundle.synced)
+    await webhooks.start()
+    try:
+        await asyncio.gather(offloading.run(), ca_bundle.run())
+    finally:
+        await webhooks.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__)
     parser.add_argument("--probe-address", default="127.0.0.1", help="where /healthz, /readyz, /metrics listen")
@@ -49,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     manager = commands.add_parser("controller-manager", help="home side: NamespaceOffloading")
     manager.add_argument("--kubeconfig", help="of the home cluster (default: in-cluster service account)")
     manager.add_argument("--home-cluster-id", required=True)
+    manager.add_argument("--webhook-address", default="127.0.0.1", help="where the admission webhooks listen")
+    manager.add_argument("--webhook-port", type=int, default=9443)
     agent = commands.add_parser("foreign-agent", help="foreign side: NamespaceMap")
     agent.add_argument("--kubeconfig", help="of this foreign cluster (default: in-cluster service account)")
     agent.add_argument("--cluster-id", required=True)
@@ -59,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     probes = ProbeServer(metrics, args.probe_address, args.probe_port)
     if args.command == "controller-manager":
         home = client_from(args.kubeconfig, "liqo-controller-manager")
-        offloading = NamespaceOffloadingController(home, args.home_cluster_id)
-        probes.add_readiness("informers synced", offloading.offloadings.synced.is_set)
-        asyncio.run(serve(offloading.run(), probes))
+        asyncio.run(serve(controller_manager(home, args, probes), probes))
     else:
         client = client_from(args.kubeconfig, "liqo-foreign-agent")
         maps = NamespaceMapController(client, args.cluster_id)

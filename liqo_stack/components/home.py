@@ -7,7 +7,7 @@ import pulumi
 from liqo_stack import manifests
 from liqo_stack.components._controller import deploy_controller
 from liqo_stack.components.cluster import Cluster
-from liqo_stack.config import RuntimeConfig
+from liqo_stack.config import RuntimeConfig, RuntimeMode
 from liqo_stack.resources.kube_object import KubeObject
 from runtime.api import home_crd_manifests, names
 
@@ -16,6 +16,7 @@ class HomeControlPlane(pulumi.ComponentResource):
     namespace: KubeObject
     crds: list[KubeObject]
     controller_manager: KubeObject
+    webhooks: list[KubeObject]
 
     def __init__(self, name: str, home: Cluster, runtime: RuntimeConfig, opts: pulumi.ResourceOptions | None = None):
         super().__init__("liqo-stack:index:HomeControlPlane", name, None, opts)
@@ -31,8 +32,23 @@ class HomeControlPlane(pulumi.ComponentResource):
             name=names.CONTROLLER_MANAGER,
             component="controller-manager",
             rules=manifests.CONTROLLER_MANAGER_RULES,
-            args=["controller-manager", f"--home-cluster-id={home.cluster_id}"],
+            args=[
+                "controller-manager",
+                f"--home-cluster-id={home.cluster_id}",
+                "--webhook-address=0.0.0.0",
+                f"--webhook-port={manifests.WEBHOOK_CONTAINER_PORT}",
+            ],
             runtime=runtime,
             depends_on=[self.namespace, *self.crds],
         )
+        after_manager = pulumi.ResourceOptions(parent=self, depends_on=[self.controller_manager])
+        url_port = runtime.webhook_port if runtime.mode is RuntimeMode.EXTERNAL else None
+        self.webhooks = [
+            home.object("pod-mutating-webhook", manifests.pod_mutating_webhook(url_port), after_manager),
+            home.object(
+                "offloading-validating-webhook", manifests.offloading_validating_webhook(url_port), after_manager
+            ),
+        ]
+        if runtime.mode is RuntimeMode.CLUSTER:
+            home.object("webhook-service", manifests.webhook_service(names.CONTROLLER_MANAGER), after_manager)
         self.register_outputs({})

@@ -42,6 +42,8 @@ class NamespaceOffloadings(pulumi.ComponentResource):
             home.object(
                 f"offloading-{ns.name}",
                 manifests.namespace_offloading(ns.name, offloading_spec(ns)),
-                pulumi.ResourceOptions(parent=self, depends_on=[namespace, *home_plane.crds, *handlers]),
+                pulumi.ResourceOptions(
+                    parent=self, depends_on=[namespace, *home_plane.crds, *home_plane.webhooks, *handlers]
+                ),
             )
         self.register_outputs({})

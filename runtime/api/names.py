@@ -51,6 +51,14 @@ LIQO_NAMESPACE: Final = "liqo"
 CONTROLLER_MANAGER: Final = "liqo-controller-manager"
 FOREIGN_AGENT: Final = "liqo-foreign-agent"
 VIRTUAL_KUBELET_PREFIX: Final = "liqo-virtual-kubelet"
+# Admission: the configurations (whose caBundle the controller-manager keeps) and their webhooks
+POD_MUTATING_WEBHOOK_CONFIGURATION: Final = "liqo-pod-mutation"
+OFFLOADING_VALIDATING_WEBHOOK_CONFIGURATION: Final = "liqo-namespaceoffloading-validation"
+POD_MUTATING_WEBHOOK: Final = "pod.mutate.offloading.liqo.io"
+OFFLOADING_VALIDATING_WEBHOOK: Final = "namespaceoffloading.validate.offloading.liqo.io"
+POD_MUTATION_PATH: Final = "/mutate/pod"
+OFFLOADING_VALIDATION_PATH: Final = "/validate/namespaceoffloading"
+WEBHOOK_SERVICE: Final = "liqo-webhooks"  # cluster mode: the Service in front of the controller-manager
 
 
 def tenant_namespace(home_cluster_id: str) -> str:

@@ -1,6 +1,7 @@
-"""The controllers: NamespaceOffloading (home), NamespaceMap (foreign agent)."""
+"""The controllers: NamespaceOffloading and the webhooks' CA bundle (home), NamespaceMap (foreign agent)."""
 
 from runtime.controllers.namespacemap import NamespaceMapController
 from runtime.controllers.namespaceoffloading import NamespaceOffloadingController, phase_of
+from runtime.controllers.webhookconfig import CaBundleController
 
-__all__ = ["NamespaceMapController", "NamespaceOffloadingController", "phase_of"]
+__all__ = ["CaBundleController", "NamespaceMapController", "NamespaceOffloadingController", "phase_of"]

@@ -123,7 +123,9 @@ class NamespaceOffloadingController:
         meta = obj.metadata
         spec = NamespaceOffloadingSpec.model_validate(obj.get("spec") or {})
         clusters = self._clusters()
-        twin = twin_namespace_name(
+        # The twin first recorded stays: the mapping is immutable (seed 003), and a change that slipped
+        # past the webhook (down at the time) must not move the twins and lose what they hold.
+        twin = (obj.get("status") or {}).get("remoteNamespaceName") or twin_namespace_name(
             namespace, spec.namespace_mapping_strategy, self.home_cluster_id, spec.remote_namespace_name
         )
         terminating = meta.deletionTimestamp is not None

@@ -1,2 +1,19 @@
-"""Admission logic: pod mutation per offloading strategy and NamespaceOffloading validation (pure
-functions; the TLS server that serves them to the API server is not written yet)."""
+"""Admission webhooks: pod mutation per offloading strategy and NamespaceOffloading validation,
+served over TLS by the controller-manager."""
+
+from runtime.webhooks.certificates import ServingCertificate
+from runtime.webhooks.certificates import issue as issue_certificate
+from runtime.webhooks.podmutation import mutate_pod, not_ready_reason
+from runtime.webhooks.serving import WebhookServer, admit_offloading, admit_pod
+from runtime.webhooks.validation import validate_offloading
+
+__all__ = [
+    "ServingCertificate",
+    "WebhookServer",
+    "admit_offloading",
+    "admit_pod",
+    "issue_certificate",
+    "mutate_pod",
+    "not_ready_reason",
+    "validate_offloading",
+]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from runtime.api import NodeSelector, PodOffloadingStrategy, names
+from runtime.api import NodeSelector, OffloadingPhase, PodOffloadingStrategy, names
 
 VIRTUAL = {"key": names.TYPE_LABEL, "operator": "In", "values": [names.VIRTUAL_NODE_TYPE]}
 PHYSICAL = {"key": names.TYPE_LABEL, "operator": "DoesNotExist"}
@@ -81,3 +81,22 @@ def mutate_pod(pod: dict[str, Any], strategy: PodOffloadingStrategy, selector: N
     else:
         required["nodeSelectorTerms"] = [{"matchExpressions": extra} for extra in ours]
     return mutated
+
+
+def not_ready_reason(namespace: str, offloading: Any | None) -> str | None:
+    """Why a pod of a `liqo.io/scheduling-enabled=true` namespace can't be admitted yet (seed 003:
+    pod creations are rejected until pod offloading is possible); None when it can."""
+    if offloading is None:
+        return (
+            f"namespace {namespace} is labelled {names.SCHEDULING_ENABLED_LABEL}=true but has no "
+            f"NamespaceOffloading yet: offload it (liqo-stack offload namespace {namespace}); "
+            "controllers retry the pod by themselves"
+        )
+    meta = offloading.get("metadata") or {}
+    status = offloading.get("status") or {}
+    phase = status.get("offloadingPhase")
+    if meta.get("deletionTimestamp"):
+        return f"namespace {namespace} is being unoffloaded; create the pod again once that is done"
+    if status.get("observedGeneration") != meta.get("generation") or phase in (None, OffloadingPhase.IN_PROGRESS):
+        return f"the offloading of namespace {namespace} is not ready yet (phase {phase or 'pending'}); retry shortly"
+    return None

@@ -8,173 +8,20 @@ removing the twins; and a controller killed mid-offload converging after restart
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace
-from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
-from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource
+from runtime.kube.resources import NamespaceMapResource
+from tests.e2e.harness import Runtime, exists, offload, twin_gone, unoffload, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} not met after {timeout:.0f}s")
-
-
-class Runtime:
-    """The controller-manager and one foreign agent per foreign cluster, as local processes."""
-
-    def __init__(self, dev_env: DevEnvironment, foreign_ids: list[str], logs: Path) -> None:
-        self.dev_env = dev_env
-        self.foreign_ids = foreign_ids
-        self.logs = logs
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, which: str) -> None:
-        if which == "controller-manager":
-            args = [
-                "controller-manager",
-                "--kubeconfig",
-                str(self.dev_env.kubeconfig("home")),
-                "--home-cluster-id",
-                "home",
-            ]
-        else:
-            args = ["foreign-agent", "--kubeconfig", str(self.dev_env.kubeconfig(which)), "--cluster-id", which]
-        log = (self.logs / f"{which}.log").open("ab")
-        self.processes[which] = subprocess.Popen([sys.executable, "-m", "runtime", *args], stdout=log, stderr=log)
-
-    def start_all(self) -> None:
-        self.start("controller-manager")
-        for cluster_id in self.foreign_ids:
-            self.start(cluster_id)
-
-    def kill(self, which: str) -> None:
-        process = self.processes.pop(which)
-        process.kill()
-        process.wait()
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            process.terminate()
-        for process in self.processes.values():
-            process.wait(timeout=20)
-        self.processes.clear()
-
-
-@pytest.fixture(scope="module")
-def installed(dev_env: DevEnvironment, pulumi_env: PulumiEnvironment, project_dir: Path) -> Iterator[auto.Stack]:
-    """The stack with foreign-1 in region europe and foreign-2 in us-west + staging."""
-    stack = pulumi_env.stack_for_directory(project_dir, "offloading")
-    config = {
-        "home": {"clusterId": "home", "kubeconfigPath": str(dev_env.kubeconfig("home"))},
-        "foreignClusters": [
-            {
-                "clusterId": "foreign-1",
-                "kubeconfigPath": str(dev_env.kubeconfig("foreign-1")),
-                "labels": {"region": "europe"},
-            },
-            {
-                "clusterId": "foreign-2",
-                "kubeconfigPath": str(dev_env.kubeconfig("foreign-2")),
-                "labels": {"region": "us-west", "staging": "true"},
-            },
-        ],
-    }
-    pulumi_env.set_liqo_config(stack, config)
-    stack.up(on_output=print)
-    try:
-        yield stack
-    finally:
-        stack.destroy(on_output=print)
-        stack.workspace.remove_stack("offloading")
-
-
-@pytest.fixture(scope="module")
-def runtime(
-    installed: auto.Stack, dev_env: DevEnvironment, foreign_ids: list[str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Runtime]:
-    running = Runtime(dev_env, foreign_ids, tmp_path_factory.mktemp("runtime-logs"))
-    running.start_all()
-    try:
-        yield running
-    finally:
-        # unoffload what the tests offloaded while the controllers still run (they hold finalizers)
-        home = dev_env.client("home")
-        for offloading in home.list(NamespaceOffloadingResource, namespace="*"):
-            home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
-        wait_until(lambda: not list(home.list(NamespaceOffloadingResource, namespace="*")), 60, "all unoffloaded")
-        running.stop_all()
-
-
-def offload(home: Client, namespace: str, spec: dict[str, Any]) -> None:
-    home.create(Namespace(metadata=ObjectMeta(name=namespace)))
-    home.create(
-        NamespaceOffloadingResource.from_dict(
-            {"metadata": {"name": names.NAMESPACE_OFFLOADING_NAME, "namespace": namespace}, "spec": spec}
-        )
-    )
-
-
-def status_of(home: Client, namespace: str) -> dict[str, Any]:
-    found = home.get(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace=namespace)
-    return dict(found.get("status") or {})
-
-
-def wait_phase(home: Client, namespace: str, phase: str, timeout: float = 40) -> dict[str, Any]:
-    return dict(
-        wait_until(
-            lambda: (s := status_of(home, namespace)).get("offloadingPhase") == phase and s,
-            timeout,
-            f"{namespace} offloadingPhase {phase} (now {status_of(home, namespace).get('offloadingPhase')})",
-        )
-    )
-
-
-def exists(client: Client, namespace: str) -> bool:
-    try:
-        found = client.get(Namespace, namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return False
-        raise
-    return found.metadata is None or found.metadata.deletionTimestamp is None
-
-
-def twin_gone(client: Client, namespace: str) -> Callable[[], bool]:
-    return lambda: not exists(client, namespace)
-
-
-def unoffload(home: Client, namespace: str) -> None:
-    home.delete(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace=namespace)
-    wait_until(
-        lambda: (
-            not any(
-                o.metadata.name == names.NAMESPACE_OFFLOADING_NAME
-                for o in home.list(NamespaceOffloadingResource, namespace=namespace)
-            )
-        ),
-        60,
-        f"{namespace} unoffloaded",
-    )
 
 
 def test_default_name_twins_in_every_cluster(runtime: Runtime, home: Client, foreign: dict[str, Client]) -> None:

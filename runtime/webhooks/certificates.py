@@ -1,0 +1,89 @@
+"""The webhooks' TLS identity: a self-signed CA and a serving certificate signed by it.
+
+The controller-manager makes a fresh pair at start and hands the CA to the API server through the
+webhook configurations' caBundle (see runtime/controllers/webhookconfig.py), so no key material
+ever sits in the stack's state.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import ssl
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+VALIDITY = datetime.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class ServingCertificate:
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        # ssl loads a chain only from files; they live just long enough to be read
+        with tempfile.TemporaryDirectory() as folder:
+            cert, key = Path(folder, "tls.crt"), Path(folder, "tls.key")
+            cert.write_bytes(self.cert_pem + self.ca_pem)
+            key.write_bytes(self.key_pem)
+            key.chmod(0o600)
+            context.load_cert_chain(cert, key)
+        return context
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def issue(hosts: list[str]) -> ServingCertificate:
+    """A CA and a certificate for `hosts` (IP addresses or DNS names)."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("liqo-webhook-ca")
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    alt_names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            alt_names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            alt_names.append(x509.DNSName(host))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(hosts[0]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return ServingCertificate(
+        ca_pem=ca.public_bytes(serialization.Encoding.PEM),
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        key_pem=key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )

@@ -1,0 +1,110 @@
+"""The admission webhooks over HTTPS: AdmissionReview in, allowed/denied/JSONPatch out.
+
+- POST /mutate/pod: pods created in namespaces labelled `liqo.io/scheduling-enabled=true`; rejected
+  until the namespace's offloading is ready, else constrained per its pod offloading strategy.
+- POST /validate/namespaceoffloading: the seed-003 rules of runtime/webhooks/validation.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from runtime.api import NamespaceOffloadingSpec, names
+from runtime.webhooks.podmutation import mutate_pod, not_ready_reason
+from runtime.webhooks.validation import validate_offloading
+
+log = logging.getLogger(__name__)
+
+# The namespace's NamespaceOffloading as a dict (from the controller's informer), or None.
+OffloadingLookup = Callable[[str], Any | None]
+
+
+JsonPatch = list[dict[str, Any]]
+
+
+def review_response(uid: str, *, message: str | None = None, patch: JsonPatch | None = None) -> dict[str, Any]:
+    """An AdmissionReview answer: allowed unless `message` is given; `patch` is a JSONPatch."""
+    response: dict[str, Any] = {"uid": uid, "allowed": message is None}
+    if message is not None:
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": message}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def spec_patch(before: dict[str, Any], after: dict[str, Any]) -> JsonPatch:
+    """JSONPatch ops turning `before`'s spec into `after`'s, one `add` per changed top-level field
+    (`add` on an existing member replaces it)."""
+    old, new = before.get("spec") or {}, after.get("spec") or {}
+    return [
+        {"op": "add", "path": f"/spec/{field.replace('~', '~0').replace('/', '~1')}", "value": value}
+        for field, value in new.items()
+        if old.get(field) != value
+    ]
+
+
+def admit_pod(request: dict[str, Any], offloading_of: OffloadingLookup) -> dict[str, Any]:
+    uid, namespace, pod = request["uid"], request["namespace"], request["object"]
+    offloading = offloading_of(namespace)
+    problem = not_ready_reason(namespace, offloading)
+    if problem is not None:
+        return review_response(uid, message=problem)
+    assert offloading is not None  # not_ready_reason says why when it is None
+    spec = NamespaceOffloadingSpec.model_validate(offloading.get("spec") or {})
+    mutated = mutate_pod(pod, spec.pod_offloading_strategy, spec.cluster_selector)
+    return review_response(uid, patch=spec_patch(pod, mutated))
+
+
+def admit_offloading(request: dict[str, Any]) -> dict[str, Any]:
+    if request.get("operation") == "DELETE":
+        return review_response(request["uid"])
+    problems = validate_offloading(request["object"], request.get("oldObject"))
+    return review_response(request["uid"], message="; ".join(problems) if problems else None)
+
+
+class WebhookServer:
+    def __init__(self, offloading_of: OffloadingLookup, host: str, port: int, tls: ssl.SSLContext) -> None:
+        self.offloading_of = offloading_of
+        self.host, self.port, self.tls = host, port, tls
+        self.app = web.Application()
+        self.app.add_routes([web.post(names.POD_MUTATION_PATH, self._mutate_pod)])
+        self.app.add_routes([web.post(names.OFFLOADING_VALIDATION_PATH, self._validate)])
+        self._runner: web.AppRunner | None = None
+
+    async def _review(self, request: web.Request, decide: Callable[[dict[str, Any]], dict[str, Any]]) -> web.Response:
+        try:
+            review = await request.json()
+            admission = review["request"]
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "expected an AdmissionReview with a request"}, status=400)
+        try:
+            answer = decide(admission)
+        except Exception as err:  # a bug must deny with a message, never crash the server
+            log.exception("webhook %s failed", request.path)
+            answer = review_response(admission.get("uid", ""), message=f"liqo webhook error: {err}")
+        return web.json_response(answer)
+
+    async def _mutate_pod(self, request: web.Request) -> web.Response:
+        return await self._review(request, lambda admission: admit_pod(admission, self.offloading_of))
+
+    async def _validate(self, request: web.Request) -> web.Response:
+        return await self._review(request, admit_offloading)
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.tls)
+        await site.start()
+        log.info("webhooks on https://%s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

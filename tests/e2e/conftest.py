@@ -1,0 +1,71 @@
+"""The stack installed once per session on the dev clusters, and the runtime running against it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pulumi import automation as auto
+
+from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from runtime.kube.resources import NamespaceOffloadingResource
+from tests.e2e.harness import Runtime, free_port, wait_until
+
+
+@pytest.fixture(scope="session")
+def webhook_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def installed(
+    dev_env: DevEnvironment, pulumi_env: PulumiEnvironment, project_dir: Path, webhook_port: int
+) -> Iterator[auto.Stack]:
+    """The stack with foreign-1 in region europe and foreign-2 in us-west + staging."""
+    stack = pulumi_env.stack_for_directory(project_dir, "offloading")
+    config = {
+        "home": {"clusterId": "home", "kubeconfigPath": str(dev_env.kubeconfig("home"))},
+        "foreignClusters": [
+            {
+                "clusterId": "foreign-1",
+                "kubeconfigPath": str(dev_env.kubeconfig("foreign-1")),
+                "labels": {"region": "europe"},
+            },
+            {
+                "clusterId": "foreign-2",
+                "kubeconfigPath": str(dev_env.kubeconfig("foreign-2")),
+                "labels": {"region": "us-west", "staging": "true"},
+            },
+        ],
+        "runtime": {"mode": "external", "webhookPort": webhook_port},
+    }
+    pulumi_env.set_liqo_config(stack, config)
+    stack.up(on_output=print)
+    try:
+        yield stack
+    finally:
+        stack.destroy(on_output=print)
+        stack.workspace.remove_stack("offloading")
+
+
+@pytest.fixture(scope="session")
+def runtime(
+    installed: auto.Stack,
+    dev_env: DevEnvironment,
+    foreign_ids: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+    webhook_port: int,
+) -> Iterator[Runtime]:
+    running = Runtime(dev_env, foreign_ids, tmp_path_factory.mktemp("runtime-logs"), webhook_port)
+    running.start_all()
+    try:
+        yield running
+    finally:
+        # unoffload what the tests offloaded while the controllers still run (they hold finalizers)
+        home = dev_env.client("home")
+        for offloading in home.list(NamespaceOffloadingResource, namespace="*"):
+            home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
+        wait_until(lambda: not list(home.list(NamespaceOffloadingResource, namespace="*")), 60, "all unoffloaded")
+        running.stop_all()

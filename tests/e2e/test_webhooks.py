@@ -1,0 +1,92 @@
+"""The admission webhooks through the real API server (TLS, the CA the controller-manager wrote).
+
+Seed 003: pods of an offloaded namespace get their strategy's constraints (the same table the unit
+tests check, now read back from the pods the API server stored); pod creation is rejected until the
+offloading is ready; the namespace mapping strategy can't change once set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.types import PatchType
+
+from runtime.api import names, parse_selector
+from runtime.kube.resources import NamespaceOffloadingResource
+from tests.e2e.harness import Runtime, offload, status_of, wait_phase, wait_until
+from tests.placement import EXPECTED, SELECTORS, schedulable
+
+pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+
+
+def create_pod(home: Client, namespace: str, name: str, runtime_class: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "nginx"}]}
+    if runtime_class:
+        spec["runtimeClassName"] = names.RUNTIME_CLASS_NAME
+    created = home.create(cast(Pod, Pod.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": spec})))
+    return dict(created.to_dict())
+
+
+def offloaded(home: Client, namespace: str) -> bool:
+    return status_of(home, namespace).get("offloadingPhase") in ("Ready", "NoClusterSelected")
+
+
+def rejection(error: ApiError) -> str:
+    return str(error.status.message)
+
+
+def test_pods_get_their_strategys_constraints(runtime: Runtime, home: Client) -> None:
+    for strategy in ("LocalAndRemote", "Local", "Remote"):
+        for selector, expressions in SELECTORS.items():
+            namespace = f"wh-{strategy.lower()}-{selector}"
+            cluster_selector = parse_selector(expressions).to_wire()
+            offload(home, namespace, {"podOffloadingStrategy": strategy, "clusterSelector": cluster_selector})
+            wait_until(lambda: offloaded(home, namespace), 40, f"{namespace} offloaded")  # noqa: B023
+            for runtime_class in (False, True):
+                pod = create_pod(home, namespace, f"runtime-class-{str(runtime_class).lower()}", runtime_class)
+                where = (strategy, runtime_class, selector)
+                assert schedulable(pod) == EXPECTED[where], where
+
+
+def test_pods_are_rejected_until_the_offloading_is_ready(runtime: Runtime, home: Client) -> None:
+    labels = {names.SCHEDULING_ENABLED_LABEL: "true"}
+    home.create(Namespace(metadata=ObjectMeta(name="early", labels=labels)))
+    with pytest.raises(ApiError) as rejected:
+        create_pod(home, "early", "too-soon")
+    assert "has no NamespaceOffloading yet" in rejection(rejected.value)
+    home.create(
+        NamespaceOffloadingResource.from_dict(
+            {"metadata": {"name": names.NAMESPACE_OFFLOADING_NAME, "namespace": "early"}, "spec": {}}
+        )
+    )
+    wait_phase(home, "early", "Ready")
+    assert schedulable(create_pod(home, "early", "in-time")) == {"physical", "foreign-1", "foreign-2"}
+
+
+def test_the_mapping_strategy_is_immutable(runtime: Runtime, home: Client) -> None:
+    offload(home, "settled", {"namespaceMappingStrategy": "DefaultName"})
+    wait_phase(home, "settled", "Ready")
+    change = {"spec": {"namespaceMappingStrategy": "EnforceSameName"}}
+    with pytest.raises(ApiError) as rejected:
+        home.patch(
+            NamespaceOffloadingResource,
+            names.NAMESPACE_OFFLOADING_NAME,
+            change,
+            namespace="settled",
+            patch_type=PatchType.MERGE,
+        )
+    assert "spec.namespaceMappingStrategy is immutable (DefaultName)" in rejection(rejected.value)
+    stored = home.get(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace="settled")
+    assert stored["spec"]["namespaceMappingStrategy"] == "DefaultName"
+
+
+def test_selected_name_needs_a_remote_name(runtime: Runtime, home: Client) -> None:
+    with pytest.raises(ApiError) as rejected:
+        offload(home, "unnamed", {"namespaceMappingStrategy": "SelectedName"})
+    assert "spec.remoteNamespaceName is required with namespaceMappingStrategy SelectedName" in (
+        rejection(rejected.value)
+    )

@@ -1,0 +1,61 @@
+"""AdmissionReview answers of the webhooks (the real API server round trip is in tests/e2e)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from runtime.api import names
+from runtime.webhooks import admit_offloading, admit_pod
+
+READY: dict[str, Any] = {
+    "metadata": {"name": "offloading", "namespace": "apps", "generation": 2},
+    "spec": {"podOffloadingStrategy": "Remote"},
+    "status": {"observedGeneration": 2, "offloadingPhase": "Ready"},
+}
+
+
+def request(obj: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"uid": "u-1", "namespace": "apps", "operation": "CREATE", "object": obj, **extra}
+
+
+def pod() -> dict[str, Any]:
+    return {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+
+
+def test_a_pod_gets_a_json_patch_of_the_changed_spec_fields() -> None:
+    answer = admit_pod(request(pod()), {"apps": READY}.get)["response"]
+    assert answer["uid"] == "u-1" and answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(answer["patch"]))
+    assert {op["path"] for op in ops} == {"/spec/tolerations", "/spec/affinity"}
+    assert all(op["op"] == "add" for op in ops)
+    toleration = ops[[op["path"] for op in ops].index("/spec/tolerations")]["value"]
+    assert toleration[0]["key"] == names.VIRTUAL_NODE_TAINT_KEY
+
+
+def test_a_pod_is_denied_while_the_offloading_is_missing_or_behind() -> None:
+    nothing: dict[str, Any] = {}
+    missing = admit_pod(request(pod()), nothing.get)["response"]
+    assert missing["allowed"] is False and missing["status"]["code"] == 403
+    assert "liqo-stack offload namespace apps" in missing["status"]["message"]
+    behind = {**READY, "metadata": {**READY["metadata"], "generation": 3}}
+    answer = admit_pod(request(pod()), {"apps": behind}.get)["response"]
+    assert answer["allowed"] is False and "not ready yet" in answer["status"]["message"]
+    leaving = {**READY, "metadata": {**READY["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert "being unoffloaded" in admit_pod(request(pod()), {"apps": leaving}.get)["response"]["status"]["message"]
+
+
+def test_local_strategy_allows_without_a_patch() -> None:
+    local = {**READY, "spec": {"podOffloadingStrategy": "Local"}}
+    answer = admit_pod(request(pod()), {"apps": local}.get)["response"]
+    assert answer == {"uid": "u-1", "allowed": True}
+
+
+def test_offloading_updates_are_checked_against_the_old_object_and_deletes_pass() -> None:
+    old = {"metadata": {"name": "offloading"}, "spec": {"namespaceMappingStrategy": "DefaultName"}}
+    new = {"metadata": {"name": "offloading"}, "spec": {"namespaceMappingStrategy": "EnforceSameName"}}
+    denied = admit_offloading(request(new, operation="UPDATE", oldObject=old))["response"]
+    assert denied["allowed"] is False and "namespaceMappingStrategy is immutable" in denied["status"]["message"]
+    assert admit_offloading(request(new, operation="DELETE", oldObject=old))["response"]["allowed"] is True
+    assert admit_offloading(request(old))["response"]["allowed"] is True
