@@ -69,6 +69,7 @@ class Informer:
         *,
         namespace: str | None = None,
         labels: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
         page_size: int = 500,
         watch_timeout_seconds: int = 300,
         retry_delay: float = 1.0,
@@ -79,6 +80,7 @@ class Informer:
         self.resource = resource
         self.namespace = namespace
         self.labels = labels
+        self.fields = fields
         self.page_size = page_size
         self.watch_timeout_seconds = watch_timeout_seconds
         self.retry_delay = retry_delay
@@ -105,7 +107,9 @@ class Informer:
 
     async def _list(self) -> None:
         namespace = (self.namespace or "*") if self._namespaced else None
-        items = self.client.list(self.resource, namespace=namespace, labels=self.labels, chunk_size=self.page_size)
+        items = self.client.list(
+            self.resource, namespace=namespace, labels=self.labels, fields=self.fields, chunk_size=self.page_size
+        )
         fresh = {object_key(obj): obj async for obj in items}
         try:
             self.resource_version = items.resourceVersion
@@ -128,6 +132,7 @@ class Informer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": self.watch_timeout_seconds,
             "labelSelector": build_selector(self.labels) if self.labels else None,
+            "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
         }
         namespace = (self.namespace or "*") if self._namespaced else None
         # lightkube's public watch() sends no allowWatchBookmarks; its request builder does.

@@ -1,4 +1,4 @@
-"""The stack installed once per session on the dev clusters, and the runtime running against it."""
+"""The stack installed on the dev clusters (once per test module), and the runtime running against it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def webhook_port() -> int:
     return free_port()
 
 
-@pytest.fixture(scope="session")
+# Module scope: test_stack.py installs and destroys its own stack on the same clusters.
+@pytest.fixture(scope="module")
 def installed(
     dev_env: DevEnvironment, pulumi_env: PulumiEnvironment, project_dir: Path, webhook_port: int
 ) -> Iterator[auto.Stack]:
@@ -50,7 +51,7 @@ def installed(
         stack.workspace.remove_stack("offloading")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def runtime(
     installed: auto.Stack,
     dev_env: DevEnvironment,

@@ -1,0 +1,125 @@
+"""Foreign agent, resources side: what this cluster offers each home cluster (seed 004).
+
+For every tenant namespace (one per home cluster) a ResourceAdvertisement holds the allocatable
+of the physical nodes (Ready and schedulable; virtual nodes never count) minus the requests of
+the pods running here that this home cluster did not offload, for every resource (cpu, memory,
+pods, GPUs, any extended resource). The home's virtual kubelet applies its sharing percentage.
+Written only when the figures change, so an idle cluster costs no writes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.operators import exists
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.types import PatchType
+from lightkube.utils.quantity import parse_quantity
+
+from runtime.api import names
+from runtime.kube import Informer, WorkQueue
+from runtime.kube.controlling import run_controller
+from runtime.kube.resources import ResourceAdvertisementResource
+
+ALL = "all"  # one key: any change recomputes every advertisement (coalesced by the queue)
+
+
+def _is_physical_and_ready(node: Any) -> bool:
+    labels = node.metadata.labels or {}
+    if labels.get(names.TYPE_LABEL) == names.VIRTUAL_NODE_TYPE or (node.spec and node.spec.unschedulable):
+        return False
+    conditions = (node.status.conditions if node.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def pod_requests(pod: Any) -> dict[str, Decimal]:
+    """What a pod holds on its node: the sum of its containers' requests, at least the largest
+    init container's (as the scheduler counts), and one `pods` slot."""
+    spec = pod.spec
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for container in spec.containers or []:
+        for resource, quantity in ((container.resources and container.resources.requests) or {}).items():
+            totals[resource] += parse_quantity(quantity) or Decimal(0)
+    for container in spec.initContainers or []:
+        for resource, quantity in ((container.resources and container.resources.requests) or {}).items():
+            totals[resource] = max(totals[resource], parse_quantity(quantity) or Decimal(0))
+    totals["pods"] += 1
+    return totals
+
+
+def available_for(home_id: str, nodes: list[Any], pods: list[Any]) -> dict[str, Decimal]:
+    physical = {n.metadata.name for n in nodes if _is_physical_and_ready(n)}
+    available: dict[str, Decimal] = defaultdict(Decimal)
+    for node in nodes:
+        if node.metadata.name in physical:
+            for resource, quantity in ((node.status and node.status.allocatable) or {}).items():
+                available[resource] += parse_quantity(quantity) or Decimal(0)
+    for pod in pods:
+        placed = pod.spec and pod.spec.nodeName in physical
+        finished = pod.status and pod.status.phase in ("Succeeded", "Failed")
+        offloaded_by_home = (pod.metadata.labels or {}).get(names.ORIGIN_LABEL) == home_id
+        if placed and not finished and not offloaded_by_home:
+            for resource, amount in pod_requests(pod).items():
+                if resource in available:
+                    available[resource] -= amount
+    return {resource: max(amount, Decimal(0)) for resource, amount in available.items()}
+
+
+def as_quantity(amount: Decimal) -> str:
+    if amount == amount.to_integral_value():
+        return str(int(amount))
+    return f"{int(amount * 1000)}m"
+
+
+class AdvertisementController:
+    def __init__(self, client: AsyncClient, cluster_id: str) -> None:
+        self.client = client
+        self.cluster_id = cluster_id
+        self.nodes = Informer(client, Node)
+        self.pods = Informer(client, Pod)
+        self.tenants = Informer(client, Namespace, labels={names.TENANT_HOME_LABEL: exists()})
+        self.advertisements = Informer(client, ResourceAdvertisementResource)
+        self.queue = WorkQueue(self._reconcile, workers=1, name="advertisement")
+        for informer in (self.nodes, self.pods, self.tenants, self.advertisements):
+            informer.add_handler(lambda _: self.queue.add(ALL))
+
+    async def run(self) -> None:
+        await run_controller([self.nodes, self.pods, self.tenants, self.advertisements], self.queue)
+
+    async def _reconcile(self, _: str) -> None:
+        nodes, pods = list(self.nodes.store.values()), list(self.pods.store.values())
+        for tenant in self.tenants.store.values():
+            home_id = tenant.metadata.labels[names.TENANT_HOME_LABEL]
+            if tenant.metadata.deletionTimestamp:
+                continue
+            resources = {r: as_quantity(a) for r, a in sorted(available_for(home_id, nodes, pods).items())}
+            await self._publish(tenant.metadata.name, resources)
+
+    async def _publish(self, namespace: str, resources: dict[str, str]) -> None:
+        current = self.advertisements.store.get(f"{namespace}/{self.cluster_id}")
+        if current is not None and (current.get("spec") or {}).get("resources") == resources:
+            return
+        body: dict[str, Any] = {"spec": {"clusterID": self.cluster_id, "resources": resources}}
+        if current is not None:
+            gone = set((current.get("spec") or {}).get("resources") or {}) - set(resources)
+            body["spec"]["resources"] = {**resources, **dict.fromkeys(gone)}  # null removes in a merge patch
+            await self.client.patch(
+                ResourceAdvertisementResource, self.cluster_id, body, namespace=namespace, patch_type=PatchType.MERGE
+            )
+            return
+        manifest = {
+            "metadata": {
+                "name": self.cluster_id,
+                "namespace": namespace,
+                "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
+            },
+            **body,
+        }
+        try:
+            await self.client.create(ResourceAdvertisementResource.from_dict(manifest))
+        except ApiError as err:
+            if err.status.code != 409:
+                raise

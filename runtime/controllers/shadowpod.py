@@ -1,0 +1,108 @@
+"""Foreign agent, pod side: keeps the pod a ShadowPod asks for, also while the home cluster is away.
+
+The pod is named after its ShadowPod, carries its labels and annotations, and is owned by it, so
+the garbage collector deletes the pod (with the pod's own grace period) when the home side deletes
+the ShadowPod. A pod that disappears is created again and the ShadowPod's status counts the
+recreation (the home pod shows it as restarts); a pod that Succeeded or Failed is never brought
+back. Everything the controller knows is in the ShadowPod's status, so a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.operators import exists
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
+from runtime.api import names
+from runtime.kube import Informer, WorkQueue
+from runtime.kube.controlling import run_controller
+from runtime.kube.resources import ShadowPodResource
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class ShadowPodController:
+    def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 4) -> None:
+        self.client = client
+        self.cluster_id = cluster_id
+        self.shadows = Informer(client, ShadowPodResource)
+        self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()})
+        self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
+        self.shadows.add_handler(lambda event: self.queue.add(event.key))
+        self.pods.add_handler(lambda event: self.queue.add(event.key))
+
+    async def run(self) -> None:
+        await run_controller([self.shadows, self.pods], self.queue)
+
+    async def reconcile(self, key: str) -> None:
+        shadow = self.shadows.store.get(key)
+        if shadow is None or shadow.metadata.deletionTimestamp:
+            return  # the garbage collector removes the pod it owned
+        status = dict(shadow.get("status") or {})
+        pod = self.pods.store.get(key)
+        if pod is None:
+            if status.get("phase") in TERMINAL_PHASES:
+                return  # finished: a completed or failed pod is never run again
+            await self._create_pod(shadow, status)
+            return
+        update: dict[str, Any] = {}
+        if status.get("podUID") != pod.metadata.uid:
+            update["podUID"] = pod.metadata.uid
+        phase = pod.status.phase if pod.status else None
+        if phase != status.get("phase") and (phase in TERMINAL_PHASES or status.get("phase") is None):
+            update["phase"] = phase  # recorded once it matters: terminal phases decide recreation
+        if update:
+            await self._patch_status(shadow, update)
+
+    async def _create_pod(self, shadow: Any, status: dict[str, Any]) -> None:
+        meta = shadow.metadata
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "labels": dict(meta.labels or {}),
+                "annotations": dict(meta.annotations or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": names.API_VERSION,
+                        "kind": "ShadowPod",
+                        "name": meta.name,
+                        "uid": meta.uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": shadow["spec"]["pod"],
+        }
+        try:
+            created = await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
+        except ApiError as err:
+            if err.status.code == 409:
+                return  # ours already, not yet in the informer: its event brings us back
+            raise
+        recreations = int(status.get("recreations") or 0) + (1 if status.get("podUID") else 0)
+        if status.get("podUID"):
+            log.info("recreated pod %s/%s (recreation %d)", meta.namespace, meta.name, recreations)
+        await self._patch_status(shadow, {"podUID": created.metadata.uid, "recreations": recreations, "phase": None})
+
+    async def _patch_status(self, shadow: Any, update: dict[str, Any]) -> None:
+        try:
+            await self.client.patch(
+                ShadowPodResource.Status,
+                shadow.metadata.name,
+                {"status": update},
+                namespace=shadow.metadata.namespace,
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
