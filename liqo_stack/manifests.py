@@ -292,7 +292,7 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
     {
         "apiGroups": ["coordination.k8s.io"],
         "resources": ["leases"],
-        "verbs": ["get", "list", "watch", "create", "update"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch"],
     },
 ]
 
@@ -352,7 +352,9 @@ HOME_IN_TWIN_NAMESPACE_RULES: list[Manifest] = [
         "resources": ["shadowpods"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
-    {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list", "watch"]},
+    # pods: read for status back; delete to pass the home pod's grace period on
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/exec", "pods/attach"], "verbs": ["create", "get"]},
     {
         "apiGroups": [""],

@@ -17,8 +17,16 @@ from typing import Any
 from lightkube import AsyncClient, KubeConfig
 
 from runtime.api import names
-from runtime.controllers import CaBundleController, NamespaceMapController, NamespaceOffloadingController
+from runtime.controllers import (
+    AdvertisementController,
+    CaBundleController,
+    NamespaceMapController,
+    NamespaceOffloadingController,
+    ShadowPodController,
+)
 from runtime.kube import EngineMetrics, ProbeServer
+from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_client
+from runtime.virtualkubelet.translation import CidrMapping
 from runtime.webhooks import WebhookServer, issue_certificate
 
 
@@ -63,6 +71,30 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
         await webhooks.stop()
 
 
+async def virtual_kubelet(
+    home: AsyncClient, args: argparse.Namespace, mapping: CidrMapping | None, probes: ProbeServer
+) -> None:
+    foreign = await foreign_client(home, args.foreign_cluster_id)
+    kubelet = VirtualKubelet(
+        home,
+        foreign,
+        home_cluster_id=args.home_cluster_id,
+        foreign_cluster_id=args.foreign_cluster_id,
+        pod_cidr_mapping=mapping,
+    )
+    probes.add_readiness("informers synced", kubelet.synced.is_set)
+    await kubelet.run()
+
+
+async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServer) -> None:
+    """Twin namespaces, the pods ShadowPods ask for, and the resources advertised to each home."""
+    maps = NamespaceMapController(client, cluster_id)
+    shadows = ShadowPodController(client, cluster_id)
+    advertisements = AdvertisementController(client, cluster_id)
+    probes.add_readiness("informers synced", lambda: maps.maps.synced.is_set() and shadows.shadows.synced.is_set())
+    await asyncio.gather(maps.run(), shadows.run(), advertisements.run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__)
     parser.add_argument("--probe-address", default="127.0.0.1", help="where /healthz, /readyz, /metrics listen")
@@ -77,6 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     agent = commands.add_parser("foreign-agent", help="foreign side: NamespaceMap")
     agent.add_argument("--kubeconfig", help="of this foreign cluster (default: in-cluster service account)")
     agent.add_argument("--cluster-id", required=True)
+    kubelet = commands.add_parser("virtual-kubelet", help="home side: the virtual node of one foreign cluster")
+    kubelet.add_argument("--kubeconfig", help="of the home cluster (default: in-cluster service account)")
+    kubelet.add_argument("--home-cluster-id", required=True)
+    kubelet.add_argument("--foreign-cluster-id", required=True)
+    kubelet.add_argument(
+        "--pod-cidr-mapping",
+        metavar="REMOTE=HOME",
+        help="show remote pod IPs of CIDR REMOTE in CIDR HOME at home (e.g. 10.0.0.0/16=10.201.0.0/16)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -85,11 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "controller-manager":
         home = client_from(args.kubeconfig, "liqo-controller-manager")
         asyncio.run(serve(controller_manager(home, args, probes), probes))
+    elif args.command == "virtual-kubelet":
+        mapping = None
+        if args.pod_cidr_mapping:
+            remote, _, home_cidr = args.pod_cidr_mapping.partition("=")
+            try:
+                mapping = CidrMapping.parse(remote, home_cidr)
+            except ValueError as err:
+                parser.error(f"--pod-cidr-mapping: {err}")
+        home = client_from(args.kubeconfig, "liqo-virtual-kubelet")
+        asyncio.run(serve(virtual_kubelet(home, args, mapping, probes), probes))
     else:
         client = client_from(args.kubeconfig, "liqo-foreign-agent")
-        maps = NamespaceMapController(client, args.cluster_id)
-        probes.add_readiness("informers synced", maps.maps.synced.is_set)
-        asyncio.run(serve(maps.run(), probes))
+        asyncio.run(serve(foreign_agent(client, args.cluster_id, probes), probes))
     return 0
 
 

@@ -51,6 +51,10 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         out["x-kubernetes-preserve-unknown-fields"] = True
     if out.get("x-kubernetes-preserve-unknown-fields"):
         out["type"] = "object"
+        # `additionalProperties: true` would give every field an empty schema, which prunes what
+        # nests inside it (a pod's containers would arrive as `{}`): preserving needs it absent.
+        if out.get("additionalProperties") is True:
+            del out["additionalProperties"]
     if "properties" in out and not out.get("required"):
         out.pop("required", None)
     return out

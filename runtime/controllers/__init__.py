@@ -1,7 +1,17 @@
-"""The controllers: NamespaceOffloading and the webhooks' CA bundle (home), NamespaceMap (foreign agent)."""
+"""The controllers. Home: NamespaceOffloading, the webhooks' CA bundle. Foreign agent: NamespaceMap,
+ShadowPod, ResourceAdvertisement."""
 
+from runtime.controllers.advertisement import AdvertisementController
 from runtime.controllers.namespacemap import NamespaceMapController
 from runtime.controllers.namespaceoffloading import NamespaceOffloadingController, phase_of
+from runtime.controllers.shadowpod import ShadowPodController
 from runtime.controllers.webhookconfig import CaBundleController
 
-__all__ = ["CaBundleController", "NamespaceMapController", "NamespaceOffloadingController", "phase_of"]
+__all__ = [
+    "AdvertisementController",
+    "CaBundleController",
+    "NamespaceMapController",
+    "NamespaceOffloadingController",
+    "ShadowPodController",
+    "phase_of",
+]

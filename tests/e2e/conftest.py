@@ -41,6 +41,7 @@ def installed(
             },
         ],
         "runtime": {"mode": "external", "webhookPort": webhook_port},
+        "virtualKubelet": {"healthCheckIntervalSeconds": 2, "failureThreshold": 2},
     }
     pulumi_env.set_liqo_config(stack, config)
     stack.up(on_output=print)

@@ -46,25 +46,26 @@ class Runtime:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, which: str) -> None:
+        """`controller-manager`, `agent-<foreign id>` or `kubelet-<foreign id>`."""
         if which == "controller-manager":
-            args = [
-                "controller-manager",
-                "--kubeconfig",
-                str(self.dev_env.kubeconfig("home")),
-                "--home-cluster-id",
-                "home",
-                "--webhook-port",
-                str(self.webhook_port),
-            ]
+            args = ["controller-manager", "--kubeconfig", str(self.dev_env.kubeconfig("home")), "--home-cluster-id"]
+            args += ["home", "--webhook-port", str(self.webhook_port)]
+        elif which.startswith("agent-"):
+            cluster_id = which.removeprefix("agent-")
+            args = ["foreign-agent", "--kubeconfig", str(self.dev_env.kubeconfig(cluster_id)), "--cluster-id"]
+            args += [cluster_id]
         else:
-            args = ["foreign-agent", "--kubeconfig", str(self.dev_env.kubeconfig(which)), "--cluster-id", which]
+            cluster_id = which.removeprefix("kubelet-")
+            args = ["virtual-kubelet", "--kubeconfig", str(self.dev_env.kubeconfig("home")), "--home-cluster-id"]
+            args += ["home", "--foreign-cluster-id", cluster_id]
         log = (self.logs / f"{which}.log").open("ab")
         self.processes[which] = subprocess.Popen([sys.executable, "-m", "runtime", *args], stdout=log, stderr=log)
 
     def start_all(self) -> None:
         self.start("controller-manager")
         for cluster_id in self.foreign_ids:
-            self.start(cluster_id)
+            self.start(f"agent-{cluster_id}")
+            self.start(f"kubelet-{cluster_id}")
 
     def kill(self, which: str) -> None:
         process = self.processes.pop(which)

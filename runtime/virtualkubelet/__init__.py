@@ -1,0 +1,1 @@
+"""The virtual kubelet: one per foreign cluster; the Node, pod offloading and status back."""

@@ -1,0 +1,97 @@
+"""One virtual kubelet: the virtual node of a foreign cluster and the pods scheduled on it.
+
+It acts at home with its own identity and in the foreign cluster as the home identity, whose
+kubeconfig the stack stored in the credentials Secret named by the VirtualNode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import yaml
+from lightkube import AsyncClient, KubeConfig
+from lightkube.resources.core_v1 import Secret
+
+from runtime.api import names
+from runtime.kube import Informer, WorkQueue
+from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
+from runtime.virtualkubelet.node import VirtualNodeController
+from runtime.virtualkubelet.pods import PodOffloader
+from runtime.virtualkubelet.translation import CidrMapping
+
+FIELD_MANAGER = "liqo-virtual-kubelet"
+
+
+async def foreign_client(home: AsyncClient, foreign_cluster_id: str) -> AsyncClient:
+    """The home identity's client for the foreign cluster, from the credentials Secret."""
+    name = names.credentials_secret_name(foreign_cluster_id)
+    while True:
+        try:
+            secret = await home.get(Secret, name, namespace=names.LIQO_NAMESPACE)
+            break
+        except Exception as err:  # not created yet by `pulumi up`: wait for it
+            print(f"waiting for Secret {names.LIQO_NAMESPACE}/{name}: {err}", flush=True)
+            await asyncio.sleep(2)
+    kubeconfig = base64.b64decode((secret.data or {})["kubeconfig"]).decode()
+    return AsyncClient(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
+
+
+class VirtualKubelet:
+    def __init__(
+        self,
+        home: AsyncClient,
+        foreign: AsyncClient,
+        *,
+        home_cluster_id: str,
+        foreign_cluster_id: str,
+        pod_cidr_mapping: CidrMapping | None = None,
+    ) -> None:
+        tenant = names.tenant_namespace(home_cluster_id)
+        self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
+        self.advertisements = Informer(foreign, ResourceAdvertisementResource, namespace=tenant)
+        self.offloadings = Informer(home, NamespaceOffloadingResource)
+        self.node = VirtualNodeController(
+            home,
+            foreign,
+            home_cluster_id=home_cluster_id,
+            foreign_cluster_id=foreign_cluster_id,
+            virtual_nodes=self.virtual_nodes,
+            advertisements=self.advertisements,
+        )
+        self.pods = PodOffloader(
+            home,
+            foreign,
+            home_cluster_id=home_cluster_id,
+            foreign_cluster_id=foreign_cluster_id,
+            offloadings=self.offloadings,
+            pod_cidr_mapping=pod_cidr_mapping,
+        )
+        self.informers = [
+            self.virtual_nodes,
+            self.advertisements,
+            self.offloadings,
+            *self.node.informers,
+            *self.pods.informers,
+        ]
+        self.synced = asyncio.Event()
+
+    async def run(self) -> None:
+        """Informers first; once all are synced, the node and pod queues, lease and health check."""
+        tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
+        queues: list[WorkQueue] = [self.node.queue, self.pods.queue]
+        try:
+            for informer in self.informers:
+                await informer.synced.wait()
+            for queue in queues:
+                queue.start()
+            self.node.queue.add(self.node.node_name)
+            self.synced.set()
+            tasks += [asyncio.create_task(self.node.keep_lease()), asyncio.create_task(self.node.check_health())]
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            self.pods.stop()
+            for queue in queues:
+                await queue.shutdown()

@@ -1,0 +1,217 @@
+"""Pod offloading: a pod scheduled on the virtual node runs in the foreign cluster through a ShadowPod.
+
+Per home pod (the key), in the twin namespace its NamespaceOffloading got in this cluster:
+- no ShadowPod yet: create it with seed 002's mutations (translation.py); the foreign agent makes
+  and keeps the pod;
+- the remote pod's status comes back to the home pod, remapped (seed 002);
+- the home pod being deleted: the ShadowPod and the remote pod go (the home pod's grace period
+  passed on), and once the remote pod is gone the home pod is released, as a kubelet does;
+- the home pod gone: its ShadowPod goes too;
+- the namespace not offloaded to this cluster: the pod stays Pending with reason OffloadingBackOff.
+Deletes happen only on what the synced stores say, so a restart never removes a pod still wanted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
+from runtime.api import names
+from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube.resources import ShadowPodResource
+from runtime.virtualkubelet.node import NODE_ADDRESS
+from runtime.virtualkubelet.translation import (
+    CidrMapping,
+    TranslationError,
+    home_pod_status,
+    remote_pod_metadata,
+    remote_pod_spec,
+)
+
+log = logging.getLogger(__name__)
+
+BACKOFF_REASON = "OffloadingBackOff"
+
+
+class TwinWatch:
+    """The foreign side of one twin namespace: its ShadowPods and their pods."""
+
+    def __init__(self, foreign: AsyncClient, home_id: str, twin: str, on_event: Any) -> None:
+        self.shadows = Informer(foreign, ShadowPodResource, namespace=twin)
+        self.pods = Informer(foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id})
+        for informer in (self.shadows, self.pods):
+            informer.add_handler(on_event)
+        self.tasks = [asyncio.create_task(i.run()) for i in (self.shadows, self.pods)]
+
+    def synced(self) -> bool:
+        return self.shadows.synced.is_set() and self.pods.synced.is_set()
+
+    def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+
+class PodOffloader:
+    def __init__(
+        self,
+        home: AsyncClient,
+        foreign: AsyncClient,
+        *,
+        home_cluster_id: str,
+        foreign_cluster_id: str,
+        offloadings: Informer,
+        pod_cidr_mapping: CidrMapping | None = None,
+        workers: int = 8,
+    ) -> None:
+        self.home, self.foreign = home, foreign
+        self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
+        self.node_name = names.virtual_node_name(foreign_cluster_id)
+        self.pod_cidr_mapping = pod_cidr_mapping
+        self.offloadings = offloadings
+        self.pods = Informer(home, Pod, fields={"spec.nodeName": self.node_name})
+        self.queue = WorkQueue(self.reconcile, workers=workers, name="pods")
+        self.pods.add_handler(lambda event: self.queue.add(event.key))
+        self.offloadings.add_handler(self._on_offloading)
+        self.twins: dict[str, TwinWatch] = {}  # home namespace -> its twin's watch
+        self._home_of_twin: dict[str, str] = {}
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.pods]
+
+    # -- which namespaces are offloaded here ---------------------------------------------------
+    def twin_of(self, namespace: str) -> str | None:
+        """The twin namespace in this foreign cluster, if the offloading there is Ready."""
+        offloading = self.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
+        status = (offloading or {}).get("status") or {}
+        conditions = (status.get("remoteNamespacesConditions") or {}).get(self.foreign_cluster_id) or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        return status.get("remoteNamespaceName") if ready else None
+
+    def _on_offloading(self, event: Event) -> None:
+        namespace = event.key.partition("/")[0]
+        twin = None if event.type == "DELETED" else self.twin_of(namespace)
+        watch = self.twins.get(namespace)
+        if twin and watch is None:
+            self._home_of_twin[twin] = namespace
+            self.twins[namespace] = TwinWatch(self.foreign, self.home_cluster_id, twin, self._on_remote)
+        elif not twin and watch is not None:
+            watch.stop()
+            del self.twins[namespace]
+        for key in self.pods.store:
+            if key.startswith(f"{namespace}/"):
+                self.queue.add(key)
+
+    def _on_remote(self, event: Event) -> None:
+        twin, _, name = event.key.partition("/")
+        namespace = self._home_of_twin.get(twin)
+        if namespace is not None:
+            self.queue.add(f"{namespace}/{name}")
+
+    # -- reconcile -------------------------------------------------------------------------------
+    async def reconcile(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        pod = self.pods.store.get(key)
+        twin = self.twin_of(namespace)
+        watch = self.twins.get(namespace)
+        if twin is None or watch is None:
+            if pod is not None and not pod.metadata.deletionTimestamp:
+                await self._back_off(pod, f"namespace {namespace} is not offloaded to {self.foreign_cluster_id}")
+            elif pod is not None:
+                await self._release(pod)
+            return
+        if not watch.synced():
+            self.queue.add_after(key, 0.2)  # decide on the foreign side only once it is known
+            return
+        shadow = watch.shadows.store.get(f"{twin}/{name}")
+        remote = watch.pods.store.get(f"{twin}/{name}")
+        if pod is None:
+            if shadow is not None:
+                await self._delete_remote(twin, name, grace=None)
+            return
+        if pod.metadata.deletionTimestamp:
+            if shadow is not None or remote is not None:
+                await self._delete_remote(twin, name, grace=pod.metadata.deletionGracePeriodSeconds)
+                self.queue.add_after(key, 0.5)  # the informer says when the remote pod is gone
+                return
+            await self._release(pod)
+            return
+        if shadow is None:
+            await self._create_shadow(pod, twin)
+            return
+        if remote is not None:
+            recreations = int((shadow.get("status") or {}).get("recreations") or 0)
+            await self._reflect_status(pod, remote, recreations)
+
+    async def _create_shadow(self, pod: Any, twin: str) -> None:
+        home_pod = pod.to_dict()
+        ids = {"home_cluster_id": self.home_cluster_id, "foreign_cluster_id": self.foreign_cluster_id}
+        try:
+            spec = remote_pod_spec(home_pod, **ids)
+            meta = remote_pod_metadata(home_pod, **ids)
+        except TranslationError as err:
+            await self._back_off(pod, str(err))
+            return
+        body = {"metadata": {**meta, "name": pod.metadata.name, "namespace": twin}, "spec": {"pod": spec}}
+        try:
+            await self.foreign.create(ShadowPodResource.from_dict(body))
+        except ApiError as err:
+            if err.status.code != 409:
+                raise
+
+    async def _reflect_status(self, pod: Any, remote: Any, recreations: int) -> None:
+        remote_status = remote.to_dict().get("status") or {}
+        desired = home_pod_status(
+            remote_status, pod_cidr_mapping=self.pod_cidr_mapping, host_ip=NODE_ADDRESS, recreations=recreations
+        )
+        current = pod.to_dict().get("status") or {}
+        if all(current.get(k) == v for k, v in desired.items()):
+            return
+        await self._patch_status(pod, desired)
+
+    async def _back_off(self, pod: Any, message: str) -> None:
+        status = pod.to_dict().get("status") or {}
+        if status.get("phase") == "Pending" and status.get("reason") == BACKOFF_REASON:
+            return
+        await self._patch_status(pod, {"phase": "Pending", "reason": BACKOFF_REASON, "message": message})
+
+    async def _patch_status(self, pod: Any, status: dict[str, Any]) -> None:
+        try:
+            await self.home.patch(
+                Pod.Status,
+                pod.metadata.name,
+                {"status": status},
+                namespace=pod.metadata.namespace,
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
+
+    async def _delete_remote(self, twin: str, name: str, grace: int | None) -> None:
+        # The ShadowPod first (else the agent would bring the pod back), then the pod with the home
+        # pod's grace period; were we to stop in between, the garbage collector finishes the job.
+        deletes: list[tuple[Any, int | None]] = [(ShadowPodResource, None), (Pod, grace)]
+        for kind, grace_period in deletes:
+            try:
+                await self.foreign.delete(kind, name, namespace=twin, grace_period=grace_period)
+            except ApiError as err:
+                if err.status.code != 404:
+                    raise
+
+    async def _release(self, pod: Any) -> None:
+        """The remote side is gone: remove the home pod for good, as a kubelet does."""
+        try:
+            await self.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0)
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
+
+    def stop(self) -> None:
+        for watch in self.twins.values():
+            watch.stop()
