@@ -1,7 +1,9 @@
 """`liqo-stack demo`: the main job on the embedded default.
 
 Local home and foreign clusters, the example stack (Pulumi.dev.yaml) applied with `pulumi up`,
-its plan printed, and an example Deployment running in each foreign cluster.
+the runtime started as local processes (external mode) and left running, the example namespace
+offloaded, and an example Deployment whose pods the vanilla scheduler places on the virtual
+nodes: they run in the foreign clusters and show Running at home.
 """
 
 from __future__ import annotations
@@ -9,16 +11,22 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 import yaml
+from lightkube import ApiError
+from lightkube.resources.core_v1 import Node
 
 import liqo_stack
 from liqo_stack.cli.dev import layout_options, make_layout, progress
 from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
+from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
+from runtime.api import names
+from runtime.kube.resources import NamespaceOffloadingResource
 
 DEMO_NAMESPACE = "demo"
 DEMO_APP = "hello"
@@ -48,37 +56,81 @@ def apply_example_stack() -> dict[str, object]:
     return {key: output.value for key, output in result.outputs.items()}
 
 
+def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout:
+            raise click.ClickException(f"{what}: not after {timeout:.0f}s; see the runtime logs in {runtime_logs()}")
+        time.sleep(0.5)
+    progress(f"{what} after {time.monotonic() - started:.1f}s")
+
+
+def runtime_logs() -> Path:
+    return ExternalRuntime({}, "home").folder
+
+
+def node_ready(env: DevEnvironment, name: str) -> bool:
+    try:
+        node = env.client("home").get(Node, name)
+    except ApiError:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status and node.status.conditions) or [])
+
+
+def offloading_phase(env: DevEnvironment, namespace: str) -> str | None:
+    try:
+        found = env.client("home").get(
+            NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace=namespace
+        )
+    except ApiError:
+        return None
+    return (found.get("status") or {}).get("offloadingPhase")
+
+
 @click.command()
 @layout_options
-@click.option("--replicas", type=click.IntRange(1, 1000), default=3, show_default=True)
-@click.option("--timeout", type=float, default=120, show_default=True, help="seconds to wait for pods")
+@click.option("--replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
+@click.option("--timeout", type=float, default=120, show_default=True, help="seconds to wait for each step")
 def demo(replicas: int, timeout: float, **layout: object) -> None:
-    """Bring up the dev clusters, apply the example stack, run an example Deployment in each foreign cluster."""
+    """Dev clusters, the example stack, the runtime, and an example Deployment offloaded to the virtual nodes."""
     env = DevEnvironment()
     try:
         ids = env.up(make_layout(**layout), progress)  # type: ignore[arg-type]
     except DevEnvironmentError as err:
         raise click.ClickException(str(err)) from err
     plan = apply_example_stack()
+
+    runtime = ExternalRuntime({cluster_id: env.kubeconfig(cluster_id) for cluster_id in ids}, ids[0])
+    runtime.start_all()
+    progress(f"runtime started ({', '.join(runtime.components)}); logs in {runtime.folder}")
     for cluster_id in ids[1:]:
-        client = env.client(cluster_id)
-        started = time.monotonic()
-        apply_deployment(client, example_deployment(DEMO_APP, DEMO_NAMESPACE, replicas))
-        progress(f"{cluster_id}: Deployment {DEMO_NAMESPACE}/{DEMO_APP} applied, waiting for {replicas} pods ...")
-        try:
-            wait_pods_running(client, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout)
-        except TimeoutError as err:
-            raise click.ClickException(f"{cluster_id}: {err}") from err
-        progress(f"{cluster_id}: {replicas} pods Running after {time.monotonic() - started:.1f}s")
+        node = names.virtual_node_name(cluster_id)
+        wait_for(f"virtual node {node} Ready", lambda node=node: node_ready(env, node), timeout)  # type: ignore[misc]
+    wait_for(f"namespace {DEMO_NAMESPACE} offloaded", lambda: offloading_phase(env, DEMO_NAMESPACE) == "Ready", timeout)
+
+    home = env.client(ids[0])
+    started = time.monotonic()
+    apply_deployment(home, example_deployment(DEMO_APP, DEMO_NAMESPACE, replicas))
+    progress(f"home: Deployment {DEMO_NAMESPACE}/{DEMO_APP} applied, waiting for {replicas} pods ...")
+    try:
+        wait_pods_running(home, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout)
+    except TimeoutError as err:
+        raise click.ClickException(f"home: {err}; see the runtime logs in {runtime.folder}") from err
+    progress(f"home: {replicas} offloaded pods Running after {time.monotonic() - started:.1f}s")
 
     click.echo("\n== plan of the example stack (stack outputs)")
     click.echo(yaml.safe_dump(plan, sort_keys=False).rstrip())
-    for cluster_id in ids:
-        click.echo(f"\n== {cluster_id}: nodes")
-        kubectl(env, "--context", cluster_id, "get", "nodes", "-o", "wide")
+    click.echo("\n== home: nodes (the virtual nodes stand for the foreign clusters)")
+    kubectl(env, "--context", ids[0], "get", "nodes", "-o", "wide")
     click.echo("\n== home: liqo objects")
-    kubectl(env, "--context", "home", "get", "virtualnodes,namespaceoffloadings", "-A")
+    kubectl(env, "--context", ids[0], "get", "virtualnodes,namespaceoffloadings", "-A")
+    click.echo(f"\n== home: pods of {DEMO_NAMESPACE}/{DEMO_APP}, on the virtual nodes")
+    kubectl(env, "--context", ids[0], "get", "pods", "-n", DEMO_NAMESPACE, "-o", "wide")
     for cluster_id in ids[1:]:
-        click.echo(f"\n== {cluster_id}: pods of {DEMO_NAMESPACE}/{DEMO_APP}")
-        kubectl(env, "--context", cluster_id, "get", "deployment,pods", "-n", DEMO_NAMESPACE, "-o", "wide")
-    click.echo('\nUse the clusters: eval "$(liqo-stack dev env)"; kubectl --context foreign-1 get pods -A')
+        twin = f"{DEMO_NAMESPACE}-{ids[0]}"
+        click.echo(f"\n== {cluster_id}: the same pods, running in the twin namespace {twin}")
+        kubectl(env, "--context", cluster_id, "get", "pods", "-n", twin, "-o", "wide")
+    click.echo(
+        "\nThe runtime keeps running (external mode); `liqo-stack dev down` stops it with the clusters."
+        '\nUse the clusters: eval "$(liqo-stack dev env)"; kubectl --context home get pods -A -o wide'
+    )

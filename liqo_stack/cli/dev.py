@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, DevEnvironmentError, NodeShape
+from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 
 
@@ -62,6 +63,10 @@ def up(**layout: object) -> None:
 @dev.command()
 def down() -> None:
     """Delete every dev cluster (no process is left behind) and the dev Pulumi stacks that described them."""
+    runtime = ExternalRuntime({}, "home")
+    for component in runtime.running():
+        runtime.stop(component)
+        progress(f"stopped the runtime's {component}")
     try:
         DevEnvironment().down(progress)
     except DevEnvironmentError as err:

@@ -9,9 +9,10 @@ import pytest
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.kube.resources import NamespaceOffloadingResource
-from tests.e2e.harness import Runtime, free_port, wait_until
+from tests.e2e.harness import free_port, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -59,8 +60,10 @@ def runtime(
     foreign_ids: list[str],
     tmp_path_factory: pytest.TempPathFactory,
     webhook_port: int,
-) -> Iterator[Runtime]:
-    running = Runtime(dev_env, foreign_ids, tmp_path_factory.mktemp("runtime-logs"), webhook_port)
+) -> Iterator[ExternalRuntime]:
+    kubeconfigs = {cluster_id: dev_env.kubeconfig(cluster_id) for cluster_id in ["home", *foreign_ids]}
+    state = tmp_path_factory.mktemp("runtime")
+    running = ExternalRuntime(kubeconfigs, "home", webhook_port=webhook_port, state_dir=state)
     running.start_all()
     try:
         yield running

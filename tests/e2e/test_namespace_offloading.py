@@ -17,14 +17,17 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 
 from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import NamespaceMapResource
-from tests.e2e.harness import Runtime, exists, offload, twin_gone, unoffload, wait_phase, wait_until
+from tests.e2e.harness import exists, offload, twin_gone, unoffload, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 
-def test_default_name_twins_in_every_cluster(runtime: Runtime, home: Client, foreign: dict[str, Client]) -> None:
+def test_default_name_twins_in_every_cluster(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+) -> None:
     offload(home, "shop", {})
     status = wait_phase(home, "shop", "Ready")
     assert status["remoteNamespaceName"] == "shop-home"
@@ -36,7 +39,7 @@ def test_default_name_twins_in_every_cluster(runtime: Runtime, home: Client, for
     assert labels.labels[names.SCHEDULING_ENABLED_LABEL] == "true"
 
 
-def test_seed_003_selector_examples(runtime: Runtime, home: Client, foreign: dict[str, Client]) -> None:
+def test_seed_003_selector_examples(runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]) -> None:
     # one selector: region in (europe, us-west) AND not staging -> foreign-1 only
     offload(home, "anded", {"clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "region", "operator": "In", "values": ["europe", "us-west"]},
@@ -59,7 +62,7 @@ def test_seed_003_selector_examples(runtime: Runtime, home: Client, foreign: dic
 
 
 def test_enforce_same_name_refuses_a_foreign_namespace_it_did_not_create(
-    runtime: Runtime, home: Client, foreign: dict[str, Client]
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
 ) -> None:
     theirs = foreign["foreign-2"]
     theirs.create(Namespace(metadata=ObjectMeta(name="payments", labels={"team": "payments"})))
@@ -77,7 +80,9 @@ def test_enforce_same_name_refuses_a_foreign_namespace_it_did_not_create(
     wait_until(lambda: not exists(foreign["foreign-1"], "payments"), 60, "our twin of payments deleted")
 
 
-def test_unoffload_removes_twins_and_their_content(runtime: Runtime, home: Client, foreign: dict[str, Client]) -> None:
+def test_unoffload_removes_twins_and_their_content(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+) -> None:
     offload(home, "leaving", {})
     wait_phase(home, "leaving", "Ready")
     foreign["foreign-1"].create(ConfigMap(metadata=ObjectMeta(name="data", namespace="leaving-home"), data={"a": "b"}))
@@ -91,7 +96,7 @@ def test_unoffload_removes_twins_and_their_content(runtime: Runtime, home: Clien
 
 
 def test_controller_killed_mid_offload_converges_without_duplicates(
-    runtime: Runtime, home: Client, foreign: dict[str, Client]
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
 ) -> None:
     runtime.kill("controller-manager")
     offload(home, "restart", {})
@@ -113,7 +118,7 @@ def test_controller_killed_mid_offload_converges_without_duplicates(
 
 
 def test_cli_offload_waits_for_ready_and_unoffload_cleans_up(
-    runtime: Runtime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
     from click.testing import CliRunner
 
@@ -134,7 +139,7 @@ def test_cli_offload_waits_for_ready_and_unoffload_cleans_up(
 
 
 def test_cli_offload_reports_failures_and_exits_non_zero(
-    runtime: Runtime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
     from click.testing import CliRunner
 
@@ -149,7 +154,9 @@ def test_cli_offload_reports_failures_and_exits_non_zero(
     assert "AllFailed" in result.output and "foreign-1: namespace taken already exists" in result.output
 
 
-def test_info_shows_peerings_and_offloaded_namespaces(runtime: Runtime, home: Client, dev_env: DevEnvironment) -> None:
+def test_info_shows_peerings_and_offloaded_namespaces(
+    runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment
+) -> None:
     from click.testing import CliRunner
 
     from liqo_stack.cli import main

@@ -15,9 +15,10 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.types import PatchType
 
+from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names, parse_selector
 from runtime.kube.resources import NamespaceOffloadingResource
-from tests.e2e.harness import Runtime, offload, status_of, wait_phase, wait_until
+from tests.e2e.harness import offload, status_of, wait_phase, wait_until
 from tests.placement import EXPECTED, SELECTORS, schedulable
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -39,7 +40,7 @@ def rejection(error: ApiError) -> str:
     return str(error.status.message)
 
 
-def test_pods_get_their_strategys_constraints(runtime: Runtime, home: Client) -> None:
+def test_pods_get_their_strategys_constraints(runtime: ExternalRuntime, home: Client) -> None:
     for strategy in ("LocalAndRemote", "Local", "Remote"):
         for selector, expressions in SELECTORS.items():
             namespace = f"wh-{strategy.lower()}-{selector}"
@@ -52,7 +53,7 @@ def test_pods_get_their_strategys_constraints(runtime: Runtime, home: Client) ->
                 assert schedulable(pod) == EXPECTED[where], where
 
 
-def test_pods_are_rejected_until_the_offloading_is_ready(runtime: Runtime, home: Client) -> None:
+def test_pods_are_rejected_until_the_offloading_is_ready(runtime: ExternalRuntime, home: Client) -> None:
     labels = {names.SCHEDULING_ENABLED_LABEL: "true"}
     home.create(Namespace(metadata=ObjectMeta(name="early", labels=labels)))
     with pytest.raises(ApiError) as rejected:
@@ -67,7 +68,7 @@ def test_pods_are_rejected_until_the_offloading_is_ready(runtime: Runtime, home:
     assert schedulable(create_pod(home, "early", "in-time")) == {"physical", "foreign-1", "foreign-2"}
 
 
-def test_the_mapping_strategy_is_immutable(runtime: Runtime, home: Client) -> None:
+def test_the_mapping_strategy_is_immutable(runtime: ExternalRuntime, home: Client) -> None:
     offload(home, "settled", {"namespaceMappingStrategy": "DefaultName"})
     wait_phase(home, "settled", "Ready")
     change = {"spec": {"namespaceMappingStrategy": "EnforceSameName"}}
@@ -84,7 +85,7 @@ def test_the_mapping_strategy_is_immutable(runtime: Runtime, home: Client) -> No
     assert stored["spec"]["namespaceMappingStrategy"] == "DefaultName"
 
 
-def test_selected_name_needs_a_remote_name(runtime: Runtime, home: Client) -> None:
+def test_selected_name_needs_a_remote_name(runtime: ExternalRuntime, home: Client) -> None:
     with pytest.raises(ApiError) as rejected:
         offload(home, "unnamed", {"namespaceMappingStrategy": "SelectedName"})
     assert "spec.remoteNamespaceName is required with namespaceMappingStrategy SelectedName" in (

@@ -1,0 +1,111 @@
+"""The runtime in external mode: controller-manager, one foreign agent and one virtual kubelet per
+foreign cluster, as local processes (`python -m runtime ...`), logs and pids in the state folder.
+
+The dev env and the tests run it this way; the stack installs the same objects with their
+Deployments scaled to zero. Processes outlive the CLI that started them (the demo leaves them
+running); `stop()` (and `liqo-stack dev down`) ends them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from liqo_stack.dev import paths
+
+
+class ExternalRuntime:
+    def __init__(
+        self,
+        kubeconfigs: dict[str, Path],
+        home_cluster_id: str,
+        *,
+        webhook_port: int = 9443,
+        state_dir: Path | None = None,
+    ) -> None:
+        """`kubeconfigs`: admin kubeconfig of each cluster by id, the home cluster's included."""
+        self.kubeconfigs = kubeconfigs
+        self.home_cluster_id = home_cluster_id
+        self.foreign_ids = [c for c in kubeconfigs if c != home_cluster_id]
+        self.webhook_port = webhook_port
+        self.folder = (state_dir or paths.state_root()) / "runtime"
+
+    @property
+    def components(self) -> list[str]:
+        return ["controller-manager"] + [f"{kind}-{c}" for c in self.foreign_ids for kind in ("agent", "kubelet")]
+
+    def command(self, component: str) -> list[str]:
+        home = ["--kubeconfig", str(self.kubeconfigs[self.home_cluster_id]), "--home-cluster-id", self.home_cluster_id]
+        if component == "controller-manager":
+            args = ["controller-manager", *home, "--webhook-port", str(self.webhook_port)]
+        elif component.startswith("agent-"):
+            cluster_id = component.removeprefix("agent-")
+            args = ["foreign-agent", "--kubeconfig", str(self.kubeconfigs[cluster_id]), "--cluster-id", cluster_id]
+        else:
+            args = ["virtual-kubelet", *home, "--foreign-cluster-id", component.removeprefix("kubelet-")]
+        return [sys.executable, "-m", "runtime", *args]
+
+    def log(self, component: str) -> Path:
+        return self.folder / f"{component}.log"
+
+    def _pid_file(self, component: str) -> Path:
+        return self.folder / f"{component}.pid"
+
+    def pid(self, component: str) -> int | None:
+        """The component's process id, if it runs."""
+        try:
+            pid = int(self._pid_file(component).read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
+
+    def running(self) -> list[str]:
+        """Components with a live process, whatever the cluster list this object was made with."""
+        found = sorted(p.stem for p in self.folder.glob("*.pid")) if self.folder.is_dir() else []
+        return [c for c in found if self.pid(c) is not None]
+
+    def start(self, component: str) -> None:
+        if self.pid(component) is not None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with self.log(component).open("ab") as log:
+            process = subprocess.Popen(
+                self.command(component), stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        self._pid_file(component).write_text(str(process.pid))
+
+    def start_all(self) -> None:
+        for component in self.components:
+            self.start(component)
+
+    def kill(self, component: str) -> None:
+        """SIGKILL: no goodbye, as a crash would."""
+        self._signal(component, signal.SIGKILL, timeout=10)
+
+    def stop(self, component: str) -> None:
+        self._signal(component, signal.SIGTERM, timeout=20)
+
+    def stop_all(self) -> None:
+        for component in self.components:
+            self.stop(component)
+
+    def _signal(self, component: str, sig: signal.Signals, timeout: float) -> None:
+        pid = self.pid(component)
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.pid(component) is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
+            time.sleep(0.1)
+        if self.pid(component) is not None:
+            os.kill(pid, signal.SIGKILL)
+        self._pid_file(component).unlink(missing_ok=True)
