@@ -176,4 +176,4 @@ def test_info_shows_peerings_and_offloaded_namespaces(
         "foreign-2": {"OffloadingRequired": "True", "Ready": "True"},
     }
     text = CliRunner().invoke(main, ["info", *kubeconfig]).output
-    assert "described" in text and "node not registered yet" in text
+    assert "described" in text and "node Ready=True, cpu " in text

@@ -1,0 +1,160 @@
+"""Pure parts of the virtual kubelet and the foreign agent: seed 002's pod translation, seed 004's
+advertised resources, and the virtual node's conditions."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, cast
+
+import pytest
+from lightkube.resources.core_v1 import Node, Pod
+
+from runtime.api import names
+from runtime.controllers.advertisement import available_for
+from runtime.virtualkubelet.node import node_conditions
+from runtime.virtualkubelet.translation import (
+    CidrMapping,
+    TranslationError,
+    home_pod_status,
+    remote_pod_metadata,
+    remote_pod_spec,
+)
+
+IDS = {"home_cluster_id": "home", "foreign_cluster_id": "foreign-1"}
+
+
+def home_pod(**annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "labels": {"app": "web", "tier": "front"}, "annotations": annotations},
+        "spec": {
+            "nodeName": "liqo-foreign-1",
+            "nodeSelector": {"a": "b"},
+            "schedulerName": "default-scheduler",
+            "priorityClassName": "high",
+            "priority": 1000,
+            "runtimeClassName": names.RUNTIME_CLASS_NAME,
+            "hostNetwork": True,
+            "hostPID": True,
+            "serviceAccountName": "default",
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"x": 1}]}},
+            "tolerations": [
+                {"key": names.VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},
+                {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+            ],
+            "volumes": [
+                {"name": "kube-api-access-abcde", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+                {"name": "data", "emptyDir": {}},
+            ],
+            "initContainers": [{"name": "init", "volumeMounts": [{"name": "kube-api-access-abcde"}]}],
+            "containers": [
+                {"name": "app", "volumeMounts": [{"name": "kube-api-access-abcde"}, {"name": "data"}]},
+            ],
+        },
+    }
+
+
+def test_remote_spec_drops_home_scheduling_host_namespaces_and_the_home_token() -> None:
+    original = home_pod()
+    snapshot = copy.deepcopy(original)
+    spec = remote_pod_spec(original, **IDS)
+    assert original == snapshot, "the input is never changed"
+    for field in ("nodeName", "nodeSelector", "schedulerName", "priorityClassName", "priority", "affinity"):
+        assert field not in spec
+    assert "runtimeClassName" not in spec and "serviceAccountName" not in spec
+    assert spec["hostNetwork"] is False and spec["hostPID"] is False and spec["hostIPC"] is False
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+    assert [v["name"] for v in spec["volumes"]] == ["data"]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "data"}]
+    assert spec["initContainers"][0]["volumeMounts"] == []
+
+
+def test_anti_affinity_presets() -> None:
+    preset = names.ANTI_AFFINITY_PRESET_ANNOTATION
+    propagated = remote_pod_spec(home_pod(**{preset: "propagate"}), **IDS)["affinity"]
+    assert propagated == {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"x": 1}]}}
+    hard = remote_pod_spec(
+        home_pod(**{preset: "hard", names.ANTI_AFFINITY_LABELS_ANNOTATION: " app , missing"}), **IDS
+    )["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert hard["labelSelector"] == {"matchLabels": {"app": "web"}}
+    soft = remote_pod_spec(home_pod(**{preset: "soft"}), **IDS)["affinity"]["podAntiAffinity"]
+    term = soft["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["weight"] == 100 and term["podAffinityTerm"]["labelSelector"]["matchLabels"] == {
+        "app": "web",
+        "tier": "front",
+    }
+    with pytest.raises(TranslationError, match="allowed values are propagate, soft, hard"):
+        remote_pod_spec(home_pod(**{preset: "sometimes"}), **IDS)
+    with pytest.raises(TranslationError, match="none of the labels"):
+        remote_pod_spec(home_pod(**{preset: "hard", names.ANTI_AFFINITY_LABELS_ANNOTATION: "nope"}), **IDS)
+
+
+def test_remote_metadata_carries_origin_and_destination() -> None:
+    meta = remote_pod_metadata(home_pod(note="kept"), **IDS)
+    assert meta["labels"] == {
+        "app": "web",
+        "tier": "front",
+        names.ORIGIN_LABEL: "home",
+        names.DESTINATION_LABEL: "foreign-1",
+    }
+    assert meta["annotations"] == {"note": "kept"}
+
+
+def test_status_back_remaps_ips_and_counts_recreations_as_restarts() -> None:
+    mapping = CidrMapping.parse("10.0.0.0/16", "10.201.0.0/16")
+    remote = {
+        "phase": "Running",
+        "podIP": "10.0.3.7",
+        "podIPs": [{"ip": "10.0.3.7"}],
+        "hostIP": "192.168.1.1",
+        "containerStatuses": [{"name": "app", "restartCount": 2}],
+    }
+    status = home_pod_status(remote, pod_cidr_mapping=mapping, host_ip="127.0.0.1", recreations=1)
+    assert status["podIP"] == "10.201.3.7" and status["podIPs"] == [{"ip": "10.201.3.7"}]
+    assert status["hostIP"] == "127.0.0.1" and status["containerStatuses"][0]["restartCount"] == 3
+    assert mapping.translate("172.16.0.1") == "172.16.0.1", "outside the remote CIDR: unchanged"
+    with pytest.raises(ValueError, match="same IP version and prefix length"):
+        CidrMapping.parse("10.0.0.0/16", "10.201.0.0/24")
+    with pytest.raises(ValueError, match="not-a-cidr"):
+        CidrMapping.parse("not-a-cidr", "10.201.0.0/16")
+
+
+def node(name: str, cpu: str, *, virtual: bool = False, ready: bool = True) -> Node:
+    labels = {names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE} if virtual else {}
+    return cast(Node, Node.from_dict({
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"cpu": cpu, "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }))  # fmt: skip
+
+
+def pod(node_name: str, cpu: str, origin: str | None = None, phase: str = "Running") -> Pod:
+    labels = {names.ORIGIN_LABEL: origin} if origin else {}
+    return cast(Pod, Pod.from_dict({
+        "metadata": {"name": f"p-{cpu}", "labels": labels},
+        "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+        "status": {"phase": phase},
+    }))  # fmt: skip
+
+
+def test_advertised_resources_follow_seed_004() -> None:
+    nodes = [node("a", "60"), node("b", "40"), node("virtual", "1000", virtual=True), node("down", "50", ready=False)]
+    assert available_for("home", nodes, [])["cpu"] == 100
+    busy = [pod("a", "50"), pod("a", "7", origin="home"), pod("b", "3", phase="Succeeded")]
+    available = available_for("home", nodes, busy)
+    assert available["cpu"] == 50, "only what pods not offloaded by this home request counts"
+    assert available["pods"] == 220 - 1, "one slot taken: the running pod not offloaded by this home"
+    assert available_for("other-home", nodes, busy)["cpu"] == 43
+
+
+def test_a_resource_rounded_to_zero_shows_as_a_condition() -> None:
+    conditions = {c["type"]: c for c in node_conditions(True, 0, ["nvidia.com/gpu"])}
+    zeroed = conditions["ResourcesRoundedToZero"]
+    assert (
+        zeroed["status"] == "True" and "nvidia.com/gpu" in zeroed["message"] and "fixedResources" in zeroed["message"]
+    )
+    assert conditions["Ready"]["status"] == "True"
+    unhealthy = {c["type"]: c for c in node_conditions(False, 3, [])}
+    assert unhealthy["Ready"]["status"] == "False" and "3 health checks" in unhealthy["Ready"]["message"]
+    assert unhealthy["ResourcesRoundedToZero"]["status"] == "False"
