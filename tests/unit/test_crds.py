@@ -318,3 +318,12 @@ def test_home_and_foreign_split() -> None:
 
 def test_split_manifests_equal_the_full_ones() -> None:
     assert home_crd_manifests() + foreign_crd_manifests() == all_crd_manifests()
+
+
+def test_a_shadowpods_pod_is_preserved_whole() -> None:
+    # additionalProperties next to preserve-unknown-fields makes the API server prune nested fields
+    from runtime.api import ShadowPod
+    from runtime.api.crds import openapi_schema
+
+    pod = openapi_schema(ShadowPod)["properties"]["spec"]["properties"]["pod"]
+    assert pod == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
