@@ -14,7 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -28,6 +28,7 @@ from liqo_stack.dev import paths
 
 HOME_CLUSTER_ID = "home"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages only Nodes with this = "fake"
+CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")  # what etcd and kwok outlive
 REQUIRED_BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 Progress = Callable[[str], None]
@@ -115,9 +116,13 @@ def fake_node_manifest(cluster_id: str, index: int, shape: NodeShape) -> dict[st
 class DevEnvironment:
     """The dev clusters under one state directory; every method is safe to call repeatedly."""
 
-    def __init__(self, state_dir: Path | None = None, bin_dir: Path | None = None) -> None:
+    def __init__(
+        self, state_dir: Path | None = None, bin_dir: Path | None = None, audit_policy: Path | None = None
+    ) -> None:
+        """`audit_policy`: clusters created from now on log API requests by it (see `audit_log`)."""
         self.state_dir = state_dir or paths.state_root()
         self.bin_dir = bin_dir or paths.bin_dir()
+        self.audit_policy = audit_policy
 
     # -- locations -------------------------------------------------------------------------
     @property
@@ -131,6 +136,10 @@ class DevEnvironment:
     @property
     def merged_kubeconfig(self) -> Path:
         return self.state_dir / "kubeconfig"
+
+    def audit_log(self, cluster_id: str) -> Path:
+        """Where the API server writes its audit events (only with an `audit_policy`)."""
+        return self.kwok_workdir / "clusters" / cluster_id / "logs" / "audit.log"
 
     def kubeconfig(self, cluster_id: str) -> Path:
         return self.kubeconfig_dir / f"{cluster_id}.yaml"
@@ -197,6 +206,7 @@ class DevEnvironment:
             # fits one machine with several clusters: etcd keeps a small backend
             "--etcd-quota-backend-size", "2Gi",
             "--wait", "3m",
+            *(["--kube-audit-policy", str(self.audit_policy)] if self.audit_policy else []),
         )  # fmt: skip
 
     def _write_kubeconfig(self, cluster_id: str) -> None:
@@ -317,6 +327,40 @@ class DevEnvironment:
                 found.append(int(proc_dir.name))
         return found
 
+    @contextlib.contextmanager
+    def api_server_stopped(self, cluster_id: str, timeout: float = 60) -> Iterator[None]:
+        """Stop one cluster's control plane (etcd keeps the data, kwok's kubelets keep the pods
+        running), then start it again with the same command lines: how tests see a foreign cluster
+        become unreachable. The controller-manager and scheduler go with the API server because they
+        exit anyway when they cannot renew their leader lease."""
+        cluster_dir = self.kwok_workdir / "clusters" / cluster_id
+        commands = {}
+        for component in CONTROL_PLANE:
+            pid = int((cluster_dir / "pids" / f"{component}.pid").read_text().strip())
+            commands[component] = (Path("/proc") / str(pid) / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            for component, command in commands.items():
+                self._relaunch(cluster_dir, component, command)
+            deadline = time.monotonic() + timeout
+            while not self._is_running(cluster_id):
+                if time.monotonic() > deadline:
+                    raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
+                time.sleep(0.2)
+
+    @staticmethod
+    def _relaunch(cluster_dir: Path, component: str, command: list[bytes]) -> None:
+        with (cluster_dir / "logs" / f"{component}.log").open("ab") as log:
+            process = subprocess.Popen(
+                command, cwd=cluster_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+        (cluster_dir / "pids" / f"{component}.pid").write_text(str(process.pid))
+
     def env_exports(self) -> list[str]:
         """Shell lines that point kubectl and the tests at the running clusters."""
         ids = [c for c in self.existing_clusters() if self.kubeconfig(c).exists()]
@@ -326,6 +370,15 @@ class DevEnvironment:
         lines.append(f"export KUBECONFIG={_quote(self.merged_kubeconfig)}")
         lines.append(f'export PATH={_quote(self.bin_dir)}:"$PATH"')
         return lines
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie (kwokctl's processes are not our children, relaunched ones are)."""
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def _node_ready(node: Node) -> bool:

@@ -14,14 +14,15 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+import msgspec
 from lightkube import ApiError, AsyncClient
+from lightkube.core import decoders
 from lightkube.core.exceptions import NotReadyError
 from lightkube.core.generic_client import BasicRequest
 from lightkube.core.resource import NamespacedResource
 from lightkube.core.selector import build_selector
-from lightkube.types import OnErrorAction, OnErrorResult
 
 from runtime.kube.serving import EngineMetrics
 
@@ -59,6 +60,14 @@ def diff_stores(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
+
+
+class _BookmarkMeta(msgspec.Struct):
+    resourceVersion: str
+
+
+class _Bookmark(msgspec.Struct):
+    metadata: _BookmarkMeta
 
 
 class Informer:
@@ -140,43 +149,82 @@ class Informer:
             "list", res=self.resource, namespace=namespace, watch=True, params=params
         )
 
-    def _on_error(self, error: Exception, count: int) -> OnErrorResult:
-        if isinstance(error, ApiError) and error.status.code == 410:
-            return OnErrorResult(OnErrorAction.RAISE)
-        log.warning("watch of %s failed (%s), retry %d", self.resource.__name__, error, count)
-        return OnErrorResult(OnErrorAction.RETRY, sleep=min(self.retry_delay * count, 30))
-
     def _count(self, verb: str, calls: int = 1) -> None:
         if self.metrics:
             self.metrics.api_calls.labels(self.cluster_id, verb, self.resource.__name__).inc(calls)
 
     async def _watch(self) -> None:
+        """One watch request, streamed until the server ends it.
+
+        Streamed here rather than with lightkube's watch(): a BOOKMARK carries an object with only
+        its resourceVersion (a Pod's has `spec.containers: null`, which the typed models reject), and
+        an API server going away must end in a retry, not in a crash.
+        """
         self._count("watch")
+        generic = self.client._client
+        request = self._watch_request()
+        http_request = generic._client.build_request(
+            request.method, request.url, params=request.params, timeout=generic._watch_timeout
+        )
+        response = await generic._client.send(http_request, stream=True)
         try:
-            async for kind, obj in self.client._client.watch(self._watch_request(), on_error=self._on_error):
-                self.resource_version = obj.metadata.resourceVersion
-                if kind == "BOOKMARK":
-                    continue
-                key = object_key(obj)
-                if kind == "DELETED":
-                    self.store.pop(key, None)
-                else:
-                    self.store[key] = obj
-                self._dispatch([Event(kind, key, obj)])
-        except ApiError as err:
-            if err.status.code == 410:
-                raise _Gone from err
-            raise
+            if response.is_error:
+                body = await response.aread()
+                try:
+                    status = decoders.decode_status(body)
+                except msgspec.MsgspecError:
+                    raise RuntimeError(f"watch answered HTTP {response.status_code}") from None
+                raise ApiError(status=status)
+            async for line in response.aiter_lines():
+                if line:
+                    self._on_watch_line(line)
+        finally:
+            await response.aclose()
+
+    def _on_watch_line(self, line: str) -> None:
+        event = decoders.decode_watch_event(line.encode())
+        if event.type == "ERROR":
+            status = decoders.decode_status(event.object)
+            if status.code == 410:
+                raise _Gone(status.message)
+            raise ApiError(status=status)
+        if event.type == "BOOKMARK":
+            self.resource_version = msgspec.json.decode(event.object, type=_Bookmark).metadata.resourceVersion
+            return
+        obj = decoders.decode_object(event.object, self.resource)
+        self.resource_version = obj.metadata.resourceVersion
+        key = object_key(obj)
+        if event.type == "DELETED":
+            self.store.pop(key, None)
+        else:
+            self.store[key] = obj
+        self._dispatch([Event(cast(EventType, event.type), key, obj)])
 
     async def run(self) -> None:
-        """List (unless resumed), then watch forever; cancel the task to stop."""
-        if self.resource_version is None:
-            await self._list()
-        else:
-            self.synced.set()
+        """List (unless resumed), then watch forever; cancel the task to stop.
+
+        Any failure (the API server unreachable, a broken stream) is retried with a growing delay,
+        resuming from the last resourceVersion; 410 Gone or an undecodable event lists again.
+        """
+        failures = 0
         while True:
             try:
+                if self.resource_version is None:
+                    await self._list()
+                else:
+                    self.synced.set()
                 await self._watch()
-            except _Gone:
-                log.info("watch of %s expired at %s: listing again", self.resource.__name__, self.resource_version)
-                await self._list()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                if isinstance(err, _Gone) or (isinstance(err, ApiError) and err.status.code == 410):
+                    log.info("watch of %s expired at %s: listing again", self.resource.__name__, self.resource_version)
+                    self.resource_version = None
+                    continue
+                if isinstance(err, msgspec.MsgspecError):
+                    self.resource_version = None  # we cannot tell what we missed: list again
+                failures += 1
+                delay = min(self.retry_delay * failures, 30.0)
+                log.warning("watch of %s failed (%s); retry %d in %.0fs", self.resource.__name__, err, failures, delay)
+                await asyncio.sleep(delay)

@@ -6,7 +6,7 @@ Per home pod (the key), in the twin namespace its NamespaceOffloading got in thi
 - the remote pod's status comes back to the home pod, remapped (seed 002);
 - the home pod being deleted: the ShadowPod and the remote pod go (the home pod's grace period
   passed on), and once the remote pod is gone the home pod is released, as a kubelet does;
-- the home pod gone: its ShadowPod goes too;
+- the home pod gone: its ShadowPod and remote pod go too;
 - the namespace not offloaded to this cluster: the pod stays Pending with reason OffloadingBackOff.
 Deletes happen only on what the synced stores say, so a restart never removes a pod still wanted.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
-from lightkube.types import PatchType
+from lightkube.types import CascadeType, PatchType
 
 from runtime.api import names
 from runtime.kube import Event, Informer, WorkQueue
@@ -131,7 +131,7 @@ class PodOffloader:
         shadow = watch.shadows.store.get(f"{twin}/{name}")
         remote = watch.pods.store.get(f"{twin}/{name}")
         if pod is None:
-            if shadow is not None:
+            if shadow is not None or remote is not None:
                 await self._delete_remote(twin, name, grace=None)
             return
         if pod.metadata.deletionTimestamp:
@@ -194,15 +194,19 @@ class PodOffloader:
                 raise
 
     async def _delete_remote(self, twin: str, name: str, grace: int | None) -> None:
-        # The ShadowPod first (else the agent would bring the pod back), then the pod with the home
-        # pod's grace period; were we to stop in between, the garbage collector finishes the job.
-        deletes: list[tuple[Any, int | None]] = [(ShadowPodResource, None), (Pod, grace)]
-        for kind, grace_period in deletes:
-            try:
-                await self.foreign.delete(kind, name, namespace=twin, grace_period=grace_period)
-            except ApiError as err:
-                if err.status.code != 404:
-                    raise
+        # The ShadowPod first (else the agent would bring the pod back), orphaning its pod: the
+        # garbage collector would delete the pod with the pod's own grace period, we pass the home
+        # pod's. Were we to stop in between, the next reconcile finds the orphan and deletes it.
+        try:
+            await self.foreign.delete(ShadowPodResource, name, namespace=twin, cascade=CascadeType.ORPHAN)
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
+        try:
+            await self.foreign.delete(Pod, name, namespace=twin, grace_period=grace)
+        except ApiError as err:
+            if err.status.code != 404:
+                raise
 
     async def _release(self, pod: Any) -> None:
         """The remote side is gone: remove the home pod for good, as a kubelet does."""

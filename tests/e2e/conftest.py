@@ -6,13 +6,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lightkube import Client
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.kube.resources import NamespaceOffloadingResource
-from tests.e2e.harness import free_port, wait_until
+from tests.e2e.harness import VIRTUAL_NODES, free_port, node_ready, offload, wait_phase, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -74,3 +75,13 @@ def runtime(
             home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
         wait_until(lambda: not list(home.list(NamespaceOffloadingResource, namespace="*")), 60, "all unoffloaded")
         running.stop_all()
+
+
+@pytest.fixture(scope="module")
+def offloaded(runtime: ExternalRuntime, home: Client, request: pytest.FixtureRequest) -> str:
+    """A namespace named after the test module, offloaded with the Remote strategy to both clusters."""
+    namespace: str = request.module.__name__.rpartition(".")[2].removeprefix("test_").replace("_", "-")
+    wait_until(lambda: all(node_ready(home, n) for n in VIRTUAL_NODES.values()), 60, "virtual nodes Ready")
+    offload(home, namespace, {"podOffloadingStrategy": "Remote"})
+    wait_phase(home, namespace, "Ready")
+    return namespace

@@ -9,7 +9,7 @@ from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import Namespace, Node, Pod
 
 from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource
@@ -81,3 +81,40 @@ def unoffload(home: Client, namespace: str) -> None:
         60,
         f"{namespace} unoffloaded",
     )
+
+
+# -- virtual nodes and offloaded pods (the `installed` stack peers foreign-1 and foreign-2) --
+VIRTUAL_NODES = {"foreign-1": "liqo-foreign-1", "foreign-2": "liqo-foreign-2"}
+
+
+def node_ready(home: Client, name: str) -> bool:
+    try:
+        node = home.get(Node, name)
+    except ApiError:
+        return False
+    conditions = (node.status.conditions if node.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def home_pods(home: Client, namespace: str, app: str) -> list[Pod]:
+    return list(home.list(Pod, namespace=namespace, labels={"app": app}))
+
+
+def all_running(home: Client, namespace: str, app: str, count: int) -> list[Pod] | None:
+    pods = home_pods(home, namespace, app)
+    running = [p for p in pods if p.status and p.status.phase == "Running" and not p.metadata.deletionTimestamp]  # type: ignore[union-attr]
+    return running if len(running) == count else None
+
+
+def remote_pod(foreign: Client, twin: str, name: str) -> Pod | None:
+    try:
+        return foreign.get(Pod, name, namespace=twin)
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+
+
+def restarts(pod: Pod) -> int:
+    statuses = (pod.status.containerStatuses if pod.status else None) or []
+    return sum(s.restartCount for s in statuses)

@@ -6,74 +6,29 @@ ShadowPods in the twin namespaces; the foreign agents run them; status comes bac
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, cast
 
 import pytest
-from lightkube import ApiError, Client
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube import Client
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
-from tests.e2e.harness import offload, wait_phase, wait_until
+from tests.e2e.harness import (
+    VIRTUAL_NODES,
+    all_running,
+    home_pods,
+    remote_pod,
+    restarts,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
-
-VIRTUAL_NODES = {"foreign-1": "liqo-foreign-1", "foreign-2": "liqo-foreign-2"}
-
-
-def node_ready(home: Client, name: str) -> bool:
-    try:
-        node = home.get(Node, name)
-    except ApiError:
-        return False
-    conditions = (node.status.conditions if node.status else None) or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
-
-
-def home_pods(home: Client, namespace: str, app: str) -> list[Pod]:
-    return list(home.list(Pod, namespace=namespace, labels={"app": app}))
-
-
-def all_running(home: Client, namespace: str, app: str, count: int) -> list[Pod] | None:
-    pods = home_pods(home, namespace, app)
-    running = [p for p in pods if p.status and p.status.phase == "Running" and not p.metadata.deletionTimestamp]  # type: ignore[union-attr]
-    return running if len(running) == count else None
-
-
-def remote_pod(foreign: Client, twin: str, name: str) -> Pod | None:
-    try:
-        return foreign.get(Pod, name, namespace=twin)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
-
-
-def restarts(pod: Pod) -> int:
-    statuses = (pod.status.containerStatuses if pod.status else None) or []
-    return sum(s.restartCount for s in statuses)
-
-
-@pytest.fixture(scope="module")
-def offloaded(runtime: ExternalRuntime, home: Client) -> str:
-    wait_until(lambda: all(node_ready(home, n) for n in VIRTUAL_NODES.values()), 60, "virtual nodes Ready")
-    offload(home, "remote-apps", {"podOffloadingStrategy": "Remote"})
-    wait_phase(home, "remote-apps", "Ready")
-    return "remote-apps"
-
-
-def test_virtual_nodes_show_the_shared_capacity(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
-    for cluster_id, name in VIRTUAL_NODES.items():
-        node = home.get(Node, name)
-        assert node.metadata and node.metadata.labels
-        assert node.metadata.labels[names.TYPE_LABEL] == names.VIRTUAL_NODE_TYPE
-        assert node.metadata.labels[names.REMOTE_CLUSTER_ID_LABEL] == cluster_id
-        assert node.spec and any(t.key == names.VIRTUAL_NODE_TAINT_KEY for t in node.spec.taints or [])
-        assert node.status and node.status.capacity and int(node.status.capacity["pods"]) > 0
-        kinds = {c.type for c in node.status.conditions or []}
-        assert {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"} <= kinds
 
 
 def test_the_scheduler_spreads_pods_over_both_virtual_nodes_and_they_run_remotely(
@@ -142,6 +97,68 @@ def test_a_pod_forced_onto_a_virtual_node_of_a_namespace_not_offloaded_backs_off
         )
     finally:
         home.delete(Pod, "forced", namespace="default", grace_period=0)
+
+
+def test_deleting_the_home_pod_passes_its_grace_period_on(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    apply_deployment(home, example_deployment("graceful", offloaded, 1))
+    pod = wait_until(lambda: all_running(home, offloaded, "graceful", 1), 90, "pod Running")[0]
+    name, cluster_id = pod.metadata.name, pod.spec.nodeName.removeprefix("liqo-")
+    twin = f"{offloaded}-home"
+    remote = remote_pod(foreign[cluster_id], twin, name)
+    assert remote is not None
+    seen: list[int | None] = []  # deletionGracePeriodSeconds of the remote pod, event by event
+
+    def watch() -> None:
+        events = foreign[cluster_id].watch(
+            Pod,
+            namespace=twin,
+            fields={"metadata.name": name},
+            resource_version=cast(Any, remote.metadata).resourceVersion,
+        )
+        for kind, obj in events:
+            seen.append(cast(Any, obj.metadata).deletionGracePeriodSeconds)
+            if kind == "DELETED":
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    home.delete(Pod, name, namespace=offloaded, grace_period=7)
+    watcher.join(60)
+    assert not watcher.is_alive(), "the remote pod was not deleted"
+    assert 7 in seen, f"remote pod deleted with grace periods {seen}, not the home pod's 7 s"
+
+
+def test_a_jobs_pods_complete_and_are_never_run_again(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
+    template = {
+        "metadata": {"labels": {"app": "batch"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "busybox", "command": ["true"]}]},
+    }
+    job_body = {
+        "metadata": {"name": "batch", "namespace": offloaded},
+        "spec": {"completions": 2, "parallelism": 2, "template": template},
+    }
+    home.create(cast(Job, Job.from_dict(job_body)))
+    pods = wait_until(lambda: all_running(home, offloaded, "batch", 2), 90, "the Job's 2 pods Running")
+    twin = f"{offloaded}-home"
+    placed = {cast(Any, p).metadata.name: cast(Any, p).spec.nodeName.removeprefix("liqo-") for p in pods}
+    # kwok completes only pods a Job owns; remote pods belong to their ShadowPods, so the test plays
+    # the foreign kubelet: the containers exit 0.
+    for name, cluster_id in placed.items():
+        exited = {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}, "ready": False, "restartCount": 0}
+        status = {"phase": "Succeeded", "containerStatuses": [{"name": "work", "image": "busybox", **exited}]}
+        foreign[cluster_id].patch(Pod.Status, name, {"status": status}, namespace=twin, patch_type=PatchType.MERGE)
+    wait_until(
+        lambda: (cast(Any, home.get(Job, "batch", namespace=offloaded)).status.succeeded or 0) == 2, 60, "Job complete"
+    )
+    finished = {cast(Any, p).metadata.name: cast(Any, p).status.phase for p in home_pods(home, offloaded, "batch")}
+    assert finished == dict.fromkeys(placed, "Succeeded")
+    for name, cluster_id in placed.items():  # a finished pod removed by hand stays gone
+        foreign[cluster_id].delete(Pod, name, namespace=twin, grace_period=0)
+    time.sleep(5)  # long enough for the agent to have brought a pod back, were it to do so
+    assert all(remote_pod(foreign[c], twin, name) is None for name, c in placed.items())
+    assert {cast(Any, p).metadata.name for p in home_pods(home, offloaded, "batch")} == set(placed)
 
 
 def test_a_restarted_virtual_kubelet_keeps_every_remote_pod(

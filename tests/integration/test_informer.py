@@ -10,7 +10,7 @@ from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.kube import Event, Informer
@@ -132,3 +132,37 @@ def test_expired_resource_version_relists_and_synthesises_deletes(
     assert relists == 1
     assert [(e.type, e.key) for e in events] == [("DELETED", f"{namespace}/goes")], "unchanged objects stay silent"
     assert sorted(store) == [f"{namespace}/stays"]
+
+
+def test_a_pod_informer_outlives_bookmarks_and_watch_timeouts(
+    dev_env: DevEnvironment, home: Client, namespace: str
+) -> None:
+    """The API server sends a BOOKMARK shortly before each watch times out; a Pod's bookmark has
+    `spec.containers: null`. Three short watches in a row: the informer must still be running,
+    resumed from the bookmarks (no relist), and still see new pods."""
+
+    async def scenario() -> tuple[bool, int, list[Event]]:
+        client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        informer = Informer(client, Pod, namespace=namespace, watch_timeout_seconds=4)
+        events: list[Event] = []
+        informer.add_handler(events.append)
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(informer.synced.wait(), 10)
+        listed_at = informer.resource_version
+        await asyncio.sleep(13)
+        bookmarked = informer.resource_version != listed_at  # nothing changed here: only bookmarks move it
+        body = {
+            "metadata": {"name": "late", "namespace": namespace},
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+        }
+        home.create(cast(Pod, Pod.from_dict(body)))
+        await wait_for(lambda: any(e.key == f"{namespace}/late" for e in events))
+        alive = not task.done()
+        task.cancel()
+        await client.close()
+        return alive and bookmarked, informer.relists, events
+
+    ok, relists, events = asyncio.run(scenario())
+    assert ok, "the informer stopped, or never advanced its resourceVersion on a bookmark"
+    assert relists == 1
+    assert [(e.type, e.key) for e in events] == [("ADDED", f"{namespace}/late")]

@@ -1,0 +1,328 @@
+"""Offloading benchmark: pods offloaded through a virtual node vs the same pods created directly.
+
+    .venv/bin/python tests/bench/bench_offloading.py [--bursts 100,1000] [--rounds 2] [--singles 40] [--idle 60]
+
+Starts its own home and foreign cluster (state under $LIQO_STACK_STATE/bench-offloading, both API
+servers writing an audit log of every write), installs the stack with `pulumi up`, runs the
+runtime as local processes (external mode) and offloads namespace `bench` (Remote strategy).
+Then, in one run and alternating the two ways round by round:
+- bursts: N bare pods created with the same client and concurrency, either directly in a
+  foreign namespace (the vanilla baseline) or in the offloaded home namespace; the time until
+  all N are Running where they were created (for offloaded pods: at home, status reflected back);
+- single pods: one at a time, time until Running, p50/p99 of each way and the added latency;
+- memory: RSS of the runtime processes with the last 1,000-pod offloaded burst Running;
+- idle: with 100 offloaded pods and nothing changing, the writes each API server receives in
+  `--idle` seconds, from its audit log, by client (the node Lease heartbeat counted apart).
+Prints the figures and the ratios offloaded / direct.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+from lightkube import AsyncClient, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Pod
+
+from liqo_stack.dev import paths
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, NodeShape
+from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from runtime.api import names
+from runtime.kube import Event, Informer
+from tests.e2e.harness import free_port, node_ready, offload, wait_phase, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+HOME, FOREIGN = "home", "foreign-1"
+OFFLOADED = "bench"  # offloaded home namespace; its twin in the foreign cluster is bench-home
+DIRECT = "bench-direct"  # plain foreign namespace for the vanilla baseline
+CONCURRENCY = 20
+TARGET_RSS_MB = 200
+# Two fake nodes of 1,000 pods each: a 1,000-pod burst fits the virtual node's 90 % share even
+# while the foreign cluster still holds a previous burst.
+LAYOUT = ClusterLayout(foreign=1, nodes_per_cluster=2, node=NodeShape(cpu="256", memory="1Ti", pods=1000))
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+"""
+
+
+def pod_body(name: str, namespace: str, burst: str) -> Pod:
+    container = {"name": "app", "image": "nginx:1.27", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}
+    meta = {"name": name, "namespace": namespace, "labels": {"burst": burst}}
+    return Pod.from_dict({"metadata": meta, "spec": {"containers": [container]}})  # type: ignore[return-value]
+
+
+class Clusters:
+    def __init__(self, env: DevEnvironment) -> None:
+        self.env = env
+        self.home = AsyncClient(KubeConfig.from_file(env.kubeconfig(HOME)), field_manager="bench")
+        self.foreign = AsyncClient(KubeConfig.from_file(env.kubeconfig(FOREIGN)), field_manager="bench")
+
+    def where(self, offloaded: bool) -> tuple[AsyncClient, str]:
+        return (self.home, OFFLOADED) if offloaded else (self.foreign, DIRECT)
+
+
+async def run_until_running(client: AsyncClient, namespace: str, burst: str, count: int) -> float:
+    """Create `count` pods (CONCURRENCY at a time); seconds until all are Running where created."""
+    running: set[str] = set()
+    done = asyncio.Event()
+
+    def on_event(event: Event) -> None:
+        status = event.obj.status
+        if event.type != "DELETED" and status is not None and status.phase == "Running":
+            running.add(event.key)
+            if len(running) == count:
+                done.set()
+
+    informer = Informer(client, Pod, namespace=namespace, labels={"burst": burst})
+    informer.add_handler(on_event)
+    watching = asyncio.create_task(informer.run())
+    await informer.synced.wait()
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def create(index: int) -> None:
+        async with gate:
+            await client.create(pod_body(f"{burst}-{index}", namespace, burst))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(create(i) for i in range(count)))
+    await asyncio.wait_for(done.wait(), timeout=600)
+    elapsed = time.perf_counter() - started
+    watching.cancel()
+    return elapsed
+
+
+async def delete_all(clusters: Clusters, burst: str) -> None:
+    """Delete a burst's pods wherever they are, and wait until none is left (remote copies included)."""
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def delete(client: AsyncClient, name: str, namespace: str) -> None:
+        async with gate:
+            await client.delete(Pod, name, namespace=namespace)
+
+    deletes = [
+        delete(client, pod.metadata.name, namespace)  # type: ignore[union-attr, arg-type]
+        for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT))
+        async for pod in client.list(Pod, namespace=namespace, labels={"burst": burst})
+    ]
+    await asyncio.gather(*deletes)
+
+    async def left() -> int:
+        total = 0
+        for client, namespace in (
+            (clusters.home, OFFLOADED),
+            (clusters.foreign, DIRECT),
+            (clusters.foreign, "bench-home"),
+        ):
+            total += len([p async for p in client.list(Pod, namespace=namespace, labels={"burst": burst})])
+        return total
+
+    deadline = time.monotonic() + 600
+    while await left():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pods of burst {burst} still there after 600 s")
+        await asyncio.sleep(1)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# -- the measurements ---------------------------------------------------------------------------
+async def bursts(
+    clusters: Clusters, sizes: list[int], rounds: int, runtime: ExternalRuntime, rss: dict[str, float]
+) -> dict[int, dict[str, list[float]]]:
+    """Alternated rounds per size; `rss` gets the runtime's memory while 1,000 offloaded pods run."""
+    results: dict[int, dict[str, list[float]]] = {}
+    for size in sizes:
+        results[size] = {"direct": [], "offloaded": []}
+        for round_no in range(rounds):
+            order = (False, True) if round_no % 2 == 0 else (True, False)
+            for offloaded in order:
+                way = "offloaded" if offloaded else "direct"
+                burst = f"b{size}-{round_no}-{way[0]}"
+                client, namespace = clusters.where(offloaded)
+                seconds = await run_until_running(client, namespace, burst, size)
+                results[size][way].append(seconds)
+                print(f"  burst {size:>5} round {round_no + 1} {way:>9}: {seconds:6.2f} s", flush=True)
+                if offloaded and size == 1000:
+                    rss.update(runtime_rss_mb(runtime))
+                await delete_all(clusters, burst)
+    return results
+
+
+async def singles(clusters: Clusters, samples: int) -> dict[str, list[float]]:
+    results: dict[str, list[float]] = {"direct": [], "offloaded": []}
+    for index in range(samples):
+        for offloaded in (False, True) if index % 2 == 0 else (True, False):
+            way = "offloaded" if offloaded else "direct"
+            burst = f"s{index}-{way[0]}"
+            client, namespace = clusters.where(offloaded)
+            results[way].append(await run_until_running(client, namespace, burst, 1))
+            await delete_all(clusters, burst)
+    return results
+
+
+def runtime_rss_mb(runtime: ExternalRuntime) -> dict[str, float]:
+    found = {}
+    for component in runtime.components:
+        pid = runtime.pid(component)
+        if pid is None:
+            continue
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                found[component] = int(line.split()[1]) / 1024
+    return found
+
+
+def audited_writes(log: Path, since_offset: int) -> Counter[str]:
+    """Writes logged after `since_offset`, counted by 'client: resource'."""
+    counts: Counter[str] = Counter()
+    with log.open() as lines:
+        lines.seek(since_offset)
+        for line in lines:
+            event = json.loads(line)
+            agent = str(event.get("userAgent", "?")).split("/")[0]
+            resource = (event.get("objectRef") or {}).get("resource", "?")
+            counts[f"{agent}: {event['verb']} {resource}"] += 1
+    return counts
+
+
+async def idle_writes(env: DevEnvironment, clusters: Clusters, seconds: float) -> dict[str, Counter[str]]:
+    await run_until_running(clusters.home, OFFLOADED, "idle", 100)
+    await asyncio.sleep(10)  # statuses settle
+    offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, FOREIGN)}
+    print(f"  idle for {seconds:.0f} s with 100 offloaded pods ...", flush=True)
+    await asyncio.sleep(seconds)
+    found = {c: audited_writes(env.audit_log(c), offsets[c]) for c in (HOME, FOREIGN)}
+    await delete_all(clusters, "idle")
+    return found
+
+
+# -- set-up and report --------------------------------------------------------------------------
+def install(env: DevEnvironment, state: Path) -> ExternalRuntime:
+    project = state / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    for name in ("Pulumi.yaml", "__main__.py"):
+        shutil.copy(REPO / name, project / name)
+    pulumi = PulumiEnvironment(state_dir=state / "pulumi", bin_dir=paths.bin_dir())
+    stack = pulumi.stack_for_directory(project, "bench")
+    port = free_port()
+    config = {
+        "home": {"clusterId": HOME, "kubeconfigPath": str(env.kubeconfig(HOME))},
+        "foreignClusters": [{"clusterId": FOREIGN, "kubeconfigPath": str(env.kubeconfig(FOREIGN))}],
+        "runtime": {"mode": "external", "webhookPort": port},
+    }
+    pulumi.set_liqo_config(stack, config)
+    print("[bench] pulumi up ...", flush=True)
+    stack.up(on_output=lambda line: None)
+    runtime = ExternalRuntime({c: env.kubeconfig(c) for c in (HOME, FOREIGN)}, HOME, webhook_port=port, state_dir=state)
+    runtime.stop_all()  # a previous, interrupted run's processes
+    runtime.start_all()
+    home = env.client(HOME)
+    node = names.virtual_node_name(FOREIGN)
+    wait_until(lambda: node_ready(home, node), 60, f"{node} Ready")
+    offload(home, OFFLOADED, {"podOffloadingStrategy": "Remote"})  # fresh clusters: nothing there yet
+    wait_phase(home, OFFLOADED, "Ready", 60)
+    env.client(FOREIGN).create(Namespace(metadata=ObjectMeta(name=DIRECT)))
+    return runtime
+
+
+def summary(name: str, values: list[float]) -> str:
+    return f"{name} median {statistics.median(values):6.2f} s (rounds: {', '.join(f'{v:.2f}' for v in values)})"
+
+
+def report(
+    burst_results: dict[int, dict[str, list[float]]],
+    single_results: dict[str, list[float]],
+    rss: dict[str, float],
+    idle: dict[str, Counter[str]],
+    idle_seconds: float,
+) -> None:
+    print("\n== offload overhead: time until a burst of pods is Running (target <= 1.15x at 1,000)")
+    for size, ways in burst_results.items():
+        ratio = statistics.median(ways["offloaded"]) / statistics.median(ways["direct"])
+        print(f"  {size:>5} pods: {summary('direct', ways['direct'])}")
+        print(f"  {size:>5} pods: {summary('offloaded', ways['offloaded'])}  -> ratio {ratio:.2f}x")
+    if single_results["direct"]:
+        print("\n== single pod, time until Running (target: added latency p50 <= 150 ms, p99 <= 1 s)")
+        for q, label in ((0.5, "p50"), (0.99, "p99")):
+            direct = percentile(single_results["direct"], q) * 1000
+            offloaded = percentile(single_results["offloaded"], q) * 1000
+            print(
+                f"  {label}: direct {direct:6.0f} ms, offloaded {offloaded:6.0f} ms,"
+                f" added {offloaded - direct:6.0f} ms, ratio {offloaded / direct:.2f}x"
+            )
+    if rss:
+        total = sum(rss.values())
+        parts = ", ".join(f"{c} {mb:.0f} MB" for c, mb in rss.items())
+        print(f"\n== runtime RSS with 1,000 offloaded pods: {total:.0f} MB ({parts})")
+        print(f"  {total / TARGET_RSS_MB:.2f}x the 200 MB target")
+    if idle:
+        print(f"\n== writes during {idle_seconds:.0f} idle s, 100 offloaded pods (target: zero but heartbeats)")
+        for cluster_id, counts in idle.items():
+            ours = {k: v for k, v in counts.items() if k.startswith("python-httpx")}
+            heartbeats = sum(v for k, v in ours.items() if k.endswith(" leases"))
+            others = sum(v for k, v in counts.items() if k not in ours)
+            print(
+                f"  {cluster_id}: runtime {sum(ours.values()) - heartbeats} writes + {heartbeats} Lease heartbeats;"
+                f" the cluster's own components {others}"
+            )
+            for key, value in sorted(counts.items()):
+                print(f"      {value:4d}  {key}")
+
+
+async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.Namespace) -> None:
+    clusters = Clusters(env)
+    sizes = [int(s) for s in args.bursts.split(",") if s]
+    print("[bench] bursts ...", flush=True)
+    rss: dict[str, float] = {}
+    burst_results = await bursts(clusters, sizes, args.rounds, runtime, rss)
+    print("[bench] single pods ...", flush=True)
+    single_results = await singles(clusters, args.singles)
+    print("[bench] idle ...", flush=True)
+    idle = await idle_writes(env, clusters, args.idle) if args.idle else {}
+    report(burst_results, single_results, rss, idle, args.idle)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bursts", default="100,1000", help="burst sizes, comma-separated")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per burst size and way, alternated")
+    parser.add_argument("--singles", type=int, default=40, help="single-pod samples per way")
+    parser.add_argument("--idle", type=float, default=60, help="idle seconds counted (0: skip)")
+    parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
+    args = parser.parse_args()
+
+    state = paths.state_root() / "bench-offloading"
+    state.mkdir(parents=True, exist_ok=True)
+    policy = state / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    env = DevEnvironment(state_dir=state / "clusters", bin_dir=paths.bin_dir(), audit_policy=policy)
+    env.down(progress=lambda m: None)  # fresh clusters: created with the audit policy
+    env.up(LAYOUT, progress=lambda m: print(f"[cluster] {m}", flush=True))
+    runtime = install(env, state)
+    try:
+        asyncio.run(measure(env, runtime, args))
+    finally:
+        runtime.stop_all()
+        if not args.keep:
+            env.down(progress=lambda m: None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""How the informer reads watch-stream lines: bookmarks, errors and ordinary events."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from runtime.kube import Event, Informer
+from runtime.kube.informing import _Gone
+
+
+def informer() -> tuple[Informer, list[Event]]:
+    watching = Informer(cast(AsyncClient, None), Pod, namespace="apps")  # reading lines needs no client
+    events: list[Event] = []
+    watching.add_handler(events.append)
+    return watching, events
+
+
+def line(kind: str, obj: dict[str, Any]) -> str:
+    return json.dumps({"type": kind, "object": obj})
+
+
+def test_a_pod_bookmark_moves_the_resource_version_and_emits_nothing() -> None:
+    watching, events = informer()
+    bookmark = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "42"}, "spec": {"containers": None}}
+    watching._on_watch_line(line("BOOKMARK", bookmark))
+    assert watching.resource_version == "42"
+    assert events == [] and watching.store == {}
+
+
+def test_added_and_deleted_pods_update_the_store_and_reach_handlers() -> None:
+    watching, events = informer()
+    pod: dict[str, Any] = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": "web", "namespace": "apps", "resourceVersion": "7"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+    }
+    watching._on_watch_line(line("ADDED", pod))
+    assert list(watching.store) == ["apps/web"] and watching.resource_version == "7"
+    watching._on_watch_line(line("DELETED", {**pod, "metadata": {**pod["metadata"], "resourceVersion": "8"}}))
+    assert watching.store == {} and [(e.type, e.key) for e in events] == [
+        ("ADDED", "apps/web"),
+        ("DELETED", "apps/web"),
+    ]
+
+
+def test_an_error_event_raises_and_410_means_list_again() -> None:
+    watching, _ = informer()
+    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "too old", "code": 410}
+    with pytest.raises(_Gone):
+        watching._on_watch_line(line("ERROR", status))
+    with pytest.raises(ApiError):
+        watching._on_watch_line(line("ERROR", {**status, "code": 500, "message": "boom"}))
