@@ -329,19 +329,19 @@ class DevEnvironment:
 
     @contextlib.contextmanager
     def api_server_stopped(self, cluster_id: str, timeout: float = 60) -> Iterator[None]:
-        """Stop one cluster's control plane (etcd keeps the data, kwok's kubelets keep the pods
+        """Kill one cluster's control plane (etcd keeps the data, kwok's kubelets keep the pods
         running), then start it again with the same command lines: how tests see a foreign cluster
         become unreachable. The controller-manager and scheduler go with the API server because they
         exit anyway when they cannot renew their leader lease."""
         cluster_dir = self.kwok_workdir / "clusters" / cluster_id
-        commands = {}
-        for component in CONTROL_PLANE:
-            pid = int((cluster_dir / "pids" / f"{component}.pid").read_text().strip())
-            commands[component] = (Path("/proc") / str(pid) / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
+        pids = {c: int((cluster_dir / "pids" / f"{c}.pid").read_text().strip()) for c in CONTROL_PLANE}
+        commands = self._component_commands(cluster_id)
+        for pid in pids.values():  # killed, not shut down: a graceful API server drains for a minute
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
         try:
             yield
         finally:
@@ -353,8 +353,14 @@ class DevEnvironment:
                     raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
                 time.sleep(0.2)
 
+    def _component_commands(self, cluster_id: str) -> dict[str, list[str]]:
+        """The command line of each control-plane component, as kwokctl recorded it in kwok.yaml."""
+        recorded = yaml.safe_load_all((self.kwok_workdir / "clusters" / cluster_id / "kwok.yaml").read_text())
+        components = next(doc["components"] for doc in recorded if isinstance(doc, dict) and "components" in doc)
+        return {c["name"]: [c["binary"], *c.get("args", [])] for c in components if c["name"] in CONTROL_PLANE}
+
     @staticmethod
-    def _relaunch(cluster_dir: Path, component: str, command: list[bytes]) -> None:
+    def _relaunch(cluster_dir: Path, component: str, command: list[str]) -> None:
         with (cluster_dir / "logs" / f"{component}.log").open("ab") as log:
             process = subprocess.Popen(
                 command, cwd=cluster_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
