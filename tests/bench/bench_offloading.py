@@ -1,6 +1,6 @@
 """Offloading benchmark: pods offloaded through a virtual node vs the same pods created directly.
 
-    .venv/bin/python tests/bench/bench_offloading.py [--bursts 100,1000] [--rounds 2] [--singles 40] [--idle 60]
+    .venv/bin/python -m tests.bench.bench_offloading [--bursts 100,1000] [--rounds 2] [--singles 40] [--idle 60]
 
 Starts its own home and foreign cluster (state under $LIQO_STACK_STATE/bench-offloading, both API
 servers writing an audit log of every write), installs the stack with `pulumi up`, runs the
