@@ -187,6 +187,15 @@ class DevEnvironment:
             return False
         return True
 
+    def _is_ready(self, cluster_id: str) -> bool:
+        """`/readyz` passes: a restarted API server answers for built-in kinds before it serves its
+        custom resources again ("storage is (re)initializing")."""
+        http = self.client(cluster_id, timeout=5)._client._client  # lightkube has no raw GET
+        try:
+            return bool(http.get("/readyz").status_code == 200)
+        except Exception:
+            return False
+
     def _write_kwokctl_config(self) -> Path:
         config = self.state_dir / "kwokctl.yaml"
         config.write_text(yaml.safe_dump_all(KWOKCTL_CONFIG))
@@ -348,7 +357,7 @@ class DevEnvironment:
             for component, command in commands.items():
                 self._relaunch(cluster_dir, component, command)
             deadline = time.monotonic() + timeout
-            while not self._is_running(cluster_id):
+            while not self._is_ready(cluster_id):
                 if time.monotonic() > deadline:
                     raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
                 time.sleep(0.2)

@@ -28,7 +28,7 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class ShadowPodController:
-    def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 4) -> None:
+    def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 16) -> None:
         self.client = client
         self.cluster_id = cluster_id
         self.shadows = Informer(client, ShadowPodResource)
@@ -55,8 +55,8 @@ class ShadowPodController:
         if status.get("podUID") != pod.metadata.uid:
             update["podUID"] = pod.metadata.uid
         phase = pod.status.phase if pod.status else None
-        if phase != status.get("phase") and (phase in TERMINAL_PHASES or status.get("phase") is None):
-            update["phase"] = phase  # recorded once it matters: terminal phases decide recreation
+        if phase != status.get("phase"):
+            update["phase"] = phase  # shown by `kubectl get shadowpods`; a terminal one stops recreation
         if update:
             await self._patch_status(shadow, update)
 
@@ -92,7 +92,8 @@ class ShadowPodController:
         recreations = int(status.get("recreations") or 0) + (1 if status.get("podUID") else 0)
         if status.get("podUID"):
             log.info("recreated pod %s/%s (recreation %d)", meta.namespace, meta.name, recreations)
-        await self._patch_status(shadow, {"podUID": created.metadata.uid, "recreations": recreations, "phase": None})
+        phase = created.status.phase if created.status else None
+        await self._patch_status(shadow, {"podUID": created.metadata.uid, "recreations": recreations, "phase": phase})
 
     async def _patch_status(self, shadow: Any, update: dict[str, Any]) -> None:
         try:

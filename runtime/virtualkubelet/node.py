@@ -199,7 +199,7 @@ class VirtualNodeController:
         while True:
             try:
                 await self._renew_lease()
-            except ApiError as err:
+            except Exception as err:  # the home API server away: try again at the next beat
                 log.warning("lease renewal failed: %s", err)
             await asyncio.sleep(LEASE_SECONDS / 4)
 

@@ -66,7 +66,7 @@ class PodOffloader:
         foreign_cluster_id: str,
         offloadings: Informer,
         pod_cidr_mapping: CidrMapping | None = None,
-        workers: int = 8,
+        workers: int = 16,
     ) -> None:
         self.home, self.foreign = home, foreign
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
@@ -131,15 +131,13 @@ class PodOffloader:
         shadow = watch.shadows.store.get(f"{twin}/{name}")
         remote = watch.pods.store.get(f"{twin}/{name}")
         if pod is None:
-            if shadow is not None or remote is not None:
-                await self._delete_remote(twin, name, grace=None)
+            await self._delete_remote(twin, name, shadow, remote, grace=None)
             return
         if pod.metadata.deletionTimestamp:
-            if shadow is not None or remote is not None:
-                await self._delete_remote(twin, name, grace=pod.metadata.deletionGracePeriodSeconds)
-                self.queue.add_after(key, 0.5)  # the informer says when the remote pod is gone
-                return
-            await self._release(pod)
+            await self._delete_remote(twin, name, shadow, remote, grace=pod.metadata.deletionGracePeriodSeconds)
+            if remote is None and (shadow is None or shadow.metadata.deletionTimestamp):
+                await self._release(pod)
+            # else the remote pod's removal, seen by its informer, brings this key back
             return
         if shadow is None:
             await self._create_shadow(pod, twin)
@@ -193,20 +191,23 @@ class PodOffloader:
             if err.status.code != 404:
                 raise
 
-    async def _delete_remote(self, twin: str, name: str, grace: int | None) -> None:
+    async def _delete_remote(self, twin: str, name: str, shadow: Any, remote: Any, grace: int | None) -> None:
+        """Delete what is there and not already going: asking again would only load the API server."""
         # The ShadowPod first (else the agent would bring the pod back), orphaning its pod: the
         # garbage collector would delete the pod with the pod's own grace period, we pass the home
         # pod's. Were we to stop in between, the next reconcile finds the orphan and deletes it.
-        try:
-            await self.foreign.delete(ShadowPodResource, name, namespace=twin, cascade=CascadeType.ORPHAN)
-        except ApiError as err:
-            if err.status.code != 404:
-                raise
-        try:
-            await self.foreign.delete(Pod, name, namespace=twin, grace_period=grace)
-        except ApiError as err:
-            if err.status.code != 404:
-                raise
+        if shadow is not None and not shadow.metadata.deletionTimestamp:
+            try:
+                await self.foreign.delete(ShadowPodResource, name, namespace=twin, cascade=CascadeType.ORPHAN)
+            except ApiError as err:
+                if err.status.code != 404:
+                    raise
+        if remote is not None and not remote.metadata.deletionTimestamp:
+            try:
+                await self.foreign.delete(Pod, name, namespace=twin, grace_period=grace)
+            except ApiError as err:
+                if err.status.code != 404:
+                    raise
 
     async def _release(self, pod: Any) -> None:
         """The remote side is gone: remove the home pod for good, as a kubelet does."""

@@ -9,6 +9,7 @@ Then, in one run and alternating the two ways round by round:
 - bursts: N bare pods created with the same client and concurrency, either directly in a
   foreign namespace (the vanilla baseline) or in the offloaded home namespace; the time until
   all N are Running where they were created (for offloaded pods: at home, status reflected back);
+- CPU: the seconds each cluster component and runtime process used during a burst, both ways;
 - single pods: one at a time, time until Running, p50/p99 of each way and the added latency;
 - memory: RSS of the runtime processes with the last 1,000-pod offloaded burst Running;
 - idle: with 100 offloaded pods and nothing changing, the writes each API server receives in
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import time
@@ -144,9 +146,15 @@ def percentile(values: list[float], q: float) -> float:
 
 # -- the measurements ---------------------------------------------------------------------------
 async def bursts(
-    clusters: Clusters, sizes: list[int], rounds: int, runtime: ExternalRuntime, rss: dict[str, float]
+    clusters: Clusters,
+    sizes: list[int],
+    rounds: int,
+    runtime: ExternalRuntime,
+    rss: dict[str, float],
+    cpu: dict[tuple[int, str], dict[str, float]],
 ) -> dict[int, dict[str, list[float]]]:
-    """Alternated rounds per size; `rss` gets the runtime's memory while 1,000 offloaded pods run."""
+    """Alternated rounds per size; `rss` gets the runtime's memory while 1,000 offloaded pods run,
+    `cpu` the CPU seconds each process used during the last round of each size and way."""
     results: dict[int, dict[str, list[float]]] = {}
     for size in sizes:
         results[size] = {"direct": [], "offloaded": []}
@@ -156,7 +164,9 @@ async def bursts(
                 way = "offloaded" if offloaded else "direct"
                 burst = f"b{size}-{round_no}-{way[0]}"
                 client, namespace = clusters.where(offloaded)
+                before = cpu_seconds(clusters.env, runtime)
                 seconds = await run_until_running(client, namespace, burst, size)
+                cpu[size, way] = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(clusters.env, runtime).items()}
                 results[size][way].append(seconds)
                 print(f"  burst {size:>5} round {round_no + 1} {way:>9}: {seconds:6.2f} s", flush=True)
                 if offloaded and size == 1000:
@@ -175,6 +185,24 @@ async def singles(clusters: Clusters, samples: int) -> dict[str, list[float]]:
             results[way].append(await run_until_running(client, namespace, burst, 1))
             await delete_all(clusters, burst)
     return results
+
+
+def cpu_seconds(env: DevEnvironment, runtime: ExternalRuntime) -> dict[str, float]:
+    """CPU time used so far by each cluster component ('home kube-apiserver') and runtime process."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    named = {pid: f"runtime {c}" for c in runtime.components if (pid := runtime.pid(c)) is not None}
+    used: dict[str, float] = {}
+    for pid in env.processes():
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        parts = Path(cmdline[0].decode()).parts  # .../clusters/<cluster id>/bin/<component>
+        named.setdefault(pid, f"{parts[-3]} {parts[-1]}" if len(parts) >= 3 else parts[-1])
+    for pid, name in named.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return used
 
 
 def runtime_rss_mb(runtime: ExternalRuntime) -> dict[str, float]:
@@ -250,6 +278,7 @@ def report(
     burst_results: dict[int, dict[str, list[float]]],
     single_results: dict[str, list[float]],
     rss: dict[str, float],
+    cpu: dict[tuple[int, str], dict[str, float]],
     idle: dict[str, Counter[str]],
     idle_seconds: float,
 ) -> None:
@@ -258,6 +287,16 @@ def report(
         ratio = statistics.median(ways["offloaded"]) / statistics.median(ways["direct"])
         print(f"  {size:>5} pods: {summary('direct', ways['direct'])}")
         print(f"  {size:>5} pods: {summary('offloaded', ways['offloaded'])}  -> ratio {ratio:.2f}x")
+    for size in burst_results:
+        used_direct, used_offloaded = cpu.get((size, "direct"), {}), cpu.get((size, "offloaded"), {})
+        total_direct, total_offloaded = sum(used_direct.values()), sum(used_offloaded.values())
+        print(
+            f"\n  CPU seconds during a {size}-pod burst (2 cores): direct {total_direct:.1f},"
+            f" offloaded {total_offloaded:.1f} -> ratio {total_offloaded / max(total_direct, 0.01):.2f}x"
+        )
+        for name in sorted(used_offloaded.keys() | used_direct.keys(), key=lambda n: -used_offloaded.get(n, 0.0))[:12]:
+            direct, offloaded = used_direct.get(name, 0.0), used_offloaded.get(name, 0.0)
+            print(f"      {name:<36} direct {direct:6.1f}  offloaded {offloaded:6.1f}")
     if single_results["direct"]:
         print("\n== single pod, time until Running (target: added latency p50 <= 150 ms, p99 <= 1 s)")
         for q, label in ((0.5, "p50"), (0.99, "p99")):
@@ -291,12 +330,13 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     sizes = [int(s) for s in args.bursts.split(",") if s]
     print("[bench] bursts ...", flush=True)
     rss: dict[str, float] = {}
-    burst_results = await bursts(clusters, sizes, args.rounds, runtime, rss)
+    cpu: dict[tuple[int, str], dict[str, float]] = {}
+    burst_results = await bursts(clusters, sizes, args.rounds, runtime, rss, cpu)
     print("[bench] single pods ...", flush=True)
     single_results = await singles(clusters, args.singles)
     print("[bench] idle ...", flush=True)
     idle = await idle_writes(env, clusters, args.idle) if args.idle else {}
-    report(burst_results, single_results, rss, idle, args.idle)
+    report(burst_results, single_results, rss, cpu, idle, args.idle)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from liqo_stack.dev.clusters import DevEnvironment, NodeShape, fake_node_manifes
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
-from tests.e2e.harness import VIRTUAL_NODES, all_running, node_ready, wait_until
+from tests.e2e.harness import VIRTUAL_NODES, all_running, node_ready, remote_pod, restarts, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -91,3 +91,30 @@ def test_a_stopped_foreign_api_server_turns_the_node_not_ready_and_its_pods_keep
     wait_until(lambda: node_ready(home, VIRTUAL_NODES["foreign-2"]), 30, "liqo-foreign-2 Ready again")
     assert remote_uids() == before
     assert all_running(home, offloaded, "survivors", 4) is not None
+
+
+def test_the_foreign_agent_keeps_remote_pods_while_the_home_cluster_is_unreachable(
+    offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    apply_deployment(home, example_deployment("homeless", offloaded, 2))
+    running = wait_until(lambda: all_running(home, offloaded, "homeless", 2), 90, "2 offloaded pods Running")
+    twin = f"{offloaded}-home"
+    placed = {cast(Any, p).metadata.name: cast(Any, p).spec.nodeName.removeprefix("liqo-") for p in running}
+
+    def remote_uid(name: str) -> str | None:
+        remote = remote_pod(foreign[placed[name]], twin, name)
+        return cast(Any, remote).metadata.uid if remote and cast(Any, remote).status.phase == "Running" else None
+
+    with dev_env.api_server_stopped("home"):
+        first = {name: remote_uid(name) for name in placed}
+        for name, cluster_id in placed.items():
+            foreign[cluster_id].delete(Pod, name, namespace=twin, grace_period=0)
+        wait_until(
+            lambda: all(remote_uid(name) not in (None, first[name]) for name in placed), 60, "remote pods recreated"
+        )
+    wait_until(
+        lambda: all(restarts(home.get(Pod, name, namespace=offloaded)) == 1 for name in placed),
+        60,
+        "home pods back in touch, one restart each",
+    )
+    assert all_running(home, offloaded, "homeless", 2) is not None
