@@ -5,11 +5,17 @@ the garbage collector deletes the pod (with the pod's own grace period) when the
 the ShadowPod. A pod that disappears is created again and the ShadowPod's status counts the
 recreation (the home pod shows it as restarts); a pod that Succeeded or Failed is never brought
 back. Everything the controller knows is in the ShadowPod's status, so a restart loses nothing.
+
+A pod is recreated only `recreate_after` seconds after it went missing, as a kubelet waits before
+restarting a container: whoever deleted the old pod by name alone (kwok does, without a UID
+precondition) may send that delete again and must not hit the new pod, and a pod that something
+keeps deleting is not recreated in a hot loop.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -28,9 +34,11 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class ShadowPodController:
-    def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 16) -> None:
+    def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 16, recreate_after: float = 1.0) -> None:
         self.client = client
         self.cluster_id = cluster_id
+        self.recreate_after = recreate_after
+        self._missing_since: dict[str, float] = {}
         self.shadows = Informer(client, ShadowPodResource)
         self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
@@ -43,14 +51,18 @@ class ShadowPodController:
     async def reconcile(self, key: str) -> None:
         shadow = self.shadows.store.get(key)
         if shadow is None or shadow.metadata.deletionTimestamp:
+            self._missing_since.pop(key, None)
             return  # the garbage collector removes the pod it owned
         status = dict(shadow.get("status") or {})
         pod = self.pods.store.get(key)
         if pod is None:
             if status.get("phase") in TERMINAL_PHASES:
                 return  # finished: a completed or failed pod is never run again
+            if status.get("podUID") and not self._waited_enough(key):
+                return
             await self._create_pod(shadow, status)
             return
+        self._missing_since.pop(key, None)
         update: dict[str, Any] = {}
         if status.get("podUID") != pod.metadata.uid:
             update["podUID"] = pod.metadata.uid
@@ -59,6 +71,16 @@ class ShadowPodController:
             update["phase"] = phase  # shown by `kubectl get shadowpods`; a terminal one stops recreation
         if update:
             await self._patch_status(shadow, update)
+
+    def _waited_enough(self, key: str) -> bool:
+        """Whether the pod has been missing `recreate_after` seconds; if not, come back then."""
+        now = time.monotonic()
+        since = self._missing_since.setdefault(key, now)
+        if now - since >= self.recreate_after:
+            del self._missing_since[key]
+            return True
+        self.queue.add_after(key, self.recreate_after - (now - since))
+        return False
 
     async def _create_pod(self, shadow: Any, status: dict[str, Any]) -> None:
         meta = shadow.metadata

@@ -1,0 +1,89 @@
+"""The foreign agent's decision to (re)create a ShadowPod's pod, with the API calls left out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from lightkube.resources.core_v1 import Pod
+
+from runtime.controllers.shadowpod import ShadowPodController
+from runtime.kube.resources import ShadowPodResource
+
+KEY = "twin/p"
+
+
+def shadow(**status: Any) -> Any:
+    return ShadowPodResource.from_dict(
+        {
+            "metadata": {"name": "p", "namespace": "twin", "uid": "s-1"},
+            "spec": {"pod": {"containers": [{"name": "c", "image": "i"}]}},
+            "status": status,
+        }
+    )
+
+
+def controller(recreate_after: float) -> tuple[ShadowPodController, list[str]]:
+    agent = ShadowPodController(cast(Any, None), "foreign-1", recreate_after=recreate_after)
+    created: list[str] = []
+
+    async def create_pod(shadow: Any, status: dict[str, Any]) -> None:
+        created.append(shadow.metadata.name)
+
+    async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
+        pass
+
+    agent._create_pod = create_pod  # type: ignore[method-assign]
+    agent._patch_status = patch_status  # type: ignore[method-assign]
+    return agent, created
+
+
+def test_a_first_pod_is_created_at_once() -> None:
+    async def scenario() -> list[str]:
+        agent, created = controller(recreate_after=60)
+        agent.shadows.store[KEY] = shadow()
+        await agent.reconcile(KEY)
+        return created
+
+    assert asyncio.run(scenario()) == ["p"]
+
+
+def test_a_vanished_pod_is_recreated_only_after_the_delay_and_the_key_comes_back_by_itself() -> None:
+    async def scenario() -> tuple[list[str], bool, list[str]]:
+        agent, created = controller(recreate_after=0.2)
+        agent.shadows.store[KEY] = shadow(podUID="old", phase="Running")
+        await agent.reconcile(KEY)
+        await agent.reconcile(KEY)  # a status event meanwhile changes nothing
+        early, queued_again = list(created), KEY in agent.queue._delayed
+        await asyncio.sleep(0.25)
+        await agent.reconcile(KEY)
+        return early, queued_again, created
+
+    early, queued_again, created = asyncio.run(scenario())
+    assert early == [] and queued_again
+    assert created == ["p"]
+
+
+def test_a_pod_back_before_the_delay_resets_the_wait() -> None:
+    async def scenario() -> list[str]:
+        agent, created = controller(recreate_after=0.2)
+        agent.shadows.store[KEY] = shadow(podUID="old", phase="Running")
+        await agent.reconcile(KEY)
+        agent.pods.store[KEY] = Pod.from_dict({"metadata": {"name": "p", "namespace": "twin", "uid": "old"}})
+        await agent.reconcile(KEY)
+        del agent.pods.store[KEY]
+        await asyncio.sleep(0.25)
+        await agent.reconcile(KEY)  # missing again: the wait starts over
+        return created
+
+    assert asyncio.run(scenario()) == []
+
+
+def test_a_finished_pod_is_never_recreated() -> None:
+    async def scenario() -> list[str]:
+        agent, created = controller(recreate_after=0)
+        agent.shadows.store[KEY] = shadow(podUID="old", phase="Succeeded")
+        await agent.reconcile(KEY)
+        return created
+
+    assert asyncio.run(scenario()) == []
