@@ -4,7 +4,9 @@ For every tenant namespace (one per home cluster) a ResourceAdvertisement holds 
 of the physical nodes (Ready and schedulable; virtual nodes never count) minus the requests of
 the pods running here that this home cluster did not offload, for every resource (cpu, memory,
 pods, GPUs, any extended resource). The home's virtual kubelet applies its sharing percentage.
-Written only when the figures change, so an idle cluster costs no writes.
+Written only when the figures change, so an idle cluster costs no writes, and recomputed at most
+once per `settle` seconds of pod and node churn: a burst of 1,000 pods would otherwise rewrite the
+advertisement, and the virtual node after it, for nearly every pod.
 """
 
 from __future__ import annotations
@@ -75,15 +77,18 @@ def as_quantity(amount: Decimal) -> str:
 
 
 class AdvertisementController:
-    def __init__(self, client: AsyncClient, cluster_id: str) -> None:
+    def __init__(self, client: AsyncClient, cluster_id: str, *, settle: float = 1.0) -> None:
         self.client = client
         self.cluster_id = cluster_id
+        self.settle = settle
         self.nodes = Informer(client, Node)
         self.pods = Informer(client, Pod)
         self.tenants = Informer(client, Namespace, labels={names.TENANT_HOME_LABEL: exists()})
         self.advertisements = Informer(client, ResourceAdvertisementResource)
         self.queue = WorkQueue(self._reconcile, workers=1, name="advertisement")
-        for informer in (self.nodes, self.pods, self.tenants, self.advertisements):
+        for informer in (self.nodes, self.pods):
+            informer.add_handler(lambda _: self.queue.add_after(ALL, self.settle))
+        for informer in (self.tenants, self.advertisements):  # a new home, an edited advertisement: now
             informer.add_handler(lambda _: self.queue.add(ALL))
 
     async def run(self) -> None:

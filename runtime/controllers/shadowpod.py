@@ -60,12 +60,16 @@ class ShadowPodController:
                 return  # finished: a completed or failed pod is never run again
             if status.get("podUID") and not self._waited_enough(key):
                 return
-            await self._create_pod(shadow, status)
+            await self._create_pod(shadow)
             return
         self._missing_since.pop(key, None)
         update: dict[str, Any] = {}
         if status.get("podUID") != pod.metadata.uid:
+            # Recorded once the pod is seen, with its phase: one status write where two would do.
             update["podUID"] = pod.metadata.uid
+            if status.get("podUID"):
+                update["recreations"] = int(status.get("recreations") or 0) + 1
+                log.info("recreated pod %s (recreation %d)", key, update["recreations"])
         phase = pod.status.phase if pod.status else None
         if phase != status.get("phase"):
             update["phase"] = phase  # shown by `kubectl get shadowpods`; a terminal one stops recreation
@@ -82,7 +86,7 @@ class ShadowPodController:
         self.queue.add_after(key, self.recreate_after - (now - since))
         return False
 
-    async def _create_pod(self, shadow: Any, status: dict[str, Any]) -> None:
+    async def _create_pod(self, shadow: Any) -> None:
         meta = shadow.metadata
         body = {
             "apiVersion": "v1",
@@ -106,16 +110,10 @@ class ShadowPodController:
             "spec": shadow["spec"]["pod"],
         }
         try:
-            created = await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
+            await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
         except ApiError as err:
-            if err.status.code == 409:
-                return  # ours already, not yet in the informer: its event brings us back
-            raise
-        recreations = int(status.get("recreations") or 0) + (1 if status.get("podUID") else 0)
-        if status.get("podUID"):
-            log.info("recreated pod %s/%s (recreation %d)", meta.namespace, meta.name, recreations)
-        phase = created.status.phase if created.status else None
-        await self._patch_status(shadow, {"podUID": created.metadata.uid, "recreations": recreations, "phase": phase})
+            if err.status.code != 409:
+                raise  # 409: ours already, not yet in the informer; its event brings us back
 
     async def _patch_status(self, shadow: Any, update: dict[str, Any]) -> None:
         try:

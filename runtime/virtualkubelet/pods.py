@@ -29,6 +29,7 @@ from runtime.virtualkubelet.translation import (
     CidrMapping,
     TranslationError,
     home_pod_status,
+    nothing_to_tell,
     remote_pod_metadata,
     remote_pod_spec,
 )
@@ -164,6 +165,8 @@ class PodOffloader:
 
     async def _reflect_status(self, pod: Any, remote: Any, recreations: int) -> None:
         remote_status = remote.to_dict().get("status") or {}
+        if nothing_to_tell(remote_status):
+            return
         desired = home_pod_status(
             remote_status, pod_cidr_mapping=self.pod_cidr_mapping, host_ip=NODE_ADDRESS, recreations=recreations
         )

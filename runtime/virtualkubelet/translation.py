@@ -143,6 +143,22 @@ def remote_pod_metadata(home_pod: dict[str, Any], *, home_cluster_id: str, forei
     return {"labels": labels, "annotations": dict(meta.get("annotations") or {})}
 
 
+def nothing_to_tell(remote_status: dict[str, Any]) -> bool:
+    """A remote pod just created or scheduled: Pending, no container yet, every condition met.
+
+    The home pod shows as much already; reflecting it would cost a write per pod in a burst. A
+    pod the foreign scheduler cannot place (a False condition) or a container waiting on its
+    image (a container status) is news, and is reflected.
+    """
+    return (
+        remote_status.get("phase", "Pending") == "Pending"
+        and not remote_status.get("containerStatuses")
+        and not remote_status.get("initContainerStatuses")
+        and not remote_status.get("reason")
+        and all(c.get("status") == "True" for c in remote_status.get("conditions") or [])
+    )
+
+
 def home_pod_status(
     remote_status: dict[str, Any], *, pod_cidr_mapping: CidrMapping | None, host_ip: str, recreations: int
 ) -> dict[str, Any]:

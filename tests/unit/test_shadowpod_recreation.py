@@ -23,15 +23,22 @@ def shadow(**status: Any) -> Any:
     )
 
 
-def controller(recreate_after: float) -> tuple[ShadowPodController, list[str]]:
+def pod(uid: str, phase: str) -> Any:
+    return Pod.from_dict({"metadata": {"name": "p", "namespace": "twin", "uid": uid}, "status": {"phase": phase}})
+
+
+def controller(
+    recreate_after: float, patches: list[dict[str, Any]] | None = None
+) -> tuple[ShadowPodController, list[str]]:
     agent = ShadowPodController(cast(Any, None), "foreign-1", recreate_after=recreate_after)
     created: list[str] = []
 
-    async def create_pod(shadow: Any, status: dict[str, Any]) -> None:
+    async def create_pod(shadow: Any) -> None:
         created.append(shadow.metadata.name)
 
     async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
-        pass
+        if patches is not None:
+            patches.append(update)
 
     agent._create_pod = create_pod  # type: ignore[method-assign]
     agent._patch_status = patch_status  # type: ignore[method-assign]
@@ -69,7 +76,7 @@ def test_a_pod_back_before_the_delay_resets_the_wait() -> None:
         agent, created = controller(recreate_after=0.2)
         agent.shadows.store[KEY] = shadow(podUID="old", phase="Running")
         await agent.reconcile(KEY)
-        agent.pods.store[KEY] = Pod.from_dict({"metadata": {"name": "p", "namespace": "twin", "uid": "old"}})
+        agent.pods.store[KEY] = pod("old", "Running")
         await agent.reconcile(KEY)
         del agent.pods.store[KEY]
         await asyncio.sleep(0.25)
@@ -87,3 +94,22 @@ def test_a_finished_pod_is_never_recreated() -> None:
         return created
 
     assert asyncio.run(scenario()) == []
+
+
+def test_the_pod_is_recorded_once_seen_and_a_new_uid_counts_as_a_recreation() -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        patches: list[dict[str, Any]] = []
+        agent, _ = controller(recreate_after=0, patches=patches)
+        agent.shadows.store[KEY] = shadow()
+        agent.pods.store[KEY] = pod("first", "Running")
+        await agent.reconcile(KEY)
+        agent.shadows.store[KEY] = shadow(podUID="first", phase="Running", recreations=2)
+        await agent.reconcile(KEY)  # nothing new
+        agent.pods.store[KEY] = pod("second", "Pending")
+        await agent.reconcile(KEY)
+        return patches
+
+    assert asyncio.run(scenario()) == [
+        {"podUID": "first", "phase": "Running"},
+        {"podUID": "second", "recreations": 3, "phase": "Pending"},
+    ]

@@ -16,6 +16,7 @@ from runtime.virtualkubelet.translation import (
     CidrMapping,
     TranslationError,
     home_pod_status,
+    nothing_to_tell,
     remote_pod_metadata,
     remote_pod_spec,
 )
@@ -158,3 +159,30 @@ def test_a_resource_rounded_to_zero_shows_as_a_condition() -> None:
     unhealthy = {c["type"]: c for c in node_conditions(False, 3, [])}
     assert unhealthy["Ready"]["status"] == "False" and "3 health checks" in unhealthy["Ready"]["message"]
     assert unhealthy["ResourcesRoundedToZero"]["status"] == "False"
+
+
+@pytest.mark.parametrize(
+    ("remote_status", "silent"),
+    [
+        ({}, True),
+        ({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}, True),
+        (
+            {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            },
+            False,
+        ),
+        (
+            {
+                "phase": "Pending",
+                "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ErrImagePull"}}}],
+            },
+            False,
+        ),
+        ({"phase": "Running"}, False),
+        ({"phase": "Failed", "reason": "Evicted"}, False),
+    ],
+)
+def test_a_just_created_remote_pod_is_not_news_for_the_home_pod(remote_status: dict[str, Any], silent: bool) -> None:
+    assert nothing_to_tell(remote_status) is silent
