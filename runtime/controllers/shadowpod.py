@@ -4,7 +4,8 @@ The pod is named after its ShadowPod, carries its labels and annotations, and is
 the garbage collector deletes the pod (with the pod's own grace period) when the home side deletes
 the ShadowPod. A pod that disappears is created again and the ShadowPod's status counts the
 recreation (the home pod shows it as restarts); a pod that Succeeded or Failed is never brought
-back. Everything the controller knows is in the ShadowPod's status, so a restart loses nothing.
+back. Everything the controller knows is in the ShadowPod's status, so a restart loses nothing;
+the status is written when a pod has left Pending (its UID, phase and the recreation count).
 
 A pod is recreated only `recreate_after` seconds after it went missing, as a kubelet waits before
 restarting a container: whoever deleted the old pod by name alone (kwok does, without a UID
@@ -39,6 +40,7 @@ class ShadowPodController:
         self.cluster_id = cluster_id
         self.recreate_after = recreate_after
         self._missing_since: dict[str, float] = {}
+        self._created: set[str] = set()  # keys whose pod this process created: a new one waits
         self.shadows = Informer(client, ShadowPodResource)
         self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
@@ -52,25 +54,29 @@ class ShadowPodController:
         shadow = self.shadows.store.get(key)
         if shadow is None or shadow.metadata.deletionTimestamp:
             self._missing_since.pop(key, None)
+            self._created.discard(key)
             return  # the garbage collector removes the pod it owned
         status = dict(shadow.get("status") or {})
         pod = self.pods.store.get(key)
         if pod is None:
             if status.get("phase") in TERMINAL_PHASES:
                 return  # finished: a completed or failed pod is never run again
-            if status.get("podUID") and not self._waited_enough(key):
+            recreating = bool(status.get("podUID")) or key in self._created
+            if recreating and not self._waited_enough(key):
                 return
             await self._create_pod(shadow)
+            self._created.add(key)
             return
         self._missing_since.pop(key, None)
+        phase = pod.status.phase if pod.status else None
+        if phase in (None, "Pending"):
+            return  # nothing to record yet: one status write per pod, once it runs (or ends)
         update: dict[str, Any] = {}
         if status.get("podUID") != pod.metadata.uid:
-            # Recorded once the pod is seen, with its phase: one status write where two would do.
             update["podUID"] = pod.metadata.uid
-            if status.get("podUID"):
+            if status.get("podUID"):  # a pod that never left Pending is no restart, as for a kubelet
                 update["recreations"] = int(status.get("recreations") or 0) + 1
                 log.info("recreated pod %s (recreation %d)", key, update["recreations"])
-        phase = pod.status.phase if pod.status else None
         if phase != status.get("phase"):
             update["phase"] = phase  # shown by `kubectl get shadowpods`; a terminal one stops recreation
         if update:

@@ -278,6 +278,7 @@ def report(
     burst_results: dict[int, dict[str, list[float]]],
     single_results: dict[str, list[float]],
     rss: dict[str, float],
+    rss_before: dict[str, float],
     cpu: dict[tuple[int, str], dict[str, float]],
     idle: dict[str, Counter[str]],
     idle_seconds: float,
@@ -311,6 +312,8 @@ def report(
         parts = ", ".join(f"{c} {mb:.0f} MB" for c, mb in rss.items())
         print(f"\n== runtime RSS with 1,000 offloaded pods: {total:.0f} MB ({parts})")
         print(f"  {total / TARGET_RSS_MB:.2f}x the 200 MB target")
+        parts = ", ".join(f"{c} {mb:.0f} MB" for c, mb in rss_before.items())
+        print(f"  before the first burst: {sum(rss_before.values()):.0f} MB ({parts})")
     if idle:
         print(f"\n== writes during {idle_seconds:.0f} idle s, 100 offloaded pods (target: zero but heartbeats)")
         for cluster_id, counts in idle.items():
@@ -330,13 +333,14 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     sizes = [int(s) for s in args.bursts.split(",") if s]
     print("[bench] bursts ...", flush=True)
     rss: dict[str, float] = {}
+    rss_before = runtime_rss_mb(runtime)
     cpu: dict[tuple[int, str], dict[str, float]] = {}
     burst_results = await bursts(clusters, sizes, args.rounds, runtime, rss, cpu)
     print("[bench] single pods ...", flush=True)
     single_results = await singles(clusters, args.singles)
     print("[bench] idle ...", flush=True)
     idle = await idle_writes(env, clusters, args.idle) if args.idle else {}
-    report(burst_results, single_results, rss, cpu, idle, args.idle)
+    report(burst_results, single_results, rss, rss_before, cpu, idle, args.idle)
 
 
 def main() -> None:

@@ -96,20 +96,36 @@ def test_a_finished_pod_is_never_recreated() -> None:
     assert asyncio.run(scenario()) == []
 
 
-def test_the_pod_is_recorded_once_seen_and_a_new_uid_counts_as_a_recreation() -> None:
+def test_the_pod_is_recorded_once_it_runs_and_a_new_uid_counts_as_a_recreation() -> None:
     async def scenario() -> list[dict[str, Any]]:
         patches: list[dict[str, Any]] = []
         agent, _ = controller(recreate_after=0, patches=patches)
         agent.shadows.store[KEY] = shadow()
+        agent.pods.store[KEY] = pod("first", "Pending")
+        await agent.reconcile(KEY)  # nothing to record while Pending
         agent.pods.store[KEY] = pod("first", "Running")
         await agent.reconcile(KEY)
         agent.shadows.store[KEY] = shadow(podUID="first", phase="Running", recreations=2)
         await agent.reconcile(KEY)  # nothing new
         agent.pods.store[KEY] = pod("second", "Pending")
         await agent.reconcile(KEY)
+        agent.pods.store[KEY] = pod("second", "Running")
+        await agent.reconcile(KEY)
         return patches
 
     assert asyncio.run(scenario()) == [
         {"podUID": "first", "phase": "Running"},
-        {"podUID": "second", "recreations": 3, "phase": "Pending"},
+        {"podUID": "second", "recreations": 3},
     ]
+
+
+def test_a_pod_that_vanished_before_running_is_recreated_after_the_delay_too() -> None:
+    async def scenario() -> tuple[list[str], list[str]]:
+        agent, created = controller(recreate_after=60)
+        agent.shadows.store[KEY] = shadow()
+        await agent.reconcile(KEY)  # the first pod: at once
+        first = list(created)
+        await agent.reconcile(KEY)  # gone before the agent ever recorded it: waits like any other
+        return first, created
+
+    assert asyncio.run(scenario()) == (["p"], ["p"])
