@@ -27,7 +27,6 @@ from runtime.controllers import (
 from runtime.kube import EngineMetrics, ProbeServer
 from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_client
 from runtime.virtualkubelet.translation import CidrMapping
-from runtime.webhooks import WebhookServer, issue_certificate
 
 
 def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
@@ -52,6 +51,9 @@ async def serve(main: Coroutine[Any, Any, None], probes: ProbeServer) -> None:
 
 async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
     """The NamespaceOffloading controller and the admission webhooks, which read its informer."""
+    # Imported here: aiohttp and cryptography add ~18 MB to a process; only this one serves TLS.
+    from runtime.webhooks import WebhookServer, issue_certificate
+
     offloading = NamespaceOffloadingController(home, args.home_cluster_id)
     service = f"{names.WEBHOOK_SERVICE}.{names.LIQO_NAMESPACE}.svc"
     certificate = issue_certificate([args.webhook_address, "127.0.0.1", "localhost", service])
