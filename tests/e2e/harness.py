@@ -11,6 +11,7 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 
+from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource
 
@@ -104,6 +105,16 @@ def all_running(home: Client, namespace: str, app: str, count: int) -> list[Pod]
     pods = home_pods(home, namespace, app)
     running = [p for p in pods if p.status and p.status.phase == "Running" and not p.metadata.deletionTimestamp]  # type: ignore[union-attr]
     return running if len(running) == count else None
+
+
+def deploy_running(home: Client, namespace: str, app: str, replicas: int, timeout: float = 90) -> list[Any]:
+    """The example Deployment `app` applied in `namespace`; its pods once all are Running at home
+    (typed Any: a Running pod has the metadata, spec and status the models leave optional)."""
+    apply_deployment(home, example_deployment(app, namespace, replicas))
+    pods: list[Any] = wait_until(
+        lambda: all_running(home, namespace, app, replicas), timeout, f"{replicas} {app} pods Running at home"
+    )
+    return pods
 
 
 def remote_pod(foreign: Client, twin: str, name: str) -> Pod | None:

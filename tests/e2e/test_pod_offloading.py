@@ -17,11 +17,11 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
-from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from tests.e2e.harness import (
     VIRTUAL_NODES,
     all_running,
+    deploy_running,
     home_pods,
     remote_pod,
     restarts,
@@ -34,8 +34,7 @@ pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 def test_the_scheduler_spreads_pods_over_both_virtual_nodes_and_they_run_remotely(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
-    apply_deployment(home, example_deployment("spread", offloaded, 6))
-    running = wait_until(lambda: all_running(home, offloaded, "spread", 6), 90, "6 offloaded pods Running at home")
+    running = deploy_running(home, offloaded, "spread", 6)
     placed = {cast(Any, p.spec).nodeName for p in running}
     assert placed == set(VIRTUAL_NODES.values())
     for pod in running:
@@ -49,8 +48,7 @@ def test_the_scheduler_spreads_pods_over_both_virtual_nodes_and_they_run_remotel
 def test_a_remote_pod_deleted_by_hand_comes_back_and_counts_as_a_restart(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
-    apply_deployment(home, example_deployment("resilient", offloaded, 1))
-    pod = wait_until(lambda: all_running(home, offloaded, "resilient", 1), 90, "pod Running")[0]
+    pod = deploy_running(home, offloaded, "resilient", 1)[0]
     name, cluster_id = pod.metadata.name, pod.spec.nodeName.removeprefix("liqo-")
     twin_client, twin = foreign[cluster_id], f"{offloaded}-home"
     first = remote_pod(twin_client, twin, name)
@@ -66,8 +64,7 @@ def test_a_remote_pod_deleted_by_hand_comes_back_and_counts_as_a_restart(
 
 
 def test_deleting_the_home_pod_deletes_the_remote_one(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
-    apply_deployment(home, example_deployment("leaving", offloaded, 1))
-    pod = wait_until(lambda: all_running(home, offloaded, "leaving", 1), 90, "pod Running")[0]
+    pod = deploy_running(home, offloaded, "leaving", 1)[0]
     name, cluster_id = pod.metadata.name, pod.spec.nodeName.removeprefix("liqo-")
     home.delete(Pod, name, namespace=offloaded)
     wait_until(lambda: remote_pod(foreign[cluster_id], f"{offloaded}-home", name) is None, 60, "remote pod deleted")
@@ -102,8 +99,7 @@ def test_a_pod_forced_onto_a_virtual_node_of_a_namespace_not_offloaded_backs_off
 def test_deleting_the_home_pod_passes_its_grace_period_on(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
-    apply_deployment(home, example_deployment("graceful", offloaded, 1))
-    pod = wait_until(lambda: all_running(home, offloaded, "graceful", 1), 90, "pod Running")[0]
+    pod = deploy_running(home, offloaded, "graceful", 1)[0]
     name, cluster_id = pod.metadata.name, pod.spec.nodeName.removeprefix("liqo-")
     twin = f"{offloaded}-home"
     remote = remote_pod(foreign[cluster_id], twin, name)
@@ -164,8 +160,7 @@ def test_a_jobs_pods_complete_and_are_never_run_again(offloaded: str, home: Clie
 def test_a_restarted_virtual_kubelet_keeps_every_remote_pod(
     offloaded: str, runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
 ) -> None:
-    apply_deployment(home, example_deployment("steady", offloaded, 100))
-    wait_until(lambda: all_running(home, offloaded, "steady", 100), 240, "100 pods Running at home")
+    deploy_running(home, offloaded, "steady", 100, timeout=240)
     twin = f"{offloaded}-home"
 
     def remote_uids() -> dict[str, str]:

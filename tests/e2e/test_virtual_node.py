@@ -17,10 +17,9 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.utils.quantity import parse_quantity
 
 from liqo_stack.dev.clusters import DevEnvironment, NodeShape, fake_node_manifest
-from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
-from tests.e2e.harness import VIRTUAL_NODES, all_running, node_ready, remote_pod, restarts, wait_until
+from tests.e2e.harness import VIRTUAL_NODES, all_running, deploy_running, node_ready, remote_pod, restarts, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -68,8 +67,7 @@ def test_capacity_follows_a_foreign_node_added_and_removed(
 def test_a_stopped_foreign_api_server_turns_the_node_not_ready_and_its_pods_keep_running(
     offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
-    apply_deployment(home, example_deployment("survivors", offloaded, 4))
-    running = wait_until(lambda: all_running(home, offloaded, "survivors", 4), 90, "4 offloaded pods Running")
+    running = deploy_running(home, offloaded, "survivors", 4)
     twin = f"{offloaded}-home"
     on_foreign_2 = [p for p in running if cast(Any, p.spec).nodeName == VIRTUAL_NODES["foreign-2"]]
     assert on_foreign_2, "the scheduler spreads 4 pods over both virtual nodes"
@@ -96,8 +94,7 @@ def test_a_stopped_foreign_api_server_turns_the_node_not_ready_and_its_pods_keep
 def test_the_foreign_agent_keeps_remote_pods_while_the_home_cluster_is_unreachable(
     offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
-    apply_deployment(home, example_deployment("homeless", offloaded, 2))
-    running = wait_until(lambda: all_running(home, offloaded, "homeless", 2), 90, "2 offloaded pods Running")
+    running = deploy_running(home, offloaded, "homeless", 2)
     twin = f"{offloaded}-home"
     placed = {cast(Any, p).metadata.name: cast(Any, p).spec.nodeName.removeprefix("liqo-") for p in running}
 
