@@ -21,7 +21,7 @@ from lightkube.types import PatchType
 
 from runtime.api import names
 from runtime.api.namespacemap import MappingPhase
-from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import NamespaceMapResource
 
@@ -141,8 +141,5 @@ class NamespaceMapController:
 
     async def _delete_twin(self, twin: str) -> None:
         log.info("deleting twin namespace %s: no longer requested", twin)
-        try:
+        with unless_gone():
             await self.client.delete(Namespace, twin)
-        except ApiError as err:
-            if err.status.code != 404:
-                raise

@@ -24,7 +24,7 @@ from lightkube.types import PatchType
 from runtime.api import NamespaceOffloadingSpec, OffloadingPhase, names
 from runtime.api.namespacemap import MappingPhase
 from runtime.api.plan import selected_clusters, twin_namespace_name
-from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
 
@@ -222,7 +222,7 @@ class NamespaceOffloadingController:
 
     async def _release_finalizer(self, obj: Any) -> None:
         finalizers = [f for f in obj.metadata.finalizers or [] if f != names.NAMESPACE_OFFLOADING_FINALIZER]
-        try:
+        with unless_gone():
             await self.home.patch(
                 NamespaceOffloadingResource,
                 obj.metadata.name,
@@ -230,9 +230,6 @@ class NamespaceOffloadingController:
                 namespace=obj.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
-        except ApiError as err:
-            if err.status.code != 404:
-                raise
 
     async def _label_namespace(self, namespace: str, *, enabled: bool) -> None:
         value = "true" if enabled else None

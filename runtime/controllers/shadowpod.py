@@ -25,7 +25,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from runtime.api import names
-from runtime.kube import Informer, WorkQueue
+from runtime.kube import Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import ShadowPodResource
 
@@ -122,7 +122,7 @@ class ShadowPodController:
                 raise  # 409: ours already, not yet in the informer; its event brings us back
 
     async def _patch_status(self, shadow: Any, update: dict[str, Any]) -> None:
-        try:
+        with unless_gone():
             await self.client.patch(
                 ShadowPodResource.Status,
                 shadow.metadata.name,
@@ -130,6 +130,3 @@ class ShadowPodController:
                 namespace=shadow.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
-        except ApiError as err:
-            if err.status.code != 404:
-                raise

@@ -1,7 +1,8 @@
 """The engine every controller shares: informers, work queues, server-side apply."""
 
+from runtime.kube.errors import unless_gone
 from runtime.kube.informing import Event, Informer, diff_stores, object_key
 from runtime.kube.queueing import WorkQueue
 from runtime.kube.serving import EngineMetrics, ProbeServer
 
-__all__ = ["EngineMetrics", "Event", "Informer", "ProbeServer", "WorkQueue", "diff_stores", "object_key"]
+__all__ = ["EngineMetrics", "Event", "Informer", "ProbeServer", "WorkQueue", "diff_stores", "object_key", "unless_gone"]

@@ -22,7 +22,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
 from runtime.api import names
-from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.translation import (
@@ -182,7 +182,7 @@ class PodOffloader:
         await self._patch_status(pod, {"phase": "Pending", "reason": BACKOFF_REASON, "message": message})
 
     async def _patch_status(self, pod: Any, status: dict[str, Any]) -> None:
-        try:
+        with unless_gone():
             await self.home.patch(
                 Pod.Status,
                 pod.metadata.name,
@@ -190,9 +190,6 @@ class PodOffloader:
                 namespace=pod.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
-        except ApiError as err:
-            if err.status.code != 404:
-                raise
 
     async def _delete_remote(self, twin: str, name: str, shadow: Any, remote: Any, grace: int | None) -> None:
         """Delete what is there and not already going: asking again would only load the API server."""
@@ -200,25 +197,16 @@ class PodOffloader:
         # garbage collector would delete the pod with the pod's own grace period, we pass the home
         # pod's. Were we to stop in between, the next reconcile finds the orphan and deletes it.
         if shadow is not None and not shadow.metadata.deletionTimestamp:
-            try:
+            with unless_gone():
                 await self.foreign.delete(ShadowPodResource, name, namespace=twin, cascade=CascadeType.ORPHAN)
-            except ApiError as err:
-                if err.status.code != 404:
-                    raise
         if remote is not None and not remote.metadata.deletionTimestamp:
-            try:
+            with unless_gone():
                 await self.foreign.delete(Pod, name, namespace=twin, grace_period=grace)
-            except ApiError as err:
-                if err.status.code != 404:
-                    raise
 
     async def _release(self, pod: Any) -> None:
         """The remote side is gone: remove the home pod for good, as a kubelet does."""
-        try:
+        with unless_gone():
             await self.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0)
-        except ApiError as err:
-            if err.status.code != 404:
-                raise
 
     def stop(self) -> None:
         for watch in self.twins.values():
