@@ -178,15 +178,6 @@ class DevEnvironment:
         out = self._kwokctl("get", "clusters").stdout
         return [line.strip() for line in out.splitlines() if line.strip()]
 
-    def _is_running(self, cluster_id: str) -> bool:
-        try:
-            self.client(cluster_id, timeout=5).get(Node, name="does-not-exist-probe")
-        except ApiError as err:
-            return err.status.code == 404
-        except Exception:
-            return False
-        return True
-
     def _is_ready(self, cluster_id: str) -> bool:
         """`/readyz` passes: a restarted API server answers for built-in kinds before it serves its
         custom resources again ("storage is (re)initializing")."""
@@ -274,7 +265,7 @@ class DevEnvironment:
         ids = layout.cluster_ids()
         for cluster_id in ids:
             started = time.monotonic()
-            if cluster_id in existing and self._is_running(cluster_id):
+            if cluster_id in existing and self._is_ready(cluster_id):
                 progress(f"{cluster_id}: already running")
             else:
                 if cluster_id in existing:
