@@ -37,6 +37,13 @@ from runtime.api import (
     Taint,
     parse_selector,
 )
+from runtime.api.network import (
+    DEFAULT_REMAPPING_POOL,
+    ForeignPodNetwork,
+    PodNetworkError,
+    parse_network,
+    remapped_pod_cidrs,
+)
 
 CONFIG_NAMESPACE = "liqo"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -87,7 +94,12 @@ def _numbers_as_text(resources: Any) -> Any:
     return resources
 
 
+def _network(value: str) -> str:
+    return str(parse_network(value))
+
+
 ClusterId = Annotated[str, AfterValidator(_dns_label)]
+Cidr = Annotated[str, AfterValidator(_network)]
 Labels = Annotated[dict[str, str], AfterValidator(_check_labels)]
 Quantities = Annotated[dict[str, str], BeforeValidator(_numbers_as_text), AfterValidator(_check_quantities)]
 Percentage = Annotated[int, Field(ge=1, le=100, strict=True)]
@@ -104,6 +116,8 @@ class ClusterAccess(ConfigModel):
     kubeconfig: str | None = None
     kubeconfig_path: str | None = None
     context: str | None = None
+    # the range this cluster's pods take their IPs from: lets the plan detect overlaps (seed 002)
+    pod_cidr: Cidr | None = Field(default=None, alias="podCIDR")
 
     @model_validator(mode="after")
     def _one_kubeconfig(self) -> Self:
@@ -143,6 +157,13 @@ class ForeignCluster(ClusterAccess):
     sharing_percentage: Percentage | None = None
     fixed_resources: Quantities = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
+    # where the home cluster shows this cluster's pod IPs; default: allocated when podCIDR overlaps
+    remapped_pod_cidr: Cidr | None = Field(default=None, alias="remappedPodCIDR")
+
+
+class NetworkConfig(ConfigModel):
+    # overlapping foreign pod CIDRs get a range of their own size from here
+    remapping_pool: Cidr = DEFAULT_REMAPPING_POOL
 
 
 class NamespaceOffloadingConfig(ConfigModel):
@@ -221,6 +242,23 @@ class StackConfig(ConfigModel):
     reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
     virtual_kubelet: VirtualKubeletConfig = Field(default_factory=VirtualKubeletConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+
+    @model_validator(mode="after")
+    def _pod_networks_fit(self) -> Self:
+        self.remapped_pod_cidrs()  # raises with the config path of what to change
+        return self
+
+    def remapped_pod_cidrs(self) -> dict[str, str | None]:
+        """Per foreign cluster id: the range its pod IPs are shown in at home (None: unchanged)."""
+        networks = [
+            ForeignPodNetwork(f.cluster_id, f.pod_cidr, f.remapped_pod_cidr, f"foreignClusters[{index}]")
+            for index, f in enumerate(self.foreign_clusters)
+        ]
+        try:
+            return remapped_pod_cidrs(self.home.pod_cidr, networks, self.network.remapping_pool)
+        except PodNetworkError as err:
+            raise ValueError(str(err)) from None
 
     @field_validator("foreign_clusters")
     @classmethod
@@ -284,7 +322,10 @@ def parse(raw: Mapping[str, Any]) -> StackConfig:
     try:
         return StackConfig.model_validate(dict(raw))
     except ValidationError as err:
-        lines = sorted({f"{_path(e['loc'])}: {_describe(e)}" for e in err.errors()})
+        # a check across fields has no location of its own: its message starts with the path
+        lines = sorted(
+            {f"{_path(e['loc'])}: {_describe(e)}" if e["loc"] else _path(()) + _describe(e) for e in err.errors()}
+        )
         raise ConfigError("invalid stack config:\n  " + "\n  ".join(lines)) from None
 
 

@@ -27,8 +27,20 @@ def virtual_nodes_plan(config: StackConfig) -> dict[str, Any]:
                 "of": "allocatable of the foreign cluster's nodes minus requests of pods it runs for others",
                 "fixed": spec.fixed_resources,
             },
+            "podNetwork": {
+                "podCIDR": spec.pod_cidr or "not declared (podCIDR): pod IPs shown as they are",
+                "seenAtHomeAs": spec.remapped_pod_cidr or spec.pod_cidr or "unchanged",
+                "remapped": spec.remapped_pod_cidr is not None,
+            },
         }
     return plan
+
+
+# Selection at run time reads the virtual Nodes' labels (seed 003), which administrators may extend.
+SELECTION_NOTE = (
+    "selected from the labels declared in liqo:foreignClusters[].labels; labels added to the virtual "
+    "nodes at home (kubectl label node liqo-<cluster id> ...) count too and can change the selection"
+)
 
 
 def namespaces_plan(config: StackConfig) -> dict[str, Any]:
@@ -43,6 +55,7 @@ def namespaces_plan(config: StackConfig) -> dict[str, Any]:
             "podOffloadingStrategy": ns.pod_offloading_strategy.value,
             "namespaceMappingStrategy": ns.namespace_mapping_strategy.value,
             "clusters": {cluster_id: {"twinNamespace": twin} for cluster_id in clusters},
+            "clusterSelection": SELECTION_NOTE,
         }
     return plan
 

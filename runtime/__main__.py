@@ -26,7 +26,6 @@ from runtime.controllers import (
 )
 from runtime.kube import EngineMetrics, ProbeServer
 from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_client
-from runtime.virtualkubelet.translation import CidrMapping
 
 
 def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
@@ -73,16 +72,13 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
         await webhooks.stop()
 
 
-async def virtual_kubelet(
-    home: AsyncClient, args: argparse.Namespace, mapping: CidrMapping | None, probes: ProbeServer
-) -> None:
+async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
     foreign = await foreign_client(home, args.foreign_cluster_id)
     kubelet = VirtualKubelet(
         home,
         foreign,
         home_cluster_id=args.home_cluster_id,
         foreign_cluster_id=args.foreign_cluster_id,
-        pod_cidr_mapping=mapping,
     )
     probes.add_readiness("informers synced", kubelet.synced.is_set)
     await kubelet.run()
@@ -115,11 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     kubelet.add_argument("--kubeconfig", help="of the home cluster (default: in-cluster service account)")
     kubelet.add_argument("--home-cluster-id", required=True)
     kubelet.add_argument("--foreign-cluster-id", required=True)
-    kubelet.add_argument(
-        "--pod-cidr-mapping",
-        metavar="REMOTE=HOME",
-        help="show remote pod IPs of CIDR REMOTE in CIDR HOME at home (e.g. 10.0.0.0/16=10.201.0.0/16)",
-    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -129,15 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         home = client_from(args.kubeconfig, "liqo-controller-manager")
         asyncio.run(serve(controller_manager(home, args, probes), probes))
     elif args.command == "virtual-kubelet":
-        mapping = None
-        if args.pod_cidr_mapping:
-            remote, _, home_cidr = args.pod_cidr_mapping.partition("=")
-            try:
-                mapping = CidrMapping.parse(remote, home_cidr)
-            except ValueError as err:
-                parser.error(f"--pod-cidr-mapping: {err}")
         home = client_from(args.kubeconfig, "liqo-virtual-kubelet")
-        asyncio.run(serve(virtual_kubelet(home, args, mapping, probes), probes))
+        asyncio.run(serve(virtual_kubelet(home, args, probes), probes))
     else:
         client = client_from(args.kubeconfig, "liqo-foreign-agent")
         asyncio.run(serve(foreign_agent(client, args.cluster_id, probes), probes))

@@ -18,10 +18,12 @@ import pytest
 from lightkube import Client
 
 from liqo_stack.dev import paths
-from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, foreign_cluster_id
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, default_pod_cidr, foreign_cluster_id
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 
-SESSION_LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=2)
+# The two foreign clusters share one pod range, as independently installed clusters often do: the
+# stack must remap one of them so that no two pods share an IP at home (seed 002).
+SESSION_LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=2, pod_cidrs={"foreign-2": default_pod_cidr(1)})
 REPO = Path(__file__).resolve().parents[1]
 
 

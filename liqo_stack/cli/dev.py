@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 import shutil
 import sys
@@ -18,6 +19,20 @@ def progress(message: str) -> None:
     click.echo(f"  {message}", err=True)
 
 
+def _cidrs_by_cluster(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """Repeated `ID=CIDR` -> {ID: CIDR}; a bad entry names the flag and shows an example."""
+    result: dict[str, str] = {}
+    for value in values:
+        cluster_id, sep, cidr = value.partition("=")
+        try:
+            if not sep or not cluster_id:
+                raise ValueError("expected CLUSTER_ID=CIDR")
+            result[cluster_id] = str(ipaddress.ip_network(cidr, strict=True))
+        except ValueError as err:
+            raise click.BadParameter(f"{value!r}: {err} (e.g. foreign-1=10.101.0.0/16)", ctx, param) from None
+    return result
+
+
 def layout_options(func: click.decorators.FC) -> click.decorators.FC:
     options = [
         click.option("--foreign", type=click.IntRange(0, 8), default=2, show_default=True,
@@ -30,6 +45,10 @@ def layout_options(func: click.decorators.FC) -> click.decorators.FC:
                      help="pod capacity of each fake node"),
         click.option("--node-gpus", type=click.IntRange(0, 64), default=0, show_default=True,
                      help="nvidia.com/gpu capacity of each fake node"),
+        click.option("--pod-cidr", "pod_cidrs", multiple=True, metavar="ID=CIDR", callback=_cidrs_by_cluster,
+                     help="a cluster's pod range (default: home 10.100.0.0/16, foreign-N 10.(100+N).0.0/16)"),
+        click.option("--service-cidr", "service_cidrs", multiple=True, metavar="ID=CIDR", callback=_cidrs_by_cluster,
+                     help="a cluster's service range (default: home 10.200.0.0/16, foreign-N 10.(200+N).0.0/16)"),
     ]  # fmt: skip
     for option in reversed(options):
         func = option(func)
@@ -37,10 +56,25 @@ def layout_options(func: click.decorators.FC) -> click.decorators.FC:
 
 
 def make_layout(
-    foreign: int, nodes: int, node_cpu: str, node_memory: str, node_pods: int, node_gpus: int
+    foreign: int,
+    nodes: int,
+    node_cpu: str,
+    node_memory: str,
+    node_pods: int,
+    node_gpus: int,
+    pod_cidrs: dict[str, str],
+    service_cidrs: dict[str, str],
 ) -> ClusterLayout:
     shape = NodeShape(cpu=node_cpu, memory=node_memory, pods=node_pods, gpus=node_gpus)
-    return ClusterLayout(foreign=foreign, nodes_per_cluster=nodes, node=shape)
+    layout = ClusterLayout(
+        foreign=foreign, nodes_per_cluster=nodes, node=shape, pod_cidrs=pod_cidrs, service_cidrs=service_cidrs
+    )
+    unknown = sorted(set(pod_cidrs) - set(layout.cluster_ids())) + sorted(
+        set(service_cidrs) - set(layout.cluster_ids())
+    )
+    if unknown:
+        raise click.BadParameter(f"no cluster {unknown} in this layout ({', '.join(layout.cluster_ids())})")
+    return layout
 
 
 @click.group()

@@ -9,12 +9,14 @@ virtual nodes) are never touched by it.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import math
 import os
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -33,24 +35,30 @@ REQUIRED_BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controll
 
 Progress = Callable[[str], None]
 
-# kwokctl's binary runtime binds every component to 0.0.0.0 and lets kwok manage *all* Nodes;
-# we serve on loopback only, and kwok must leave the virtual nodes to our runtime.
-KWOKCTL_CONFIG: list[dict[str, object]] = [
-    {
-        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-        "kind": "KwokctlConfiguration",
-        "options": {"bindAddress": "127.0.0.1"},
-        "componentsPatches": [
-            {
-                "name": "kwok-controller",
-                "extraArgs": [
-                    {"key": "manage-all-nodes", "value": "false", "override": True},
-                    {"key": "manage-nodes-with-annotation-selector", "value": f"{KWOK_NODE_ANNOTATION}=fake"},
-                ],
-            },
-        ],
-    }
-]
+
+def kwokctl_config(pod_cidr: str, service_cidr: str) -> list[dict[str, object]]:
+    """kwokctl's binary runtime binds every component to 0.0.0.0 and lets kwok manage *all* Nodes;
+    we serve on loopback only, and kwok must leave the virtual nodes to our runtime. Each cluster
+    gets its own service range (the API server's default, 10.0.0.0/24, is every cluster's) and pod
+    range (kwok's fallback when a Node has no podCIDR)."""
+    return [
+        {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokctlConfiguration",
+            "options": {"bindAddress": "127.0.0.1"},
+            "componentsPatches": [
+                {
+                    "name": "kwok-controller",
+                    "extraArgs": [
+                        {"key": "manage-all-nodes", "value": "false", "override": True},
+                        {"key": "manage-nodes-with-annotation-selector", "value": f"{KWOK_NODE_ANNOTATION}=fake"},
+                        {"key": "cidr", "value": pod_cidr},
+                    ],
+                },
+                {"name": "kube-apiserver", "extraArgs": [{"key": "service-cluster-ip-range", "value": service_cidr}]},
+            ],
+        }
+    ]
 
 
 class DevEnvironmentError(RuntimeError):
@@ -82,17 +90,53 @@ class NodeShape:
         return capacity
 
 
+def default_pod_cidr(index: int) -> str:
+    """Cluster `index` (home 0, foreign-N N): pods in 10.100.0.0/16, 10.101.0.0/16, ..."""
+    return f"10.{100 + index}.0.0/16"
+
+
+def default_service_cidr(index: int) -> str:
+    """Cluster `index`: services in 10.200.0.0/16, 10.201.0.0/16, ..."""
+    return f"10.{200 + index}.0.0/16"
+
+
 @dataclass(frozen=True)
 class ClusterLayout:
     foreign: int = 2
     nodes_per_cluster: int = 2
     node: NodeShape = field(default_factory=NodeShape)
+    # per cluster id, instead of the defaults: each cluster its own ranges, like real ones
+    pod_cidrs: Mapping[str, str] = field(default_factory=dict)
+    service_cidrs: Mapping[str, str] = field(default_factory=dict)
 
     def cluster_ids(self) -> list[str]:
         return [HOME_CLUSTER_ID] + [foreign_cluster_id(i) for i in range(1, self.foreign + 1)]
 
+    def pod_cidr(self, cluster_id: str) -> str:
+        return self.pod_cidrs.get(cluster_id) or default_pod_cidr(self.cluster_ids().index(cluster_id))
 
-def fake_node_manifest(cluster_id: str, index: int, shape: NodeShape) -> dict[str, object]:
+    def service_cidr(self, cluster_id: str) -> str:
+        return self.service_cidrs.get(cluster_id) or default_service_cidr(self.cluster_ids().index(cluster_id))
+
+
+def node_pod_cidr(cluster_pod_cidr: str, index: int, pods: int) -> str:
+    """The block of the cluster's pod range that node `index` hands out (kwok takes a Node's
+    spec.podCIDR): room for `pods` addresses, at least a /24 (a /120 for IPv6)."""
+    network = ipaddress.ip_network(cluster_pod_cidr)
+    host_bits = max(8, math.ceil(math.log2(pods + 2)))
+    prefix = network.max_prefixlen - host_bits
+    if prefix < network.prefixlen:
+        raise DevEnvironmentError(f"pod range {network} is too small for {pods} pods per node")
+    blocks = network.subnets(new_prefix=prefix)
+    for _ in range(index):
+        next(blocks, None)
+    block = next(blocks, None)
+    if block is None:
+        raise DevEnvironmentError(f"pod range {network} has no block of /{prefix} left for node {index}")
+    return str(block)
+
+
+def fake_node_manifest(cluster_id: str, index: int, shape: NodeShape, pod_cidr: str | None = None) -> dict[str, object]:
     name = f"{cluster_id}-worker-{index}"
     capacity = shape.capacity()
     return {
@@ -109,6 +153,7 @@ def fake_node_manifest(cluster_id: str, index: int, shape: NodeShape) -> dict[st
                 "topology.kubernetes.io/zone": f"{cluster_id}-zone-{index % 2}",
             },
         },
+        **({"spec": {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}} if pod_cidr else {}),
         "status": {"capacity": capacity, "allocatable": capacity},
     }
 
@@ -187,16 +232,18 @@ class DevEnvironment:
         except Exception:
             return False
 
-    def _write_kwokctl_config(self) -> Path:
-        config = self.state_dir / "kwokctl.yaml"
-        config.write_text(yaml.safe_dump_all(KWOKCTL_CONFIG))
+    def _write_kwokctl_config(self, cluster_id: str, layout: ClusterLayout) -> Path:
+        config = self.state_dir / f"kwokctl-{cluster_id}.yaml"
+        config.write_text(
+            yaml.safe_dump_all(kwokctl_config(layout.pod_cidr(cluster_id), layout.service_cidr(cluster_id)))
+        )
         return config
 
-    def _create_cluster(self, cluster_id: str) -> None:
+    def _create_cluster(self, cluster_id: str, layout: ClusterLayout) -> None:
         b = self.bin_dir
         self._kwokctl(
             "create", "cluster", "--name", cluster_id, "--runtime", "binary",
-            "--config", str(self._write_kwokctl_config()),
+            "--config", str(self._write_kwokctl_config(cluster_id, layout)),
             "--etcd-binary", str(b / "etcd"),
             "--kube-apiserver-binary", str(b / "kube-apiserver"),
             "--kube-controller-manager-binary", str(b / "kube-controller-manager"),
@@ -231,7 +278,8 @@ class DevEnvironment:
     def _register_nodes(self, cluster_id: str, layout: ClusterLayout) -> None:
         client = self.client(cluster_id)
         for index in range(layout.nodes_per_cluster):
-            manifest = fake_node_manifest(cluster_id, index, layout.node)
+            pod_cidr = node_pod_cidr(layout.pod_cidr(cluster_id), index, layout.node.pods)
+            manifest = fake_node_manifest(cluster_id, index, layout.node, pod_cidr)
             name = manifest["metadata"]["name"]  # type: ignore[index]
             try:
                 existing = client.get(Node, name)
@@ -275,13 +323,16 @@ class DevEnvironment:
                     progress(
                         f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ..."
                     )
-                    self._create_cluster(cluster_id)
+                    self._create_cluster(cluster_id, layout)
                 progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
             self._write_kubeconfig(cluster_id)
             self._register_nodes(cluster_id, layout)
             self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
             shape = layout.node
-            progress(f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each)")
+            progress(
+                f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "
+                f"pods {layout.pod_cidr(cluster_id)}, services {layout.service_cidr(cluster_id)}"
+            )
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
         return ids
 

@@ -47,6 +47,9 @@ class VirtualNodeSpec(ApiModel):
     reflection: dict[str, ReflectorSettings] = Field(default_factory=dict)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
     api_server_token_support: bool = True
+    # the foreign cluster's pod range, and where the home cluster shows it when it overlaps (seed 002)
+    pod_cidr: str | None = Field(default=None, alias="podCIDR")
+    remapped_pod_cidr: str | None = Field(default=None, alias="remappedPodCIDR")
 
 
 class VirtualNodeStatus(ApiModel):

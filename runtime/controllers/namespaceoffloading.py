@@ -1,7 +1,10 @@
 """Home side of namespace offloading (seed 003): NamespaceOffloading -> twin namespaces.
 
 For each NamespaceOffloading the controller evaluates the cluster selector against the labels
-of the virtual nodes (VirtualNode spec, the same labels the plan shows), asks each selected
+of the virtual Nodes at home (seed 003: the labels the foreign cluster suggested, which the Node
+starts with, and any an administrator added; a cluster whose Node does not exist yet is judged by
+its VirtualNode's declared labels, as the plan is), and again whenever a Node's labels change;
+the pod webhook's constraints use the same Node labels, so both agree. It asks each selected
 foreign cluster for the twin namespace through the NamespaceMap in its tenant namespace (the
 home identity may not create namespaces there itself), and reports per-cluster conditions, a
 phase and observedGeneration. Deleting the NamespaceOffloading (unoffload) withdraws every
@@ -18,12 +21,12 @@ from typing import Any
 
 import yaml
 from lightkube import ApiError, AsyncClient, KubeConfig
-from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube.resources.core_v1 import Namespace, Node, Secret
 from lightkube.types import PatchType
 
 from runtime.api import NamespaceOffloadingSpec, OffloadingPhase, names
 from runtime.api.namespacemap import MappingPhase
-from runtime.api.plan import selected_clusters, twin_namespace_name
+from runtime.api.plan import selected_clusters, twin_namespace_name, virtual_node_labels
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
@@ -87,28 +90,46 @@ class NamespaceOffloadingController:
         self.poll_seconds = poll_seconds
         self.offloadings = Informer(home, NamespaceOffloadingResource)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
+        self.nodes = Informer(home, Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="namespaceoffloading")
         self.offloadings.add_handler(lambda event: self.queue.add(event.key))
         self.virtual_nodes.add_handler(self._requeue_all)
+        self.nodes.add_handler(self._on_node)
+        self._node_labels: dict[str, dict[str, str]] = {}  # by Node name: what selection last saw
 
     def _requeue_all(self, _: Event) -> None:
         for key in self.offloadings.store:
             self.queue.add(key)
 
+    def _on_node(self, event: Event) -> None:
+        """Only a change of labels can change a selection: status and heartbeat updates are ignored."""
+        labels = dict(event.obj.metadata.labels or {}) if event.type != "DELETED" else None
+        previous = self._node_labels.pop(event.key, None)
+        if labels is not None:
+            self._node_labels[event.key] = labels
+        if labels != previous:
+            self._requeue_all(event)
+
     async def run(self) -> None:
         try:
-            await run_controller([self.offloadings, self.virtual_nodes], self.queue)
+            await run_controller([self.offloadings, self.virtual_nodes, self.nodes], self.queue)
         finally:
             await self.foreign.close()
 
     # -- reconcile -------------------------------------------------------------------------
     def _clusters(self) -> dict[str, dict[str, Any]]:
-        """Virtual nodes by foreign cluster id: their labels and credentials Secret."""
+        """Virtual nodes by foreign cluster id: the labels selectors see, and the credentials Secret."""
+        node_labels = {
+            labels[names.REMOTE_CLUSTER_ID_LABEL]: labels
+            for labels in self._node_labels.values()
+            if names.REMOTE_CLUSTER_ID_LABEL in labels
+        }
         clusters = {}
         for vn in self.virtual_nodes.store.values():
             spec = vn.get("spec") or {}
-            clusters[spec["clusterID"]] = {
-                "labels": spec.get("labels") or {},
+            cluster_id = spec["clusterID"]
+            clusters[cluster_id] = {
+                "labels": node_labels.get(cluster_id) or virtual_node_labels(cluster_id, spec.get("labels") or {}),
                 "secret": (spec.get("kubeconfigSecretRef") or {}).get(
                     "name", names.credentials_secret_name(spec["clusterID"])
                 ),

@@ -13,8 +13,8 @@ import yaml
 from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.core_v1 import Secret
 
-from runtime.api import names
-from runtime.kube import Informer, WorkQueue
+from runtime.api import VirtualNodeSpec, names
+from runtime.kube import Event, Informer, WorkQueue
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
 from runtime.virtualkubelet.node import VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
@@ -37,6 +37,13 @@ async def foreign_client(home: AsyncClient, foreign_cluster_id: str) -> AsyncCli
     return AsyncClient(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
 
 
+def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:
+    """The VirtualNode's remapping of the foreign pod range, when the stack gave it one."""
+    if spec is None or not spec.pod_cidr or not spec.remapped_pod_cidr:
+        return None
+    return CidrMapping.parse(spec.pod_cidr, spec.remapped_pod_cidr)
+
+
 class VirtualKubelet:
     def __init__(
         self,
@@ -45,7 +52,6 @@ class VirtualKubelet:
         *,
         home_cluster_id: str,
         foreign_cluster_id: str,
-        pod_cidr_mapping: CidrMapping | None = None,
     ) -> None:
         tenant = names.tenant_namespace(home_cluster_id)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
@@ -65,8 +71,8 @@ class VirtualKubelet:
             home_cluster_id=home_cluster_id,
             foreign_cluster_id=foreign_cluster_id,
             offloadings=self.offloadings,
-            pod_cidr_mapping=pod_cidr_mapping,
         )
+        self.virtual_nodes.add_handler(self._on_virtual_node)
         self.informers = [
             self.virtual_nodes,
             self.advertisements,
@@ -75,6 +81,14 @@ class VirtualKubelet:
             *self.pods.informers,
         ]
         self.synced = asyncio.Event()
+
+    def _on_virtual_node(self, _: Event) -> None:
+        """A changed remapping shows at home at once: every pod's status is reconciled again."""
+        mapping = pod_cidr_mapping(self.node.spec())
+        if mapping != self.pods.pod_cidr_mapping:
+            self.pods.pod_cidr_mapping = mapping
+            for key in self.pods.pods.store:
+                self.pods.queue.add(key)
 
     async def run(self) -> None:
         """Informers first; once all are synced, the node and pod queues, lease and health check."""

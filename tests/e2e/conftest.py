@@ -9,7 +9,7 @@ import pytest
 from lightkube import Client
 from pulumi import automation as auto
 
-from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.kube.resources import NamespaceOffloadingResource
@@ -24,22 +24,33 @@ def webhook_port() -> int:
 # Module scope: test_stack.py installs and destroys its own stack on the same clusters.
 @pytest.fixture(scope="module")
 def installed(
-    dev_env: DevEnvironment, pulumi_env: PulumiEnvironment, project_dir: Path, webhook_port: int
+    dev_env: DevEnvironment,
+    pulumi_env: PulumiEnvironment,
+    project_dir: Path,
+    webhook_port: int,
+    session_layout: ClusterLayout,
 ) -> Iterator[auto.Stack]:
-    """The stack with foreign-1 in region europe and foreign-2 in us-west + staging."""
+    """The stack with foreign-1 in region europe and foreign-2 in us-west + staging; their pod
+    ranges are declared, so foreign-2's (the same as foreign-1's) is remapped at home."""
     stack = pulumi_env.stack_for_directory(project_dir, "offloading")
     config = {
-        "home": {"clusterId": "home", "kubeconfigPath": str(dev_env.kubeconfig("home"))},
+        "home": {
+            "clusterId": "home",
+            "kubeconfigPath": str(dev_env.kubeconfig("home")),
+            "podCIDR": session_layout.pod_cidr("home"),
+        },
         "foreignClusters": [
             {
                 "clusterId": "foreign-1",
                 "kubeconfigPath": str(dev_env.kubeconfig("foreign-1")),
                 "labels": {"region": "europe"},
+                "podCIDR": session_layout.pod_cidr("foreign-1"),
             },
             {
                 "clusterId": "foreign-2",
                 "kubeconfigPath": str(dev_env.kubeconfig("foreign-2")),
                 "labels": {"region": "us-west", "staging": "true"},
+                "podCIDR": session_layout.pod_cidr("foreign-2"),
             },
         ],
         "runtime": {"mode": "external", "webhookPort": webhook_port},

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node
+from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
@@ -177,3 +178,40 @@ def test_info_shows_peerings_and_offloaded_namespaces(
     }
     text = CliRunner().invoke(main, ["info", *kubeconfig]).output
     assert "described" in text and "node Ready=True, cpu " in text
+
+
+def test_selector_follows_labels_added_to_virtual_nodes_at_home(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    """Seed 003: the selector sees the virtual Nodes' labels, an administrator's included, and
+    re-selects when they change (issue: `kubectl label node liqo-foreign-2 team=ml`)."""
+    from click.testing import CliRunner
+
+    from liqo_stack.cli import main
+    from tests.e2e.harness import VIRTUAL_NODES, node_ready
+
+    wait_until(lambda: all(node_ready(home, n) for n in VIRTUAL_NODES.values()), 60, "virtual nodes Ready")
+
+    def label(node: str, value: str | None) -> None:
+        home.patch(Node, node, {"metadata": {"labels": {"team": value}}}, patch_type=PatchType.MERGE)
+
+    label("liqo-foreign-2", "ml")
+    try:
+        home.create(Namespace(metadata=ObjectMeta(name="train")))
+        args = ["offload", "namespace", "train", "--selector", "team=ml", "--timeout", "60"]
+        result = CliRunner().invoke(main, [*args, "--kubeconfig", str(dev_env.kubeconfig("home"))])
+        assert result.exit_code == 0, result.output
+        assert exists(foreign["foreign-2"], "train-home") and not exists(foreign["foreign-1"], "train-home")
+        assert wait_phase(home, "train", "Ready")["remoteNamespacesConditions"]["foreign-2"]
+
+        label("liqo-foreign-1", "ml")  # a label added selects that cluster too
+        wait_until(lambda: exists(foreign["foreign-1"], "train-home"), 30, "twin created in foreign-1")
+        wait_phase(home, "train", "Ready")
+        label("liqo-foreign-2", None)  # a label removed deselects it: the twin goes, as in unoffload
+        wait_until(twin_gone(foreign["foreign-2"], "train-home"), 60, "twin removed from foreign-2")
+        label("liqo-foreign-1", None)
+        wait_phase(home, "train", "NoClusterSelected", timeout=60)
+        wait_until(twin_gone(foreign["foreign-1"], "train-home"), 60, "twin removed from foreign-1")
+    finally:
+        label("liqo-foreign-1", None)
+        label("liqo-foreign-2", None)

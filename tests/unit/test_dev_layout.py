@@ -14,6 +14,8 @@ from liqo_stack.dev.clusters import (
     NodeShape,
     env_name,
     fake_node_manifest,
+    kwokctl_config,
+    node_pod_cidr,
 )
 
 
@@ -65,3 +67,45 @@ def test_missing_binaries_name_the_build_command(tmp_path: Path) -> None:
     with pytest.raises(DevEnvironmentError, match=r"tools/build\.py") as err:
         env.check_binaries()
     assert "kube-apiserver" in str(err.value)
+
+
+def test_each_dev_cluster_gets_its_own_pod_and_service_range() -> None:
+    layout = ClusterLayout(foreign=3)
+    pods = [layout.pod_cidr(c) for c in layout.cluster_ids()]
+    services = [layout.service_cidr(c) for c in layout.cluster_ids()]
+    assert pods == ["10.100.0.0/16", "10.101.0.0/16", "10.102.0.0/16", "10.103.0.0/16"]
+    assert services == ["10.200.0.0/16", "10.201.0.0/16", "10.202.0.0/16", "10.203.0.0/16"]
+    chosen = ClusterLayout(foreign=2, pod_cidrs={"foreign-2": "10.101.0.0/16"}, service_cidrs={"home": "10.9.0.0/16"})
+    assert chosen.pod_cidr("foreign-2") == chosen.pod_cidr("foreign-1") == "10.101.0.0/16"
+    assert chosen.service_cidr("home") == "10.9.0.0/16"
+
+
+def test_fake_nodes_hand_out_disjoint_blocks_of_their_cluster_range() -> None:
+    assert node_pod_cidr("10.101.0.0/16", 0, 110) == "10.101.0.0/24"
+    assert node_pod_cidr("10.101.0.0/16", 1, 110) == "10.101.1.0/24"
+    assert node_pod_cidr("10.101.0.0/16", 1, 1000) == "10.101.4.0/22"  # room for 1,000 pods
+    with pytest.raises(DevEnvironmentError, match="no block"):
+        node_pod_cidr("10.101.0.0/23", 2, 110)
+    node = fake_node_manifest("foreign-1", 1, NodeShape(), "10.101.1.0/24")
+    assert node["spec"] == {"podCIDR": "10.101.1.0/24", "podCIDRs": ["10.101.1.0/24"]}
+
+
+def test_kwokctl_config_sets_the_cluster_ranges_and_keeps_kwok_off_virtual_nodes() -> None:
+    (config,) = kwokctl_config("10.101.0.0/16", "10.201.0.0/16")
+    patches = {p["name"]: {a["key"]: a["value"] for a in p["extraArgs"]} for p in config["componentsPatches"]}  # type: ignore[attr-defined]
+    assert patches["kube-apiserver"]["service-cluster-ip-range"] == "10.201.0.0/16"
+    assert patches["kwok-controller"]["cidr"] == "10.101.0.0/16"
+    assert patches["kwok-controller"]["manage-all-nodes"] == "false"
+    assert config["options"] == {"bindAddress": "127.0.0.1"}
+
+
+def test_dev_cli_refuses_a_bad_range_naming_the_flag() -> None:
+    from click.testing import CliRunner
+
+    from liqo_stack.cli import main
+
+    result = CliRunner().invoke(main, ["dev", "up", "--pod-cidr", "foreign-1=10.0.0.1/16"])
+    assert result.exit_code == 2
+    assert "--pod-cidr" in result.output and "e.g. foreign-1=10.101.0.0/16" in result.output
+    result = CliRunner().invoke(main, ["dev", "up", "--foreign", "1", "--service-cidr", "foreign-7=10.9.0.0/16"])
+    assert result.exit_code == 2 and "foreign-7" in result.output

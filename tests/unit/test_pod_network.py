@@ -1,0 +1,110 @@
+"""Which foreign pod ranges are remapped at home, and to what (seed 002), from config to VirtualNode."""
+
+from __future__ import annotations
+
+import pytest
+
+from liqo_stack.config import ConfigError, parse
+from runtime.api.network import ForeignPodNetwork, PodNetworkError, remapped_pod_cidrs
+from runtime.virtualkubelet.kubelet import pod_cidr_mapping
+
+
+def foreign(cluster_id: str, cidr: str | None, remapped: str | None = None) -> ForeignPodNetwork:
+    return ForeignPodNetwork(cluster_id, cidr, remapped, f"foreignClusters[{cluster_id}]")
+
+
+def test_distinct_ranges_are_shown_as_they_are() -> None:
+    plan = remapped_pod_cidrs("10.100.0.0/16", [foreign("a", "10.101.0.0/16"), foreign("b", "10.102.0.0/16")])
+    assert plan == {"a": None, "b": None}
+
+
+def test_overlapping_ranges_get_distinct_blocks_from_the_pool() -> None:
+    clusters = [foreign("a", "10.0.0.0/16"), foreign("b", "10.0.0.0/16"), foreign("c", "10.0.0.0/16")]
+    # a overlaps home; b and c overlap home and each other: all three get blocks of their own size
+    assert remapped_pod_cidrs("10.0.0.0/16", clusters, "100.64.0.0/10") == {
+        "a": "100.64.0.0/16",
+        "b": "100.65.0.0/16",
+        "c": "100.66.0.0/16",
+    }
+    # without a home range the first keeps its own, the next ones move
+    assert remapped_pod_cidrs(None, clusters[:2], "100.64.0.0/10") == {"a": None, "b": "100.64.0.0/16"}
+
+
+def test_allocation_avoids_declared_ranges_and_declared_remappings() -> None:
+    clusters = [
+        foreign("a", "100.64.0.0/16"),  # a real cluster living in the pool's first block
+        foreign("b", "10.0.0.0/16", "100.65.0.0/16"),
+        foreign("c", "10.0.0.0/16"),
+    ]
+    assert remapped_pod_cidrs("10.0.0.0/16", clusters, "100.64.0.0/10") == {
+        "a": None,
+        "b": "100.65.0.0/16",
+        "c": "100.66.0.0/16",
+    }
+
+
+def test_an_undeclared_range_is_never_remapped() -> None:
+    assert remapped_pod_cidrs("10.0.0.0/16", [foreign("a", None)]) == {"a": None}
+
+
+@pytest.mark.parametrize(
+    ("clusters", "pool", "message"),
+    [
+        # b overlaps home and takes the pool's only /16; a third one finds none
+        ([foreign("b", "10.100.0.0/16"), foreign("a", "10.100.0.0/16")], "100.64.0.0/16", "has no free /16"),
+        ([foreign("a", "10.0.0.0/16", "10.100.0.0/16")], "100.64.0.0/10", "overlaps 10.100.0.0/16"),
+        ([foreign("a", "10.0.0.0/16", "100.64.0.0/24")], "100.64.0.0/10", "prefix length of podCIDR"),
+        ([foreign("a", None, "100.64.0.0/16")], "100.64.0.0/10", "set podCIDR too"),
+    ],
+)
+def test_plans_that_cannot_work_name_the_cluster(clusters: list[ForeignPodNetwork], pool: str, message: str) -> None:
+    with pytest.raises(PodNetworkError, match=message) as err:
+        remapped_pod_cidrs("10.100.0.0/16", clusters, pool)
+    assert str(err.value).startswith("foreignClusters[a]")
+
+
+def config(**extra: object) -> dict[str, object]:
+    return {
+        "home": {"clusterId": "home", "kubeconfig": "k", "podCIDR": "10.0.0.0/16"},
+        "foreignClusters": [
+            {"clusterId": "foreign-1", "kubeconfig": "k", "podCIDR": "10.0.0.0/16"},
+            {"clusterId": "foreign-2", "kubeconfig": "k", "podCIDR": "10.1.0.0/16"},
+        ],
+        **extra,
+    }
+
+
+def test_stack_config_allocates_from_its_pool() -> None:
+    plan = parse(config(network={"remappingPool": "172.20.0.0/14"})).remapped_pod_cidrs()
+    assert plan == {"foreign-1": "172.20.0.0/16", "foreign-2": None}
+
+
+def test_bad_ranges_in_the_stack_config_name_their_path() -> None:
+    raw = config()
+    raw["foreignClusters"][1]["remappedPodCIDR"] = "10.0.0.0/16"  # type: ignore[index]
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    assert "liqo:foreignClusters[1].remappedPodCIDR: 10.0.0.0/16 overlaps 10.0.0.0/16" in str(err.value)
+    raw = config()
+    raw["home"]["podCIDR"] = "10.0.0.1/16"  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"liqo:home.podCIDR: '10.0.0.1/16' is not a CIDR network address"):
+        parse(raw)
+
+
+def test_the_virtual_node_carries_the_remapping_the_virtual_kubelet_uses() -> None:
+    from liqo_stack.components.peering import virtual_node_spec
+    from liqo_stack.plan import virtual_nodes_plan
+
+    stack = parse(config())
+    spec = virtual_node_spec(stack, stack.foreign_clusters[0])
+    assert (spec.pod_cidr, spec.remapped_pod_cidr) == ("10.0.0.0/16", "100.64.0.0/16")
+    mapping = pod_cidr_mapping(spec)
+    assert mapping is not None and mapping.translate("10.0.3.7") == "100.64.3.7"
+    assert pod_cidr_mapping(virtual_node_spec(stack, stack.foreign_clusters[1])) is None
+    plan = virtual_nodes_plan(stack)
+    assert plan["foreign-1"]["podNetwork"] == {
+        "podCIDR": "10.0.0.0/16",
+        "seenAtHomeAs": "100.64.0.0/16",
+        "remapped": True,
+    }
+    assert plan["foreign-2"]["podNetwork"]["remapped"] is False
