@@ -35,6 +35,7 @@ from runtime.api import (
     ReflectionPolicy,
     SelectorSyntaxError,
     Taint,
+    names,
     parse_selector,
 )
 from runtime.api.network import (
@@ -46,7 +47,6 @@ from runtime.api.network import (
 )
 
 CONFIG_NAMESPACE = "liqo"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -60,8 +60,8 @@ class ConfigError(ValueError):
 
 
 def _dns_label(value: str) -> str:
-    if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
-        raise ValueError("must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters")
+    if not names.is_dns_label(value):
+        raise ValueError(names.DNS_LABEL_RULE)
     return value
 
 
@@ -275,8 +275,8 @@ class StackConfig(ConfigModel):
     def _offloadable(
         cls, namespaces: list[NamespaceOffloadingConfig], info: ValidationInfo
     ) -> list[NamespaceOffloadingConfig]:
-        names = [n.name for n in namespaces]
-        repeated = sorted({n for n in names if names.count(n) > 1})
+        offloaded = [n.name for n in namespaces]
+        repeated = sorted({n for n in offloaded if offloaded.count(n) > 1})
         if repeated:
             raise ValueError(f"each namespace may be offloaded once; repeated in namespaces: {repeated}")
         home = info.data.get("home")

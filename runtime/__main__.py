@@ -62,6 +62,7 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
         args.webhook_address,
         args.webhook_port,
         certificate.ssl_context(),
+        home_cluster_id=args.home_cluster_id,
     )
     probes.add_readiness("informers synced", offloading.offloadings.synced.is_set)
     probes.add_readiness("webhook CA in the webhook configurations", ca_bundle.synced)

@@ -56,6 +56,15 @@ def offloading_manifest(namespace: str, spec: NamespaceOffloadingSpec) -> dict[s
     return obj.to_wire()
 
 
+def selected_clusters(status: dict[str, Any]) -> list[str]:
+    """Clusters the status says are selected (it lists every peer, selected or not: seed 003)."""
+    return sorted(
+        cluster_id
+        for cluster_id, conditions in (status.get("remoteNamespacesConditions") or {}).items()
+        if any(c.get("type") == "OffloadingRequired" and c.get("status") == "True" for c in conditions)
+    )
+
+
 def describe_failures(status: dict[str, Any]) -> str:
     lines = []
     for cluster_id, conditions in sorted((status.get("remoteNamespacesConditions") or {}).items()):
@@ -78,7 +87,7 @@ def offload() -> None:
     default=NamespaceMappingStrategy.DEFAULT_NAME.value,
     show_default=True,
 )
-@click.option("--remote-namespace-name", help="twin namespace name (only with SelectedName)")
+@click.option("--remote-namespace-name", help="twin namespace name (used with SelectedName, ignored otherwise)")
 @click.option(
     "--pod-offloading-strategy",
     type=click.Choice([s.value for s in PodOffloadingStrategy]),
@@ -116,8 +125,16 @@ def offload_namespace(
             "SelectedName needs --remote-namespace-name", param_hint="--namespace-mapping-strategy"
         )
     if strategy is not NamespaceMappingStrategy.SELECTED_NAME and remote_namespace_name:
+        # seed 003: the remote name is ignored with the other strategies
+        click.echo(
+            f"warning: --remote-namespace-name is ignored with --namespace-mapping-strategy {strategy.value} "
+            "(only SelectedName uses it)",
+            err=True,
+        )
+        remote_namespace_name = None
+    if remote_namespace_name and not names.is_dns_label(remote_namespace_name):
         raise click.BadParameter(
-            f"only used with SelectedName (not {strategy.value})", param_hint="--remote-namespace-name"
+            f"{remote_namespace_name!r} {names.DNS_LABEL_RULE}", param_hint="--remote-namespace-name"
         )
     try:
         selector = parse_selector(list(selectors))
@@ -143,7 +160,10 @@ def offload_namespace(
                 f"namespace {name} does not exist: create it first (kubectl create namespace {name})"
             ) from err
         raise
-    client.apply(NamespaceOffloadingResource.from_dict(manifest), force=True)
+    try:
+        client.apply(NamespaceOffloadingResource.from_dict(manifest), force=True)
+    except ApiError as err:  # e.g. refused by the validating webhook: its message says what to change
+        raise click.ClickException(f"offloading of {name} refused: {err.status.message}") from err
     click.echo(
         f"NamespaceOffloading {name}/{names.NAMESPACE_OFFLOADING_NAME} applied; waiting up to {timeout:.0f}s ...",
         err=True,
@@ -160,7 +180,7 @@ def offload_namespace(
             last = phase
         if phase in SETTLED:
             twin = status.get("remoteNamespaceName")
-            clusters = sorted(status.get("remoteNamespacesConditions") or {})
+            clusters = selected_clusters(status)
             click.echo(
                 f"namespace {name} offloaded: {phase}" + (f", twin {twin} in {', '.join(clusters)}" if clusters else "")
             )

@@ -5,6 +5,7 @@ Names follow the seeds' system (Liqo), so manifests written for it keep working.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 # -- API ------------------------------------------------------------------------------------
@@ -87,3 +88,13 @@ def virtual_kubelet_name(foreign_cluster_id: str) -> str:
 def credentials_secret_name(foreign_cluster_id: str) -> str:
     """Home-side Secret holding the kubeconfig of the home identity in that foreign cluster."""
     return f"liqo-credentials-{foreign_cluster_id}"
+
+
+# -- Object names -------------------------------------------------------------------------------
+DNS_LABEL_RULE: Final = "must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def is_dns_label(name: str) -> bool:
+    """A valid namespace name (and cluster id)."""
+    return len(name) <= 63 and _DNS_LABEL.fullmatch(name) is not None

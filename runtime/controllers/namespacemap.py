@@ -40,6 +40,19 @@ def twin_labels(home_id: str, foreign_id: str) -> dict[str, str]:
     }
 
 
+def twin_holders(desired: dict[str, str], reported: dict[str, Any]) -> dict[str, str]:
+    """Per requested twin, the one home namespace it serves: the one it already serves (as the
+    status reports), else the first by name; any other home namespace asking for it is refused."""
+    holders: dict[str, str] = {}
+    for local in sorted(desired):
+        twin = desired[local]
+        serving = reported.get(local) or {}
+        already = serving.get("remoteNamespace") == twin and serving.get("phase") == MappingPhase.ACCEPTED.value
+        if twin not in holders or already:
+            holders[twin] = local
+    return holders
+
+
 class NamespaceMapController:
     def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 2) -> None:
         self.client = client
@@ -76,28 +89,48 @@ class NamespaceMapController:
         if home_id is None:
             home_id = name  # tenant namespace gone: the map's name is its home cluster id
         desired: dict[str, str] = dict((mapping or {}).get("spec", {}).get("desiredMapping") or {}) if mapping else {}
+        reported = ((mapping or {}).get("status") or {}).get("currentMapping") or {}
+        holders = twin_holders(desired, reported)
         current: dict[str, Any] = {}
         wanted_twins = set()
+        # One mapping's failure is that mapping's condition only: the others, the status and the
+        # withdrawals go on.
         for local, twin in desired.items():
             wanted_twins.add(twin)
-            current[local] = await self._ensure_twin(home_id, tenant, twin)
+            if holders[twin] != local:
+                current[local] = self._failed(
+                    twin,
+                    f"namespace {twin} in {self.cluster_id} is already the twin of home namespace {holders[twin]}; "
+                    "two home namespaces cannot share a twin: choose another name or mapping strategy",
+                )
+            elif not names.is_dns_label(twin):
+                current[local] = self._failed(twin, f"twin namespace name {twin!r} {names.DNS_LABEL_RULE}")
+            else:
+                try:
+                    current[local] = await self._ensure_twin(home_id, tenant, twin)
+                except ApiError as err:  # refused by this API server (quota, policy, ...): say so, go on
+                    current[local] = self._failed(
+                        twin, f"{self.cluster_id} refused namespace {twin}: {err.status.message}"
+                    )
         for ns in list(self.namespaces.store.values()):
             labels = ns.metadata.labels or {}
             if labels.get(names.ORIGIN_LABEL) == home_id and ns.metadata.name not in wanted_twins:
                 await self._delete_twin(ns.metadata.name)
-        if mapping is not None:
-            reported = (mapping.get("status") or {}).get("currentMapping") or {}
-            if reported != current:
-                # a merge patch keeps keys it does not mention: withdrawn mappings are set to null
-                patch = {"status": {"currentMapping": {**dict.fromkeys(reported), **current}}}
-                await self.client.patch(
-                    NamespaceMapResource.Status,
-                    name,
-                    patch,
-                    namespace=tenant,
-                    patch_type=PatchType.MERGE,
-                    field_manager=FIELD_MANAGER,
-                )
+        if mapping is not None and reported != current:
+            # a merge patch keeps keys it does not mention: withdrawn mappings are set to null
+            patch = {"status": {"currentMapping": {**dict.fromkeys(reported), **current}}}
+            await self.client.patch(
+                NamespaceMapResource.Status,
+                name,
+                patch,
+                namespace=tenant,
+                patch_type=PatchType.MERGE,
+                field_manager=FIELD_MANAGER,
+            )
+
+    @staticmethod
+    def _failed(twin: str, message: str) -> dict[str, Any]:
+        return {"remoteNamespace": twin, "phase": MappingPhase.CREATION_FAILED.value, "message": message}
 
     async def _ensure_twin(self, home_id: str, tenant: str, twin: str) -> dict[str, Any]:
         try:

@@ -83,11 +83,13 @@ class NamespaceOffloadingController:
         foreign_clients: Callable[[AsyncClient], ForeignClusters] = ForeignClusters,
         workers: int = 2,
         poll_seconds: float = 1.0,
+        unreachable_retry_seconds: float = 5.0,
     ) -> None:
         self.home = home
         self.home_cluster_id = home_cluster_id
         self.foreign = foreign_clients(home)
         self.poll_seconds = poll_seconds
+        self.unreachable_retry_seconds = unreachable_retry_seconds
         self.offloadings = Informer(home, NamespaceOffloadingResource)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
         self.nodes = Informer(home, Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
@@ -158,19 +160,33 @@ class NamespaceOffloadingController:
             selected = selected_clusters(spec.cluster_selector, {c: v["labels"] for c, v in clusters.items()})
 
         conditions: dict[str, list[dict[str, Any]]] = {}
-        ready, failed, remaining = set(), set(), set()
+        ready, failed, remaining, unreachable = set(), set(), set(), set()
+        # Each foreign cluster on its own: one that can't be reached fails its own conditions, and
+        # is asked again later, while the others (and the status) go on (seed 003: per cluster).
         for cluster_id, info in clusters.items():
             wanted = cluster_id in selected
-            mapping = await self._request_twin(cluster_id, info["secret"], namespace, twin if wanted else None)
+            try:
+                mapping = await self._request_twin(cluster_id, info["secret"], namespace, twin if wanted else None)
+            except Exception as err:  # any failure to talk to that cluster: connection, TLS, 5xx, RBAC
+                log.warning("%s: foreign cluster %s: %s", key, cluster_id, err)
+                unreachable.add(cluster_id)
+                message = f"{cluster_id} could not be reached ({type(err).__name__}: {err}); retrying"
+                if wanted:
+                    failed.add(cluster_id)
+                    conditions[cluster_id] = [
+                        _condition("OffloadingRequired", "True", "ClusterSelected", f"twin namespace {twin}"),
+                        _condition("Ready", "False", "ClusterUnreachable", message),
+                    ]
+                else:
+                    remaining.add(cluster_id)  # a twin may still be there: not withdrawn until it says so
+                    conditions[cluster_id] = [_condition("OffloadingRequired", "False", "NotSelected", message)]
+                continue
             phase = (mapping or {}).get("phase")
             if mapping is not None:
                 remaining.add(cluster_id)
             if not wanted:
-                if mapping is None:
-                    continue
-                conditions[cluster_id] = [
-                    _condition("OffloadingRequired", "False", "NotSelected", "withdrawing the twin")
-                ]
+                why = "withdrawing the twin" if mapping is not None else "the cluster selector does not match it"
+                conditions[cluster_id] = [_condition("OffloadingRequired", "False", "NotSelected", why)]
                 continue
             required = _condition("OffloadingRequired", "True", "ClusterSelected", f"twin namespace {twin}")
             if phase == MappingPhase.ACCEPTED.value:
@@ -185,13 +201,16 @@ class NamespaceOffloadingController:
 
         phase = OffloadingPhase.TERMINATING if terminating else phase_of(selected, ready, failed)
         await self._write_status(namespace, obj, phase, twin, conditions)
+        if unreachable:
+            self.queue.add_after(key, self.unreachable_retry_seconds)
         if terminating:
             if remaining:
-                self.queue.add_after(key, self.poll_seconds)  # twins still being deleted
+                if not unreachable:
+                    self.queue.add_after(key, self.poll_seconds)  # twins still being deleted
                 return
             await self._label_namespace(namespace, enabled=False)
             await self._release_finalizer(obj)
-        elif phase in (OffloadingPhase.IN_PROGRESS,) or len(ready) + len(failed) < len(selected):
+        elif not unreachable and (phase is OffloadingPhase.IN_PROGRESS or len(ready) + len(failed) < len(selected)):
             self.queue.add_after(key, self.poll_seconds)
 
     async def _request_twin(

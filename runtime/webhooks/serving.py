@@ -63,16 +63,24 @@ def admit_pod(request: dict[str, Any], offloading_of: OffloadingLookup) -> dict[
     return review_response(uid, patch=spec_patch(pod, mutated))
 
 
-def admit_offloading(request: dict[str, Any]) -> dict[str, Any]:
+def admit_offloading(request: dict[str, Any], home_cluster_id: str = "") -> dict[str, Any]:
     if request.get("operation") == "DELETE":
         return review_response(request["uid"])
-    problems = validate_offloading(request["object"], request.get("oldObject"))
+    problems = validate_offloading(
+        request["object"],
+        request.get("oldObject"),
+        namespace=request.get("namespace") or "",
+        home_cluster_id=home_cluster_id,
+    )
     return review_response(request["uid"], message="; ".join(problems) if problems else None)
 
 
 class WebhookServer:
-    def __init__(self, offloading_of: OffloadingLookup, host: str, port: int, tls: ssl.SSLContext) -> None:
+    def __init__(
+        self, offloading_of: OffloadingLookup, host: str, port: int, tls: ssl.SSLContext, *, home_cluster_id: str = ""
+    ) -> None:
         self.offloading_of = offloading_of
+        self.home_cluster_id = home_cluster_id
         self.host, self.port, self.tls = host, port, tls
         self.app = web.Application()
         self.app.add_routes([web.post(names.POD_MUTATION_PATH, self._mutate_pod)])
@@ -96,7 +104,7 @@ class WebhookServer:
         return await self._review(request, lambda admission: admit_pod(admission, self.offloading_of))
 
     async def _validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, admit_offloading)
+        return await self._review(request, lambda admission: admit_offloading(admission, self.home_cluster_id))
 
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)

@@ -12,18 +12,30 @@ import time
 from typing import Any
 
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Node
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from runtime.kube.resources import NamespaceMapResource
-from tests.e2e.harness import exists, offload, twin_gone, unoffload, wait_phase, wait_until
+from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource
+from tests.e2e.harness import exists, offload, status_of, twin_gone, unoffload, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+
+
+def selected(status: dict[str, Any]) -> set[str]:
+    return {
+        cluster_id
+        for cluster_id, conditions in status["remoteNamespacesConditions"].items()
+        if any(c["type"] == "OffloadingRequired" and c["status"] == "True" for c in conditions)
+    }
+
+
+def ready_condition(status: dict[str, Any], cluster_id: str) -> dict[str, Any]:
+    return next(c for c in status["remoteNamespacesConditions"][cluster_id] if c["type"] == "Ready")
 
 
 def test_default_name_twins_in_every_cluster(
@@ -47,19 +59,27 @@ def test_seed_003_selector_examples(runtime: ExternalRuntime, home: Client, fore
         {"key": "staging", "operator": "DoesNotExist"},
     ]}]}})  # fmt: skip
     status = wait_phase(home, "anded", "Ready")
-    assert set(status["remoteNamespacesConditions"]) == {"foreign-1"}
+    assert selected(status) == {"foreign-1"}
+    # seed 003: the status reports for each remote cluster whether it has been selected
+    not_selected = status["remoteNamespacesConditions"]["foreign-2"]
+    assert [(c["type"], c["status"], c["reason"]) for c in not_selected] == [
+        ("OffloadingRequired", "False", "NotSelected")
+    ]
     assert exists(foreign["foreign-1"], "anded-home") and not exists(foreign["foreign-2"], "anded-home")
     # two selectors: region in (...) OR not staging -> both
     offload(home, "ored", {"clusterSelector": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "region", "operator": "In", "values": ["europe", "us-west"]}]},
         {"matchExpressions": [{"key": "staging", "operator": "DoesNotExist"}]},
     ]}})  # fmt: skip
-    assert set(wait_phase(home, "ored", "Ready")["remoteNamespacesConditions"]) == {"foreign-1", "foreign-2"}
+    assert selected(wait_phase(home, "ored", "Ready")) == {"foreign-1", "foreign-2"}
     # nothing matches
     offload(home, "nowhere", {"clusterSelector": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "region", "operator": "In", "values": ["asia"]}]},
     ]}})  # fmt: skip
-    wait_phase(home, "nowhere", "NoClusterSelected")
+    assert set(wait_phase(home, "nowhere", "NoClusterSelected")["remoteNamespacesConditions"]) == {
+        "foreign-1",
+        "foreign-2",
+    }
 
 
 def test_enforce_same_name_refuses_a_foreign_namespace_it_did_not_create(
@@ -70,7 +90,7 @@ def test_enforce_same_name_refuses_a_foreign_namespace_it_did_not_create(
     theirs.create(ConfigMap(metadata=ObjectMeta(name="precious", namespace="payments"), data={"keep": "me"}))
     offload(home, "payments", {"namespaceMappingStrategy": "EnforceSameName"})
     status = wait_phase(home, "payments", "SomeFailed")
-    failed = {c["type"]: c for c in status["remoteNamespacesConditions"]["foreign-2"]}["Ready"]
+    failed = ready_condition(status, "foreign-2")
     assert failed["status"] == "False" and "was not created for home cluster home" in failed["message"]
     assert exists(foreign["foreign-1"], "payments")
     unoffload(home, "payments")
@@ -215,3 +235,125 @@ def test_selector_follows_labels_added_to_virtual_nodes_at_home(
     finally:
         label("liqo-foreign-1", None)
         label("liqo-foreign-2", None)
+
+
+def test_changing_the_cluster_selector_at_run_time_moves_the_twin(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+) -> None:
+    europe = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "In", "values": ["europe"]}]}]}
+    offload(home, "moving", {"clusterSelector": europe})
+    assert selected(wait_phase(home, "moving", "Ready")) == {"foreign-1"}
+    us_west = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "In", "values": ["us-west"]}]}]
+    }
+    home.patch(
+        NamespaceOffloadingResource,
+        names.NAMESPACE_OFFLOADING_NAME,
+        {"spec": {"clusterSelector": us_west}},
+        namespace="moving",
+        patch_type=PatchType.MERGE,
+    )
+    wait_until(lambda: exists(foreign["foreign-2"], "moving-home"), 30, "twin created in foreign-2")
+    wait_until(twin_gone(foreign["foreign-1"], "moving-home"), 60, "twin withdrawn from foreign-1")
+    assert selected(wait_phase(home, "moving", "Ready")) == {"foreign-2"}
+
+
+def test_selected_name_twin_and_a_second_namespace_asking_for_it_is_refused(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+) -> None:
+    """Seed 003's SelectedName end to end; two home namespaces never share one twin."""
+    offload(home, "alpha", {"namespaceMappingStrategy": "SelectedName", "remoteNamespaceName": "shared-twin"})
+    status = wait_phase(home, "alpha", "Ready")
+    assert status["remoteNamespaceName"] == "shared-twin"
+    assert all(exists(client, "shared-twin") for client in foreign.values())
+    offload(home, "beta", {"namespaceMappingStrategy": "SelectedName", "remoteNamespaceName": "shared-twin"})
+    refused = wait_phase(home, "beta", "AllFailed")
+    for cluster_id in foreign:
+        condition = ready_condition(refused, cluster_id)
+        assert condition["reason"] == "CreationFailed"
+        assert "already the twin of home namespace alpha" in condition["message"]
+    assert wait_phase(home, "alpha", "Ready")  # the first keeps its twin
+    unoffload(home, "beta")
+    assert all(exists(client, "shared-twin") for client in foreign.values()), "beta's withdrawal left alpha's twin"
+    unoffload(home, "alpha")
+    for client in foreign.values():
+        wait_until(twin_gone(client, "shared-twin"), 60, "shared-twin deleted with alpha")
+
+
+def test_a_bad_twin_name_fails_only_its_own_mapping(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+) -> None:
+    """A request the foreign cluster cannot satisfy (here a name no namespace may have, written past the
+    home webhook) is that mapping's failure; the other namespaces of the same NamespaceMap go on."""
+    offload(home, "steady", {})
+    wait_phase(home, "steady", "Ready")
+    client = foreign["foreign-1"]
+    tenant = names.tenant_namespace("home")
+    client.patch(
+        NamespaceMapResource, "home", {"spec": {"desiredMapping": {"broken": "Not_A_Namespace"}}},
+        namespace=tenant, patch_type=PatchType.MERGE,
+    )  # fmt: skip
+
+    def reported() -> dict[str, Any]:
+        found = client.get(NamespaceMapResource, "home", namespace=tenant)
+        return dict((found.get("status") or {}).get("currentMapping") or {})
+
+    broken = wait_until(lambda: reported().get("broken"), 30, "the bad mapping reported")
+    assert broken["phase"] == "CreationFailed" and "DNS-1123" in broken["message"]
+    assert reported()["steady"]["phase"] == "Accepted"
+    offload(home, "after-broken", {})
+    wait_phase(home, "after-broken", "Ready")  # the map still serves new requests
+    client.patch(
+        NamespaceMapResource, "home", {"spec": {"desiredMapping": {"broken": None}}},
+        namespace=tenant, patch_type=PatchType.MERGE,
+    )  # fmt: skip
+    wait_until(lambda: "broken" not in reported(), 30, "the bad mapping withdrawn")
+
+
+def test_the_home_api_server_refuses_a_twin_name_too_long(runtime: ExternalRuntime, home: Client) -> None:
+    namespace = "n" * 60  # its DefaultName twin, n...n-home, would be 65 characters
+    home.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    with pytest.raises(ApiError) as err:
+        home.create(
+            NamespaceOffloadingResource.from_dict(
+                {"metadata": {"name": names.NAMESPACE_OFFLOADING_NAME, "namespace": namespace}, "spec": {}}
+            )
+        )
+    assert "must be a DNS-1123 label" in str(err.value.status.message)
+    assert "SelectedName with a shorter spec.remoteNamespaceName" in str(err.value.status.message)
+
+
+def test_an_unreachable_foreign_cluster_fails_only_itself(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    """Seed 003's per-cluster status: with foreign-2 down, offloads still reach foreign-1, report
+    SomeFailed naming foreign-2, pods are admitted, and an unoffload withdraws from foreign-1 at
+    once and from foreign-2 when it is back."""
+    offload(home, "before-outage", {})
+    wait_phase(home, "before-outage", "Ready")
+    with dev_env.api_server_stopped("foreign-2"):
+        offload(home, "during-outage", {})
+        status = wait_phase(home, "during-outage", "SomeFailed", timeout=60)
+        assert ready_condition(status, "foreign-1")["status"] == "True"
+        down = ready_condition(status, "foreign-2")
+        assert down["reason"] == "ClusterUnreachable" and "foreign-2 could not be reached" in down["message"]
+        assert exists(foreign["foreign-1"], "during-outage-home")
+        # the webhook admits pods: the offloading is settled, if partly failed
+        home.create(ConfigMap(metadata=ObjectMeta(name="probe", namespace="during-outage")))
+        pod: Any = Pod.from_dict({
+            "metadata": {"name": "admitted", "namespace": "during-outage"},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        })  # fmt: skip
+        home.create(pod)
+
+        home.delete(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace="before-outage")
+        wait_until(twin_gone(foreign["foreign-1"], "before-outage-home"), 60, "withdrawn from foreign-1 at once")
+        terminating = status_of(home, "before-outage")
+        assert terminating["offloadingPhase"] == "Terminating"
+        assert "foreign-2 could not be reached" in terminating["remoteNamespacesConditions"]["foreign-2"][0]["message"]
+    # foreign-2 back: the twin it missed is created, the withdrawal it missed is done
+    wait_phase(home, "during-outage", "Ready", timeout=60)
+    wait_until(twin_gone(foreign["foreign-2"], "before-outage-home"), 60, "withdrawn from foreign-2 once back")
+    wait_until(
+        lambda: not list(home.list(NamespaceOffloadingResource, namespace="before-outage")), 60, "finalizer released"
+    )

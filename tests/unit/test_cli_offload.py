@@ -59,7 +59,15 @@ def test_bad_flags_name_the_flag_and_apply_nothing() -> None:
     assert code == 2 and "Invalid value for --selector" in out and "apiVersion" not in out
     code, out = run("foo", "-o", "yaml", "--namespace-mapping-strategy", "SelectedName")
     assert code == 2 and "--remote-namespace-name" in out
-    code, out = run("foo", "-o", "yaml", "--remote-namespace-name", "bar")
-    assert code == 2 and "only used with SelectedName" in out
+    code, out = run("foo", "-o", "yaml", "--namespace-mapping-strategy", "SelectedName", "--remote-namespace-name", "B")
+    assert code == 2 and "Invalid value for --remote-namespace-name: 'B' must be a DNS-1123 label" in out
     code, out = run("foo", "-o", "yaml", "--pod-offloading-strategy", "Elsewhere")
     assert code == 2 and "'Elsewhere' is not one of" in out
+
+
+def test_a_remote_name_with_another_strategy_is_ignored_with_a_warning() -> None:
+    """Seed 003: --remote-namespace-name is only used with SelectedName, and ignored otherwise."""
+    result = CliRunner().invoke(main, ["offload", "namespace", "foo", "-o", "yaml", "--remote-namespace-name", "bar"])
+    assert result.exit_code == 0, result.output
+    assert "warning: --remote-namespace-name is ignored with --namespace-mapping-strategy DefaultName" in result.stderr
+    assert "remoteNamespaceName" not in yaml.safe_load(result.stdout)["spec"]

@@ -53,3 +53,14 @@ def test_other_fields_may_change() -> None:
         clusterSelector={"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Exists"}]}]},
     )
     assert validate_offloading(new, old) == []
+
+
+def test_twin_names_no_foreign_cluster_accepts_are_refused_with_what_to_do() -> None:
+    bad = validate_offloading(offloading(namespaceMappingStrategy="SelectedName", remoteNamespaceName="Not_A_Label"))
+    assert bad == ["spec.remoteNamespaceName 'Not_A_Label' must be a DNS-1123 label: lower-case letters, digits "
+                   "and '-', at most 63 characters"]  # fmt: skip
+    long_namespace = "n" * 60
+    problems = validate_offloading(offloading(), namespace=long_namespace, home_cluster_id="home")
+    assert len(problems) == 1 and f"'{long_namespace}-home' (DefaultName)" in problems[0]
+    assert "SelectedName with a shorter spec.remoteNamespaceName" in problems[0]
+    assert validate_offloading(offloading(), namespace="n" * 58, home_cluster_id="home") == []
