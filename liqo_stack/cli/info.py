@@ -78,7 +78,13 @@ def render(data: dict[str, Any]) -> str:
         lines.append("  none: liqo-stack offload namespace NAME")
     for ns in data["namespaces"]:
         clusters = (
-            ", ".join(f"{c}: Ready={v.get('Ready', 'Unknown')}" for c, v in sorted(ns["clusters"].items())) or "-"
+            ", ".join(
+                f"{c}: Ready={v.get('Ready', 'Unknown')}"
+                if v.get("OffloadingRequired") == "True"
+                else f"{c}: not selected"
+                for c, v in sorted(ns["clusters"].items())
+            )
+            or "-"
         )
         lines.append(f"  {ns['namespace']:<20} {ns['phase'] or 'pending':<18} twin {ns['twin'] or '-':<24} {clusters}")
     return "\n".join(lines)
