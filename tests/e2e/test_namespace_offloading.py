@@ -333,8 +333,15 @@ def test_an_unreachable_foreign_cluster_fails_only_itself(
     wait_phase(home, "before-outage", "Ready")
     with dev_env.api_server_stopped("foreign-2"):
         offload(home, "during-outage", {})
-        status = wait_phase(home, "during-outage", "SomeFailed", timeout=60)
-        assert ready_condition(status, "foreign-1")["status"] == "True"
+        status = wait_until(
+            lambda: (
+                (s := status_of(home, "during-outage")).get("offloadingPhase") == "SomeFailed"
+                and ready_condition(s, "foreign-1")["status"] == "True"
+                and s
+            ),
+            60,
+            "during-outage SomeFailed with its foreign-1 twin Ready",
+        )
         down = ready_condition(status, "foreign-2")
         assert down["reason"] == "ClusterUnreachable" and "foreign-2 could not be reached" in down["message"]
         assert exists(foreign["foreign-1"], "during-outage-home")

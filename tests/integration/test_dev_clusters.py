@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
 import time
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from lightkube import Client
 from lightkube.models.core_v1 import NodeCondition
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import KWOK_NODE_ANNOTATION, ClusterLayout, DevEnvironment, env_name
@@ -38,6 +39,35 @@ def test_deployment_in_each_foreign_cluster_runs_on_kwok_nodes(foreign: dict[str
             assert pod.spec and pod.spec.nodeName and pod.spec.nodeName.startswith(f"{cluster_id}-worker-")
             assert pod.status and pod.status.podIP, "kwok assigns pod IPs"
         client.delete(Namespace, unique_name)
+
+
+def test_each_cluster_hands_out_pod_and_service_ips_from_its_own_ranges(
+    dev_env: DevEnvironment, session_layout: ClusterLayout, unique_name: str
+) -> None:
+    for cluster_id in session_layout.cluster_ids():
+        client = dev_env.client(cluster_id)
+        apply_deployment(client, example_deployment(unique_name, unique_name, replicas=2))
+        pods = wait_pods_running(client, unique_name, {"app": unique_name}, count=2, timeout=90)
+        pod_range = ipaddress.ip_network(session_layout.pod_cidr(cluster_id))
+        assert all(ipaddress.ip_address(p.status.podIP) in pod_range for p in pods if p.status and p.status.podIP)
+        service: Any = Service.from_dict({
+            "metadata": {"name": unique_name, "namespace": unique_name},
+            "spec": {"selector": {"app": unique_name}, "ports": [{"port": 80}]},
+        })  # fmt: skip
+        created: Any = client.create(service)
+        service_range = ipaddress.ip_network(session_layout.service_cidr(cluster_id))
+        assert ipaddress.ip_address(created.spec.clusterIP) in service_range, cluster_id
+        client.delete(Namespace, unique_name)
+        wait_until_gone(client, unique_name)
+
+
+def wait_until_gone(client: Client, namespace: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not [n for n in client.list(Namespace) if n.metadata and n.metadata.name == namespace]:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"namespace {namespace} still there after {timeout:.0f}s")
 
 
 def test_fake_nodes_have_the_requested_capacity(foreign: dict[str, Client]) -> None:
