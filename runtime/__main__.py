@@ -74,12 +74,14 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
 
 
 async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
+    """The virtual node, its pods, and the reflection of what they use (runtime.reflection)."""
     foreign = await foreign_client(home, args.foreign_cluster_id)
     kubelet = VirtualKubelet(
         home,
         foreign,
         home_cluster_id=args.home_cluster_id,
         foreign_cluster_id=args.foreign_cluster_id,
+        metrics=probes.metrics,
     )
     probes.add_readiness("informers synced", kubelet.synced.is_set)
     await kubelet.run()

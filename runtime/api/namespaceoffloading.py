@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -64,3 +65,12 @@ class NamespaceOffloading(CustomObject):
 
     spec: NamespaceOffloadingSpec = Field(default_factory=NamespaceOffloadingSpec)
     status: NamespaceOffloadingStatus | None = None
+
+
+def ready_twin(status: Mapping[str, Any] | None, cluster_id: str) -> str | None:
+    """The twin namespace of an offloading in `cluster_id`, once its status says it is Ready there."""
+    status = status or {}
+    conditions = (status.get("remoteNamespacesConditions") or {}).get(cluster_id) or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    twin = status.get("remoteNamespaceName")
+    return str(twin) if ready and twin else None

@@ -14,8 +14,9 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.core_v1 import Secret
 
 from runtime.api import VirtualNodeSpec, names
-from runtime.kube import Event, Informer, WorkQueue
+from runtime.kube import EngineMetrics, Event, Informer, WorkQueue
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
+from runtime.reflection import Reflection
 from runtime.virtualkubelet.node import VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.translation import CidrMapping
@@ -52,6 +53,7 @@ class VirtualKubelet:
         *,
         home_cluster_id: str,
         foreign_cluster_id: str,
+        metrics: EngineMetrics | None = None,
     ) -> None:
         tenant = names.tenant_namespace(home_cluster_id)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
@@ -72,6 +74,16 @@ class VirtualKubelet:
             foreign_cluster_id=foreign_cluster_id,
             offloadings=self.offloadings,
         )
+        self.reflection = Reflection(
+            home,
+            foreign,
+            home_cluster_id=home_cluster_id,
+            foreign_cluster_id=foreign_cluster_id,
+            offloadings=self.offloadings,
+            virtual_node_spec=self.node.spec,
+            metrics=metrics,
+        )
+        self.offloadings.add_handler(self.reflection.on_offloading)
         self.virtual_nodes.add_handler(self._on_virtual_node)
         self.informers = [
             self.virtual_nodes,
@@ -83,7 +95,9 @@ class VirtualKubelet:
         self.synced = asyncio.Event()
 
     def _on_virtual_node(self, _: Event) -> None:
-        """A changed remapping shows at home at once: every pod's status is reconciled again."""
+        """A changed remapping shows at home at once: every pod's status is reconciled again; changed
+        reflection settings apply to every reflected object."""
+        self.reflection.on_settings()
         mapping = pod_cidr_mapping(self.node.spec())
         if mapping != self.pods.pod_cidr_mapping:
             self.pods.pod_cidr_mapping = mapping
@@ -100,6 +114,7 @@ class VirtualKubelet:
             for queue in queues:
                 queue.start()
             self.node.queue.add(self.node.node_name)
+            self.reflection.start()
             self.synced.set()
             tasks += [asyncio.create_task(self.node.keep_lease()), asyncio.create_task(self.node.check_health())]
             await asyncio.gather(*tasks)
@@ -109,3 +124,4 @@ class VirtualKubelet:
             self.pods.stop()
             for queue in queues:
                 await queue.shutdown()
+            await self.reflection.stop()

@@ -1,0 +1,105 @@
+"""What a reflected copy looks like, and whether the foreign copy already is it: pure functions.
+
+Seed 002: objects are reflected "verbatim" (each kind says what it leaves out), with the labels
+and annotations the VirtualNode lists as not reflected removed, and the ownership labels added
+(DESIGN: a reflector touches only objects that carry them). The hash of what was applied rides on
+the copy, so a change at home is seen even where the foreign API server defaults fields, and a
+hand edit in the foreign cluster is seen because the copy no longer covers what we want.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.api import ReflectionPolicy, names
+
+APPLIED_HASH_ANNOTATION = "offloading.liqo.io/reflected-hash"
+
+
+@dataclass(frozen=True)
+class ReflectionSettings:
+    """One kind's reflection settings, from the VirtualNode (seed 002's Helm values)."""
+
+    policy: ReflectionPolicy = ReflectionPolicy.DENY_LIST
+    workers: int = 3
+    labels_not_reflected: frozenset[str] = field(default_factory=frozenset)
+    annotations_not_reflected: frozenset[str] = field(default_factory=frozenset)
+
+
+def _flag(annotations: Mapping[str, str], key: str) -> bool:
+    """An annotation that is set, unless it says "false" (seed 002: `liqo.io/skip-reflection=false` reflects)."""
+    value = annotations.get(key)
+    return value is not None and value.strip().lower() != "false"
+
+
+def policy_allows(policy: ReflectionPolicy, annotations: Mapping[str, str]) -> bool:
+    if policy is ReflectionPolicy.ALLOW_LIST:
+        return _flag(annotations, names.ALLOW_REFLECTION_ANNOTATION)
+    return not _flag(annotations, names.SKIP_REFLECTION_ANNOTATION)
+
+
+def _without(entries: Mapping[str, str] | None, skipped: Iterable[str]) -> dict[str, str]:
+    drop = set(skipped)
+    return {k: v for k, v in (entries or {}).items() if k not in drop}
+
+
+def ownership_labels(home_cluster_id: str, foreign_cluster_id: str) -> dict[str, str]:
+    return {names.ORIGIN_LABEL: home_cluster_id, names.DESTINATION_LABEL: foreign_cluster_id}
+
+
+def is_owned(obj: Mapping[str, Any], home_cluster_id: str, foreign_cluster_id: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in ownership_labels(home_cluster_id, foreign_cluster_id).items())
+
+
+def applied_hash(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def reflected_object(
+    home: Mapping[str, Any],
+    content: Mapping[str, Any],
+    *,
+    twin: str,
+    home_cluster_id: str,
+    foreign_cluster_id: str,
+    settings: ReflectionSettings,
+) -> dict[str, Any]:
+    """The foreign copy: apiVersion, kind and name of the home object, in the twin namespace, with the
+    kind's `content` (everything but metadata), filtered labels and annotations, ownership and hash."""
+    meta = home.get("metadata") or {}
+    labels = {
+        **_without(meta.get("labels"), settings.labels_not_reflected),
+        **ownership_labels(home_cluster_id, foreign_cluster_id),
+    }
+    annotations = _without(meta.get("annotations"), settings.annotations_not_reflected)
+    annotations.pop(APPLIED_HASH_ANNOTATION, None)
+    body: dict[str, Any] = {
+        "apiVersion": home["apiVersion"],
+        "kind": home["kind"],
+        "metadata": {"name": meta["name"], "namespace": twin, "labels": labels, "annotations": annotations},
+        **{k: v for k, v in content.items() if v is not None},
+    }
+    body["metadata"]["annotations"] = {**annotations, APPLIED_HASH_ANNOTATION: applied_hash(body)}
+    return body
+
+
+def covers(desired: Any, actual: Any) -> bool:
+    """Every field of `desired` has the same value in `actual`; fields only `actual` has (server
+    defaults, allocated IPs) do not matter. Lists must match item by item."""
+    if isinstance(desired, Mapping):
+        return isinstance(actual, Mapping) and all(covers(v, actual.get(k)) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(actual, list) and len(desired) == len(actual) and all(map(covers, desired, actual))
+    return bool(desired == actual)
+
+
+def up_to_date(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
+    """No write needed: the copy was applied from the same home state and nobody changed it since."""
+    recorded = ((actual.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH_ANNOTATION)
+    wanted = desired["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]
+    return recorded == wanted and covers(desired, actual)

@@ -1,0 +1,205 @@
+"""The generic reflector: one per kind and foreign cluster, home objects -> copies in the twins.
+
+Per offloaded namespace it watches the kind at home and in the twin namespace (all objects there,
+so a conflicting foreign object is seen), keyed by home namespace/name in one work queue. A
+reconcile decides from both synced stores only, so a restart rebuilds its state and deletes or
+rewrites nothing still wanted:
+- wanted (exists at home, reflectable, allowed by the policy): apply the forged copy with
+  server-side apply (one field manager per kind) unless the copy is already up to date;
+- not wanted: delete the copy, if it is ours;
+- a foreign object of that name that is not ours (no ownership labels) is never modified or
+  deleted: the home object gets a Warning event naming the cluster.
+Home is the truth: a copy edited or deleted by hand is restored by the next reconcile its event
+triggers. A namespace no longer offloaded here is simply no longer watched: the foreign agent
+deletes its twin with everything in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Event as CoreEvent
+
+from runtime.kube import Event, Informer, WorkQueue, unless_gone
+from runtime.kube.serving import EngineMetrics
+from runtime.reflection.forging import ReflectionSettings, is_owned, policy_allows, reflected_object, up_to_date
+from runtime.reflection.kinds import ReflectedKind
+
+log = logging.getLogger(__name__)
+
+SettingsOf = Callable[[str], ReflectionSettings]
+
+
+class HomeEvents:
+    """Warning events on home objects, each (object, reason, message) once per process: a conflict
+    that lasts is reported, not repeated on every reconcile."""
+
+    def __init__(self, home: AsyncClient, component: str) -> None:
+        self.home = home
+        self.component = component
+        self._sent: set[tuple[str, str, str]] = set()
+
+    async def warn(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("uid")), reason, message)
+        if key in self._sent:
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event: Any = CoreEvent.from_dict(
+            {
+                "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+                "involvedObject": {
+                    "apiVersion": obj.get("apiVersion"),
+                    "kind": obj.get("kind"),
+                    "name": meta.get("name"),
+                    "namespace": meta.get("namespace"),
+                    "uid": meta.get("uid"),
+                },
+                "reason": reason,
+                "message": message,
+                "type": "Warning",
+                "source": {"component": self.component},
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+        )
+        with unless_gone():  # the namespace may be going away
+            await self.home.create(event)
+        self._sent.add(key)
+
+
+class NamespaceWatch:
+    """One offloaded namespace: the kind at home, and in its twin namespace in the foreign cluster."""
+
+    def __init__(self, kind: ReflectedKind, home: AsyncClient, foreign: AsyncClient, namespace: str, twin: str) -> None:
+        self.namespace, self.twin = namespace, twin
+        self.home = Informer(home, kind.resource, namespace=namespace)
+        self.foreign = Informer(foreign, kind.resource, namespace=twin)
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, on_home: Callable[[Event], None], on_foreign: Callable[[Event], None]) -> None:
+        self.home.add_handler(on_home)
+        self.foreign.add_handler(on_foreign)
+        self.tasks = [asyncio.create_task(i.run()) for i in (self.home, self.foreign)]
+
+    def synced(self) -> bool:
+        return self.home.synced.is_set() and self.foreign.synced.is_set()
+
+    def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+
+class Reflector:
+    def __init__(
+        self,
+        kind: ReflectedKind,
+        home: AsyncClient,
+        foreign: AsyncClient,
+        *,
+        home_cluster_id: str,
+        foreign_cluster_id: str,
+        settings_of: SettingsOf,
+        events: HomeEvents,
+        metrics: EngineMetrics | None = None,
+    ) -> None:
+        self.kind = kind
+        self.home, self.foreign = home, foreign
+        self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
+        self.settings_of = settings_of
+        self.events = events
+        self.field_manager = f"liqo-reflection-{kind.name}"
+        workers = max(1, settings_of(kind.name).workers)  # 0 disables the kind: checked per reconcile, live
+        self.queue = WorkQueue(self.reconcile, workers=workers, name=f"reflection-{kind.name}", metrics=metrics)
+        self.watches: dict[str, NamespaceWatch] = {}  # home namespace -> its watch
+
+    # -- which namespaces ---------------------------------------------------------------------------
+    def follow(self, twins: Mapping[str, str]) -> None:
+        """Watch exactly these offloaded namespaces (home namespace -> twin in this foreign cluster)."""
+        for namespace in list(self.watches):
+            if twins.get(namespace) != self.watches[namespace].twin:
+                self.watches.pop(namespace).stop()
+        for namespace, twin in twins.items():
+            if namespace not in self.watches:
+                watch = NamespaceWatch(self.kind, self.home, self.foreign, namespace, twin)
+                watch.start(lambda event: self.queue.add(event.key), self._on_foreign(namespace))
+                self.watches[namespace] = watch
+
+    def _on_foreign(self, namespace: str) -> Callable[[Event], None]:
+        return lambda event: self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+
+    def requeue_all(self) -> None:
+        for namespace, watch in self.watches.items():
+            names = {key.partition("/")[2] for key in watch.home.store} | {
+                key.partition("/")[2] for key in watch.foreign.store
+            }
+            for name in names:
+                self.queue.add(f"{namespace}/{name}")
+
+    def stop(self) -> None:
+        for watch in self.watches.values():
+            watch.stop()
+        self.watches.clear()
+
+    # -- reconcile ----------------------------------------------------------------------------------
+    async def reconcile(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        watch = self.watches.get(namespace)
+        if watch is None:
+            return
+        if not watch.synced():
+            self.queue.add_after(key, 0.2)  # decide only on what both sides are known to hold
+            return
+        settings = self.settings_of(self.kind.name)
+        if settings.workers == 0:
+            return  # disabled: nothing is reflected, and nothing already reflected is removed
+        home_obj = watch.home.store.get(key)
+        home = home_obj.to_dict() if home_obj is not None else None
+        remote_obj = watch.foreign.store.get(f"{watch.twin}/{name}")
+        remote = remote_obj.to_dict() if remote_obj is not None else None
+        wanted = (
+            home is not None
+            and not (home.get("metadata") or {}).get("deletionTimestamp")
+            and self.kind.reflectable(home)
+            and policy_allows(settings.policy, (home.get("metadata") or {}).get("annotations") or {})
+        )
+        ours = remote is not None and is_owned(remote, self.home_cluster_id, self.foreign_cluster_id)
+        if not wanted or home is None:
+            if remote is not None and ours and not (remote.get("metadata") or {}).get("deletionTimestamp"):
+                with unless_gone():
+                    await self.foreign.delete(self.kind.resource, name, namespace=watch.twin)
+            return
+        if remote is not None and not ours:
+            await self.events.warn(
+                home,
+                "ReflectionConflict",
+                f"{self.foreign_cluster_id} already holds a {home['kind']} {watch.twin}/{name} that liqo did not "
+                "create: it is left untouched and this object is not reflected there; rename one of them",
+            )
+            return
+        desired = reflected_object(
+            home,
+            self.kind.content(home),
+            twin=watch.twin,
+            home_cluster_id=self.home_cluster_id,
+            foreign_cluster_id=self.foreign_cluster_id,
+            settings=settings,
+        )
+        if remote is not None and up_to_date(desired, remote):
+            return
+        try:
+            await self.foreign.apply(
+                self.kind.resource.from_dict(desired), field_manager=self.field_manager, force=True
+            )
+        except ApiError as err:
+            if err.status.code in (400, 403, 404, 409, 422):  # refused as it is: say so at home, retry later
+                await self.events.warn(
+                    home, "ReflectionFailed", f"{self.foreign_cluster_id} refused the copy: {err.status.message}"
+                )
+            raise

@@ -1,0 +1,96 @@
+"""The reflectors of one foreign cluster, following the namespaces offloaded there and the
+VirtualNode's reflection settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lightkube import AsyncClient
+
+from runtime.api import VirtualNodeSpec
+from runtime.api.namespaceoffloading import ready_twin
+from runtime.kube import Event, Informer
+from runtime.kube.serving import EngineMetrics
+from runtime.reflection.forging import ReflectionSettings
+from runtime.reflection.kinds import ALL_KINDS, ReflectedKind
+from runtime.reflection.reflecting import HomeEvents, Reflector
+
+
+def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings:
+    if spec is None:
+        return ReflectionSettings()
+    chosen = spec.reflection.get(kind)
+    patch = spec.offloading_patch
+    return ReflectionSettings(
+        policy=chosen.type if chosen else ReflectionSettings.policy,
+        workers=chosen.workers if chosen else ReflectionSettings.workers,
+        labels_not_reflected=frozenset(patch.labels_not_reflected or ()),
+        annotations_not_reflected=frozenset(patch.annotations_not_reflected or ()),
+    )
+
+
+class Reflection:
+    def __init__(
+        self,
+        home: AsyncClient,
+        foreign: AsyncClient,
+        *,
+        home_cluster_id: str,
+        foreign_cluster_id: str,
+        offloadings: Informer,
+        virtual_node_spec: Callable[[], VirtualNodeSpec | None],
+        kinds: tuple[ReflectedKind, ...] = ALL_KINDS,
+        metrics: EngineMetrics | None = None,
+    ) -> None:
+        self.foreign_cluster_id = foreign_cluster_id
+        self.offloadings = offloadings
+        self.virtual_node_spec = virtual_node_spec
+        events = HomeEvents(home, f"liqo-reflection-{foreign_cluster_id}")
+        self.reflectors = [
+            Reflector(
+                kind,
+                home,
+                foreign,
+                home_cluster_id=home_cluster_id,
+                foreign_cluster_id=foreign_cluster_id,
+                settings_of=self.settings_of,
+                events=events,
+                metrics=metrics,
+            )
+            for kind in kinds
+        ]
+        self.started = False
+
+    def settings_of(self, kind: str) -> ReflectionSettings:
+        return settings_from(self.virtual_node_spec(), kind)
+
+    def twins(self) -> dict[str, str]:
+        """Home namespace -> its twin here, for the namespaces whose twin is Ready in this cluster."""
+        found = {}
+        for offloading in self.offloadings.store.values():
+            twin = ready_twin(offloading.get("status"), self.foreign_cluster_id)
+            if twin is not None and not offloading.metadata.deletionTimestamp:
+                found[offloading.metadata.namespace] = twin
+        return found
+
+    def on_offloading(self, _: Event) -> None:
+        if self.started:
+            for reflector in self.reflectors:
+                reflector.follow(self.twins())
+
+    def on_settings(self) -> None:
+        """The VirtualNode changed: policies and skip lists apply to every object at once."""
+        for reflector in self.reflectors:
+            reflector.requeue_all()
+
+    def start(self) -> None:
+        """Once the home informers (offloadings, virtual nodes) are synced."""
+        self.started = True
+        for reflector in self.reflectors:
+            reflector.queue.start()
+            reflector.follow(self.twins())
+
+    async def stop(self) -> None:
+        for reflector in self.reflectors:
+            reflector.stop()
+            await reflector.queue.shutdown()

@@ -1,0 +1,272 @@
+"""Resource reflection end to end (seed 002): ConfigMaps, Secrets, Services and Ingresses of an
+offloaded namespace follow it into the twins, home is the truth, and foreign objects that are not
+ours are never touched."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
+from lightkube.resources.networking_v1 import Ingress
+from lightkube.types import PatchType
+
+from liqo_stack.dev.external_runtime import ExternalRuntime
+from runtime.api import names
+from runtime.kube.resources import VirtualNodeResource
+from tests.e2e.harness import wait_until
+
+pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+
+
+def twin_of(namespace: str) -> str:
+    return f"{namespace}-home"
+
+
+def find(client: Client, kind: Any, name: str, namespace: str) -> Any | None:
+    try:
+        return client.get(kind, name, namespace=namespace)
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+
+
+def reflected(client: Client, kind: Any, name: str, namespace: str, timeout: float = 30) -> Any:
+    return wait_until(
+        lambda: find(client, kind, name, twin_of(namespace)), timeout, f"{kind.__name__} {name} reflected"
+    )
+
+
+def gone(client: Client, kind: Any, name: str, namespace: str, timeout: float = 30) -> None:
+    wait_until(lambda: find(client, kind, name, twin_of(namespace)) is None, timeout, f"{kind.__name__} {name} removed")
+
+
+def create(client: Client, kind: Any, manifest: dict[str, Any]) -> None:
+    obj: Any = kind.from_dict(manifest)
+    client.create(obj)
+
+
+def labels_of(client: Client, kind: Any, name: str, namespace: str) -> dict[str, str]:
+    found: Any = client.get(kind, name, namespace=namespace)
+    return dict(found.metadata.labels or {})
+
+
+def config_map(name: str, namespace: str, data: dict[str, str], **meta: Any) -> Any:
+    return ConfigMap(metadata=ObjectMeta(name=name, namespace=namespace, **meta), data=data)
+
+
+def test_config_maps_and_secrets_are_reflected_verbatim_with_ownership_labels(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    home.create(config_map("settings", offloaded, {"level": "debug"}, labels={"app": "shop"}))
+    home.create(Secret(metadata=ObjectMeta(name="creds", namespace=offloaded), stringData={"password": "s3cret"}))
+    for cluster_id, client in foreign.items():
+        copy = reflected(client, ConfigMap, "settings", offloaded)
+        assert copy.data == {"level": "debug"}
+        assert copy.metadata.labels == {"app": "shop", names.ORIGIN_LABEL: "home", names.DESTINATION_LABEL: cluster_id}
+        secret = reflected(client, Secret, "creds", offloaded)
+        assert secret.data == home.get(Secret, "creds", namespace=offloaded).data and secret.type == "Opaque"
+        # each namespace's root CA is its own cluster's
+        assert names.ORIGIN_LABEL not in labels_of(client, ConfigMap, "kube-root-ca.crt", twin_of(offloaded))
+
+
+def test_service_account_tokens_never_leave_home(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
+    from lightkube.resources.core_v1 import ServiceAccount
+
+    home.create(ServiceAccount(metadata=ObjectMeta(name="robot", namespace=offloaded)))
+    home.create(
+        Secret(
+            metadata=ObjectMeta(
+                name="robot-token", namespace=offloaded, annotations={"kubernetes.io/service-account.name": "robot"}
+            ),
+            type="kubernetes.io/service-account-token",
+        )
+    )
+    home.create(config_map("marker", offloaded, {"after": "token"}))
+    reflected(foreign["foreign-1"], ConfigMap, "marker", offloaded)  # reflection has caught up
+    assert find(foreign["foreign-1"], Secret, "robot-token", twin_of(offloaded)) is None
+
+
+def test_services_leave_allocated_fields_to_the_foreign_cluster(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    ports = [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080}]
+    create(home, Service, {
+        "metadata": {"name": "web", "namespace": offloaded},
+        "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": ports},
+    })  # fmt: skip
+    create(home, Service, {
+        "metadata": {"name": "pinned", "namespace": offloaded,
+                     "annotations": {names.FORCE_REMOTE_NODE_PORT_ANNOTATION: "true"}},
+        "spec": {"type": "NodePort", "selector": {"app": "web"},
+                 "ports": [{"name": "http", "port": 80, "nodePort": 30081}]},
+    })  # fmt: skip
+    create(home, Service, {
+        "metadata": {"name": "peers", "namespace": offloaded},
+        "spec": {"clusterIP": "None", "selector": {"app": "web"}, "ports": [{"port": 5432}]},
+    })  # fmt: skip
+    at_home: Any = home.get(Service, "web", namespace=offloaded)
+    client = foreign["foreign-1"]
+    web = reflected(client, Service, "web", offloaded)
+    assert web.spec.selector == {"app": "web"} and web.spec.type == "NodePort"
+    assert web.spec.clusterIP and web.spec.clusterIP != at_home.spec.clusterIP  # the foreign cluster's own
+    assert web.spec.ports[0].nodePort  # allocated there: the copy never asked for one
+    ours = next(m for m in web.metadata.managedFields if m.manager == "liqo-reflection-service")
+    assert "f:nodePort" not in json.dumps(ours.fieldsV1) and "f:clusterIP" not in json.dumps(ours.fieldsV1)
+    assert reflected(client, Service, "pinned", offloaded).spec.ports[0].nodePort == 30081
+    assert reflected(client, Service, "peers", offloaded).spec.clusterIP == "None"
+
+
+def test_ingresses_leave_the_class_to_the_foreign_cluster(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    create(home, Ingress, {
+        "metadata": {"name": "front", "namespace": offloaded},
+        "spec": {"ingressClassName": "home-nginx", "rules": [{"host": "shop.example", "http": {"paths": [
+            {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}},
+        ]}}]},
+    })  # fmt: skip
+    copy = reflected(foreign["foreign-2"], Ingress, "front", offloaded)
+    assert copy.spec.ingressClassName is None and copy.spec.rules[0].host == "shop.example"
+
+
+def test_deny_list_annotations_and_deletes_at_home(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
+    client = foreign["foreign-1"]
+    skip = {names.SKIP_REFLECTION_ANNOTATION: "true"}
+    home.create(config_map("private", offloaded, {"a": "b"}, annotations=skip))
+    home.create(config_map("public", offloaded, {"a": "b"}, annotations={names.SKIP_REFLECTION_ANNOTATION: "false"}))
+    reflected(client, ConfigMap, "public", offloaded)
+    assert find(client, ConfigMap, "private", twin_of(offloaded)) is None
+    home.patch(ConfigMap, "public", {"metadata": {"annotations": skip}}, namespace=offloaded)
+    gone(client, ConfigMap, "public", offloaded)  # made skip: removed there
+    home.create(config_map("doomed", offloaded, {"a": "b"}))
+    reflected(client, ConfigMap, "doomed", offloaded)
+    home.delete(ConfigMap, "doomed", namespace=offloaded)
+    for each in foreign.values():
+        gone(each, ConfigMap, "doomed", offloaded)
+
+
+def test_home_is_the_truth_copies_edited_or_deleted_by_hand_come_back(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    client = foreign["foreign-2"]
+    home.create(config_map("truth", offloaded, {"value": "home"}))
+    copy = reflected(client, ConfigMap, "truth", offloaded)
+    client.patch(ConfigMap, "truth", {"data": {"value": "edited"}}, namespace=twin_of(offloaded))
+    wait_until(
+        lambda: client.get(ConfigMap, "truth", namespace=twin_of(offloaded)).data == {"value": "home"}, 30, "restored"
+    )
+    client.delete(ConfigMap, "truth", namespace=twin_of(offloaded))
+    back = wait_until(
+        lambda: (
+            (found := find(client, ConfigMap, "truth", twin_of(offloaded)))
+            and found.metadata.uid != copy.metadata.uid
+            and found
+        ),
+        30,
+        "recreated",
+    )
+    assert back.data == {"value": "home"}
+    home.patch(ConfigMap, "truth", {"data": {"value": "changed at home"}}, namespace=offloaded)
+    wait_until(
+        lambda: client.get(ConfigMap, "truth", namespace=twin_of(offloaded)).data == {"value": "changed at home"},
+        30,
+        "home change reflected",
+    )
+
+
+def test_a_foreign_object_that_is_not_ours_is_left_alone_and_reported(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    client = foreign["foreign-1"]
+    client.create(config_map("theirs", twin_of(offloaded), {"owner": "foreign team"}))
+    home.create(config_map("theirs", offloaded, {"owner": "home"}))
+    reflected(foreign["foreign-2"], ConfigMap, "theirs", offloaded)  # foreign-2 has no conflict
+
+    def warning() -> Any:
+        events = home.list(Event, namespace=offloaded, fields={"involvedObject.name": "theirs"})
+        return next((e for e in events if e.reason == "ReflectionConflict"), None)
+
+    event = wait_until(warning, 30, "a ReflectionConflict event at home")
+    assert event.type == "Warning" and "foreign-1 already holds a ConfigMap" in event.message
+    time.sleep(2)
+    untouched = client.get(ConfigMap, "theirs", namespace=twin_of(offloaded))
+    assert untouched.data == {"owner": "foreign team"}
+    assert names.ORIGIN_LABEL not in labels_of(client, ConfigMap, "theirs", twin_of(offloaded))
+    home.delete(ConfigMap, "theirs", namespace=offloaded)
+    gone(foreign["foreign-2"], ConfigMap, "theirs", offloaded)
+    time.sleep(2)
+    assert find(client, ConfigMap, "theirs", twin_of(offloaded)) is not None, "never deleted: not ours"
+
+
+@pytest.fixture
+def virtual_node_patched(home: Client) -> Iterator[Any]:
+    """Patch foreign-1's VirtualNode spec for one test; its spec is put back afterwards."""
+    name = names.virtual_node_name("foreign-1")
+    before = home.get(VirtualNodeResource, name, namespace=names.LIQO_NAMESPACE)["spec"]
+
+    def patch(spec: dict[str, Any]) -> None:
+        home.patch(
+            VirtualNodeResource, name, {"spec": spec}, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE
+        )
+
+    yield patch
+    restore = {key: before.get(key) for key in ("offloadingPatch", "reflection")}
+    home.patch(VirtualNodeResource, name, {"spec": restore}, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE)
+
+
+def test_settings_patched_on_the_virtual_node_apply_live(
+    offloaded: str, home: Client, foreign: dict[str, Client], virtual_node_patched: Any
+) -> None:
+    client = foreign["foreign-1"]
+    home.create(config_map("labelled", offloaded, {"a": "b"}, labels={"team": "ml", "app": "x"}))
+    assert reflected(client, ConfigMap, "labelled", offloaded).metadata.labels["team"] == "ml"
+
+    virtual_node_patched({"offloadingPatch": {"labelsNotReflected": ["team"]}})
+    wait_until(
+        lambda: "team" not in labels_of(client, ConfigMap, "labelled", twin_of(offloaded)),
+        30,
+        "skipped label removed from the copy",
+    )
+
+    allowed = {names.ALLOW_REFLECTION_ANNOTATION: "true"}
+    home.create(config_map("allowed", offloaded, {"a": "b"}, annotations=allowed))
+    virtual_node_patched({"reflection": {"configmap": {"type": "AllowList", "workers": 3}, "secret": {"workers": 0}}})
+    gone(client, ConfigMap, "labelled", offloaded)  # AllowList: not annotated, not reflected
+    assert reflected(client, ConfigMap, "allowed", offloaded)
+    home.create(Secret(metadata=ObjectMeta(name="held-back", namespace=offloaded), stringData={"k": "v"}))
+    reflected(foreign["foreign-2"], Secret, "held-back", offloaded)  # foreign-2 keeps its settings
+    time.sleep(2)
+    assert find(client, Secret, "held-back", twin_of(offloaded)) is None, "workers 0 disables secrets"
+
+
+def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
+    offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
+) -> None:
+    def steady() -> dict[str, Any]:
+        copies: list[Any] = list(client.list(ConfigMap, namespace=twin_of(offloaded)))
+        return {
+            c.metadata.name: (c.metadata.uid, c.metadata.resourceVersion)
+            for c in copies
+            if c.metadata.name.startswith("steady-")
+        }
+
+    for index in range(20):
+        home.create(config_map(f"steady-{index}", offloaded, {"index": str(index)}))
+    client = foreign["foreign-1"]
+    wait_until(lambda: len(steady()) == 20, 60, "20 ConfigMaps reflected")
+    time.sleep(1)
+
+    before = steady()
+    runtime.kill("kubelet-foreign-1")
+    runtime.start("kubelet-foreign-1")
+    home.create(config_map("after-restart", offloaded, {"a": "b"}))
+    reflected(client, ConfigMap, "after-restart", offloaded, timeout=60)  # the restarted one is at work
+    time.sleep(2)
+    assert steady() == before, "no copy rewritten or recreated"
