@@ -28,6 +28,9 @@ TENANT_HOME_LABEL: Final = "liqo.io/tenant-home-cluster-id"  # on foreign-side t
 ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
 DESTINATION_LABEL: Final = "offloading.liqo.io/destination"
 
+# endpointslice.kubernetes.io/managed-by of reflected EndpointSlices: not the foreign controller's
+REFLECTED_ENDPOINT_SLICE_MANAGER: Final = "reflection.liqo.io"
+
 # -- Annotations ----------------------------------------------------------------------------
 SKIP_REFLECTION_ANNOTATION: Final = "liqo.io/skip-reflection"
 ALLOW_REFLECTION_ANNOTATION: Final = "liqo.io/allow-reflection"

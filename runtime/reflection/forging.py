@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,11 @@ def _flag(annotations: Mapping[str, str], key: str) -> bool:
     """An annotation that is set, unless it says "false" (seed 002: `liqo.io/skip-reflection=false` reflects)."""
     value = annotations.get(key)
     return value is not None and value.strip().lower() != "false"
+
+
+def has_own_policy(annotations: Mapping[str, str]) -> bool:
+    """The object says for itself whether it is reflected (seed 002: an EndpointSlice may)."""
+    return names.SKIP_REFLECTION_ANNOTATION in annotations or names.ALLOW_REFLECTION_ANNOTATION in annotations
 
 
 def policy_allows(policy: ReflectionPolicy, annotations: Mapping[str, str]) -> bool:
@@ -68,12 +73,14 @@ def reflected_object(
     home_cluster_id: str,
     foreign_cluster_id: str,
     settings: ReflectionSettings,
+    relabel: Callable[[Mapping[str, str]], dict[str, str]] = dict,
 ) -> dict[str, Any]:
     """The foreign copy: apiVersion, kind and name of the home object, in the twin namespace, with the
-    kind's `content` (everything but metadata), filtered labels and annotations, ownership and hash."""
+    kind's `content` (everything but metadata), filtered labels (then `relabel`ed by the kind) and
+    annotations, ownership and hash."""
     meta = home.get("metadata") or {}
     labels = {
-        **_without(meta.get("labels"), settings.labels_not_reflected),
+        **relabel(_without(meta.get("labels"), settings.labels_not_reflected)),
         **ownership_labels(home_cluster_id, foreign_cluster_id),
     }
     annotations = _without(meta.get("annotations"), settings.annotations_not_reflected)

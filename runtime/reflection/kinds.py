@@ -8,23 +8,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightkube.resources.core_v1 import ConfigMap, Secret, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.networking_v1 import Ingress
 
 from runtime.api import names
 
-Content = Callable[[Mapping[str, Any]], dict[str, Any]]
+# home object, foreign cluster id -> the copy's fields other than metadata
+Content = Callable[[Mapping[str, Any], str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class ReflectedKind:
     name: str  # the setting's key: liqo:reflection.resources.<name>, VirtualNode spec.reflection.<name>
     resource: type[Any]  # the lightkube resource
-    content: Content  # home object -> the copy's fields other than metadata
+    content: Content
     reflectable: Callable[[Mapping[str, Any]], bool] = lambda obj: True  # kind-specific exclusions
+    # the kind whose policy and annotations this one follows, and which of its objects: (kind, name-of)
+    follows: tuple[str, Callable[[Mapping[str, Any]], str | None]] | None = None
+    labels: Callable[[Mapping[str, str]], dict[str, str]] = dict  # the copy's labels from the filtered home ones
 
 
 def _fields(*keys: str) -> Content:
-    return lambda obj: {key: copy.deepcopy(obj[key]) for key in keys if obj.get(key) is not None}
+    return lambda obj, _: {key: copy.deepcopy(obj[key]) for key in keys if obj.get(key) is not None}
 
 
 # Every namespace gets its own `kube-root-ca.crt` from its cluster's controller-manager: never ours to copy.
@@ -46,7 +51,7 @@ SECRETS = ReflectedKind(
 )
 
 
-def service_content(service: Mapping[str, Any]) -> dict[str, Any]:
+def service_content(service: Mapping[str, Any], _: str = "") -> dict[str, Any]:
     """Verbatim but for what the foreign cluster allocates: cluster IPs, load-balancer IP and node
     ports (kept with `liqo.io/force-remote-node-port=true`). A headless Service stays headless."""
     spec = copy.deepcopy(dict(service.get("spec") or {}))
@@ -66,7 +71,7 @@ def service_content(service: Mapping[str, Any]) -> dict[str, Any]:
 SERVICES = ReflectedKind("service", Service, service_content)
 
 
-def ingress_content(ingress: Mapping[str, Any]) -> dict[str, Any]:
+def ingress_content(ingress: Mapping[str, Any], _: str = "") -> dict[str, Any]:
     """Verbatim but for the class: the foreign cluster's default applies, ours may not exist there."""
     spec = copy.deepcopy(dict(ingress.get("spec") or {}))
     spec.pop("ingressClassName", None)
@@ -75,4 +80,43 @@ def ingress_content(ingress: Mapping[str, Any]) -> dict[str, Any]:
 
 INGRESSES = ReflectedKind("ingress", Ingress, ingress_content)
 
-ALL_KINDS: tuple[ReflectedKind, ...] = (CONFIGMAPS, SECRETS, SERVICES, INGRESSES)
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+# Endpoint fields that name home objects (nodes, pods) or home topology: meaningless over there.
+HOME_ENDPOINT_FIELDS = ("nodeName", "targetRef", "zone", "hints", "deprecatedTopology")
+
+
+def endpoint_slice_content(slice_: Mapping[str, Any], foreign_cluster_id: str) -> dict[str, Any]:
+    """Seed 002: each foreign cluster gets the endpoints it cannot see itself, the pods at home and in
+    the *other* foreign clusters, at the addresses the home cluster knows them by (a remote pod's
+    address at home is already remapped, as its pod status is). Its own pods, on its virtual node,
+    are in the slices its own control plane makes."""
+    own_node = names.virtual_node_name(foreign_cluster_id)
+    endpoints = [
+        {k: copy.deepcopy(v) for k, v in endpoint.items() if k not in HOME_ENDPOINT_FIELDS}
+        for endpoint in slice_.get("endpoints") or []
+        if endpoint.get("nodeName") != own_node
+    ]
+    return {
+        "addressType": slice_.get("addressType"),
+        "endpoints": endpoints,
+        "ports": copy.deepcopy(slice_.get("ports")),
+    }
+
+
+def endpoint_slice_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The slice's Service is the reflected one of the same name; the foreign endpoint-slice
+    controller must leave the copy alone (it deletes slices it thinks it manages)."""
+    return {**labels, MANAGED_BY_LABEL: names.REFLECTED_ENDPOINT_SLICE_MANAGER}
+
+
+ENDPOINT_SLICES = ReflectedKind(
+    "endpointslice",
+    EndpointSlice,
+    endpoint_slice_content,
+    # seed 002: a slice is reflected if its Service is, unless it carries its own allow/skip annotation
+    follows=("service", lambda obj: ((obj.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL)),
+    labels=endpoint_slice_labels,
+)
+
+ALL_KINDS: tuple[ReflectedKind, ...] = (CONFIGMAPS, SECRETS, SERVICES, ENDPOINT_SLICES, INGRESSES)

@@ -27,12 +27,20 @@ from lightkube.resources.core_v1 import Event as CoreEvent
 
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.serving import EngineMetrics
-from runtime.reflection.forging import ReflectionSettings, is_owned, policy_allows, reflected_object, up_to_date
+from runtime.reflection.forging import (
+    ReflectionSettings,
+    has_own_policy,
+    is_owned,
+    policy_allows,
+    reflected_object,
+    up_to_date,
+)
 from runtime.reflection.kinds import ReflectedKind
 
 log = logging.getLogger(__name__)
 
 SettingsOf = Callable[[str], ReflectionSettings]
+HomeLookup = Callable[[str, str, str], dict[str, Any] | None]  # kind name, namespace, name -> home object
 
 
 class HomeEvents:
@@ -107,6 +115,7 @@ class Reflector:
         foreign_cluster_id: str,
         settings_of: SettingsOf,
         events: HomeEvents,
+        lookup: HomeLookup | None = None,
         metrics: EngineMetrics | None = None,
     ) -> None:
         self.kind = kind
@@ -118,6 +127,29 @@ class Reflector:
         workers = max(1, settings_of(kind.name).workers)  # 0 disables the kind: checked per reconcile, live
         self.queue = WorkQueue(self.reconcile, workers=workers, name=f"reflection-{kind.name}", metrics=metrics)
         self.watches: dict[str, NamespaceWatch] = {}  # home namespace -> its watch
+        self.lookup = lookup
+        self.on_home_change: list[Callable[[str, str], None]] = []  # (namespace, name): kinds following this one
+
+    def home_object(self, namespace: str, name: str) -> dict[str, Any] | None:
+        watch = self.watches.get(namespace)
+        found = watch.home.store.get(f"{namespace}/{name}") if watch is not None else None
+        return found.to_dict() if found is not None else None
+
+    def requeue_following(self, namespace: str, name: str) -> None:
+        """The followed object `name` changed: reconcile the objects of this kind that follow it."""
+        watch = self.watches.get(namespace)
+        if watch is None or self.kind.follows is None:
+            return
+        name_of = self.kind.follows[1]
+        for key, obj in watch.home.store.items():
+            if name_of(obj.to_dict()) == name:
+                self.queue.add(key)
+
+    def _on_home(self, event: Event) -> None:
+        self.queue.add(event.key)
+        namespace, _, name = event.key.partition("/")
+        for notify in self.on_home_change:
+            notify(namespace, name)
 
     # -- which namespaces ---------------------------------------------------------------------------
     def follow(self, twins: Mapping[str, str]) -> None:
@@ -128,7 +160,7 @@ class Reflector:
         for namespace, twin in twins.items():
             if namespace not in self.watches:
                 watch = NamespaceWatch(self.kind, self.home, self.foreign, namespace, twin)
-                watch.start(lambda event: self.queue.add(event.key), self._on_foreign(namespace))
+                watch.start(self._on_home, self._on_foreign(namespace))
                 self.watches[namespace] = watch
 
     def _on_foreign(self, namespace: str) -> Callable[[Event], None]:
@@ -148,6 +180,22 @@ class Reflector:
         self.watches.clear()
 
     # -- reconcile ----------------------------------------------------------------------------------
+    def _allowed(self, home: dict[str, Any], settings: ReflectionSettings) -> bool:
+        """The policy says yes: the object's own annotations, else (a kind that follows another, seed
+        002's EndpointSlices) whatever decides for the object it follows."""
+        annotations = (home.get("metadata") or {}).get("annotations") or {}
+        if self.kind.follows is None or has_own_policy(annotations):
+            return policy_allows(settings.policy, annotations)
+        kind, name_of = self.kind.follows
+        name = name_of(home)
+        followed = self.lookup(kind, home["metadata"]["namespace"], name) if self.lookup and name else None
+        if followed is None:
+            return False
+        leader = self.settings_of(kind)
+        return leader.workers > 0 and policy_allows(
+            leader.policy, (followed.get("metadata") or {}).get("annotations") or {}
+        )
+
     async def reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
         watch = self.watches.get(namespace)
@@ -167,7 +215,7 @@ class Reflector:
             home is not None
             and not (home.get("metadata") or {}).get("deletionTimestamp")
             and self.kind.reflectable(home)
-            and policy_allows(settings.policy, (home.get("metadata") or {}).get("annotations") or {})
+            and self._allowed(home, settings)
         )
         ours = remote is not None and is_owned(remote, self.home_cluster_id, self.foreign_cluster_id)
         if not wanted or home is None:
@@ -185,11 +233,12 @@ class Reflector:
             return
         desired = reflected_object(
             home,
-            self.kind.content(home),
+            self.kind.content(home, self.foreign_cluster_id),
             twin=watch.twin,
             home_cluster_id=self.home_cluster_id,
             foreign_cluster_id=self.foreign_cluster_id,
             settings=settings,
+            relabel=self.kind.labels,
         )
         if remote is not None and up_to_date(desired, remote):
             return

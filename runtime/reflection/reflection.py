@@ -4,6 +4,7 @@ VirtualNode's reflection settings."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from lightkube import AsyncClient
 
@@ -55,11 +56,20 @@ class Reflection:
                 foreign_cluster_id=foreign_cluster_id,
                 settings_of=self.settings_of,
                 events=events,
+                lookup=self.home_object,
                 metrics=metrics,
             )
             for kind in kinds
         ]
+        self.by_kind = {reflector.kind.name: reflector for reflector in self.reflectors}
+        for reflector in self.reflectors:
+            if reflector.kind.follows is not None and reflector.kind.follows[0] in self.by_kind:
+                self.by_kind[reflector.kind.follows[0]].on_home_change.append(reflector.requeue_following)
         self.started = False
+
+    def home_object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        reflector = self.by_kind.get(kind)
+        return reflector.home_object(namespace, name) if reflector is not None else None
 
     def settings_of(self, kind: str) -> ReflectionSettings:
         return settings_from(self.virtual_node_spec(), kind)

@@ -270,3 +270,56 @@ def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
     reflected(client, ConfigMap, "after-restart", offloaded, timeout=60)  # the restarted one is at work
     time.sleep(2)
     assert steady() == before, "no copy rewritten or recreated"
+
+
+def test_endpoint_slices_let_every_cluster_reach_every_replica(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+) -> None:
+    """Seed 002: a Service whose pods run at home, in foreign-1 and in foreign-2 has, in each foreign
+    cluster, endpoints for all three: its own from its control plane, the others reflected."""
+    from lightkube.resources.apps_v1 import Deployment
+    from lightkube.resources.core_v1 import Pod
+    from lightkube.resources.discovery_v1 import EndpointSlice
+
+    from liqo_stack.dev.workloads import example_deployment
+    from tests.e2e.harness import offload, wait_phase
+
+    namespace = "spread"
+    offload(home, namespace, {"podOffloadingStrategy": "LocalAndRemote"})
+    wait_phase(home, namespace, "Ready")
+    placements = {"at-home": {"type": "kwok"}}
+    placements |= {f"in-{c}": {names.REMOTE_CLUSTER_ID_LABEL: c} for c in foreign}
+    for name, node_selector in placements.items():
+        manifest = example_deployment(name, namespace, 1).to_dict()
+        manifest["spec"]["template"]["metadata"]["labels"]["service"] = "multi"
+        manifest["spec"]["template"]["spec"]["nodeSelector"] = node_selector
+        deployment: Any = Deployment.from_dict(manifest)
+        home.create(deployment)
+    create(home, Service, {
+        "metadata": {"name": "multi", "namespace": namespace},
+        "spec": {"selector": {"service": "multi"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    })  # fmt: skip
+
+    def ready_pods() -> dict[str, Any] | None:
+        pods: list[Any] = list(home.list(Pod, namespace=namespace, labels={"service": "multi"}))
+        ready = {
+            p.metadata.labels["app"]: p
+            for p in pods
+            if p.status
+            and p.status.podIP
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        }
+        return ready if len(ready) == 3 else None
+
+    pods = wait_until(ready_pods, 120, "3 replicas Ready at home, one per cluster")
+    home_view = {name: pod.status.podIP for name, pod in pods.items()}  # remote pods: as home knows them
+    for cluster_id, client in foreign.items():
+        own: Any = client.get(Pod, pods[f"in-{cluster_id}"].metadata.name, namespace=twin_of(namespace))
+        expected = {own.status.podIP} | {ip for name, ip in home_view.items() if name != f"in-{cluster_id}"}
+
+        def sees_all(client: Client = client, expected: set[str] = expected) -> bool:
+            selector: dict[str, Any] = {"kubernetes.io/service-name": "multi"}
+            slices: list[Any] = list(client.list(EndpointSlice, namespace=twin_of(namespace), labels=selector))
+            return {a for s in slices for e in s.endpoints or [] for a in e.addresses} == expected
+
+        wait_until(sees_all, 60, f"{cluster_id} sees every replica ({expected})")

@@ -16,7 +16,15 @@ from runtime.reflection.forging import (
     reflected_object,
     up_to_date,
 )
-from runtime.reflection.kinds import CONFIGMAPS, SECRETS, ingress_content, service_content
+from runtime.reflection.kinds import (
+    CONFIGMAPS,
+    ENDPOINT_SLICES,
+    MANAGED_BY_LABEL,
+    SECRETS,
+    SERVICE_NAME_LABEL,
+    ingress_content,
+    service_content,
+)
 
 SKIP, ALLOW = names.SKIP_REFLECTION_ANNOTATION, names.ALLOW_REFLECTION_ANNOTATION
 
@@ -49,7 +57,7 @@ def home_config_map(**meta: Any) -> dict[str, Any]:
 def forge(home: dict[str, Any], settings: ReflectionSettings | None = None) -> dict[str, Any]:
     return reflected_object(
         home,
-        CONFIGMAPS.content(home),
+        CONFIGMAPS.content(home, "foreign-1"),
         twin="shop-home",
         home_cluster_id="home",
         foreign_cluster_id="foreign-1",
@@ -116,3 +124,24 @@ def test_services_leave_allocated_fields_out() -> None:
 def test_ingresses_leave_the_class_out() -> None:
     spec = ingress_content({"spec": {"ingressClassName": "nginx", "rules": [{"host": "a"}]}})["spec"]
     assert spec == {"rules": [{"host": "a"}]}
+
+
+def test_endpoint_slices_carry_what_the_foreign_cluster_cannot_see() -> None:
+    home_labels = {SERVICE_NAME_LABEL: "web", MANAGED_BY_LABEL: "endpointslice-controller.k8s.io"}
+    home_slice: dict[str, Any] = {
+        "addressType": "IPv4",
+        "metadata": {"name": "web-abc", "labels": home_labels},
+        "endpoints": [
+            {"addresses": ["10.100.0.5"], "nodeName": "home-worker-0", "conditions": {"ready": True},
+             "targetRef": {"kind": "Pod", "name": "web-1"}, "zone": "home-zone-0"},
+            {"addresses": ["10.101.0.7"], "nodeName": "liqo-foreign-1", "conditions": {"ready": True}},
+            {"addresses": ["100.64.0.9"], "nodeName": "liqo-foreign-2", "conditions": {"ready": True}},
+        ],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }  # fmt: skip
+    content = ENDPOINT_SLICES.content(home_slice, "foreign-1")
+    assert [e["addresses"] for e in content["endpoints"]] == [["10.100.0.5"], ["100.64.0.9"]]
+    assert content["endpoints"][0] == {"addresses": ["10.100.0.5"], "conditions": {"ready": True}}
+    assert content["ports"] == home_slice["ports"] and content["addressType"] == "IPv4"
+    labels = ENDPOINT_SLICES.labels(home_labels)
+    assert labels == {SERVICE_NAME_LABEL: "web", MANAGED_BY_LABEL: names.REFLECTED_ENDPOINT_SLICE_MANAGER}
