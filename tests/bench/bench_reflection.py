@@ -1,0 +1,184 @@
+"""Reflection benchmark: ConfigMaps reflected into a foreign twin vs the same created there directly.
+
+    .venv/bin/python -m tests.bench.bench_reflection [--objects 1000] [--rounds 2] [--idle 60] [--idle-objects 5000]
+
+Starts its own home and foreign cluster (state under $LIQO_STACK_STATE/bench-reflection, both API
+servers auditing every write), installs the stack with `pulumi up`, runs the runtime as local
+processes and offloads namespace `bench`. Then, in one run, alternating the two ways round by round:
+- burst: N ConfigMaps created with the same client and concurrency, either directly in a foreign
+  namespace (the plain script, timed until its last create returns) or at home in the offloaded
+  namespace (timed until the last copy exists in the twin); the CPU seconds of every process;
+- memory: RSS of each runtime process with `--idle-objects` ConfigMaps reflected;
+- idle: with those objects reflected and nothing changing, the writes each API server receives in
+  `--idle` seconds, by client (node Lease heartbeats counted apart).
+Prints the figures and the ratio reflected / direct (target <= 1.2x at 1,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import ConfigMap
+
+from liqo_stack.dev import paths
+from liqo_stack.dev.clusters import DevEnvironment
+from runtime.api import names
+from runtime.kube import Event, Informer
+from tests.bench.bench_offloading import (
+    AUDIT_POLICY,
+    CONCURRENCY,
+    DIRECT,
+    FOREIGN,
+    HOME,
+    LAYOUT,
+    OFFLOADED,
+    Clusters,
+    audited_writes,
+    cpu_seconds,
+    install,
+    runtime_rss_mb,
+)
+
+TWIN = f"{OFFLOADED}-{HOME}"
+TARGET_RATIO = 1.2
+
+
+def config_map(name: str, namespace: str, batch: str) -> Any:
+    return ConfigMap.from_dict(
+        {"metadata": {"name": name, "namespace": namespace, "labels": {"batch": batch}}, "data": {"key": name * 4}}
+    )
+
+
+async def create_all(client: AsyncClient, namespace: str, batch: str, count: int) -> None:
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def create(index: int) -> None:
+        async with gate:
+            await client.create(config_map(f"{batch}-{index}", namespace, batch))
+
+    await asyncio.gather(*(create(i) for i in range(count)))
+
+
+async def direct(clusters: Clusters, batch: str, count: int) -> float:
+    started = time.perf_counter()
+    await create_all(clusters.foreign, DIRECT, batch, count)
+    return time.perf_counter() - started
+
+
+async def reflected(clusters: Clusters, batch: str, count: int) -> float:
+    """Created at home; seconds until the last copy exists in the twin namespace."""
+    seen: set[str] = set()
+    done = asyncio.Event()
+
+    def on_event(event: Event) -> None:
+        if event.type != "DELETED":
+            seen.add(event.key)
+            if len(seen) == count:
+                done.set()
+
+    copies = Informer(clusters.foreign, ConfigMap, namespace=TWIN, labels={"batch": batch, names.ORIGIN_LABEL: HOME})
+    copies.add_handler(on_event)
+    watching = asyncio.create_task(copies.run())
+    await copies.synced.wait()
+    started = time.perf_counter()
+    await create_all(clusters.home, OFFLOADED, batch, count)
+    await asyncio.wait_for(done.wait(), timeout=600)
+    elapsed = time.perf_counter() - started
+    watching.cancel()
+    return elapsed
+
+
+async def delete_batch(clusters: Clusters, batch: str) -> None:
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def delete(client: AsyncClient, namespace: str, name: str) -> None:
+        async with gate:
+            await client.delete(ConfigMap, name, namespace=namespace)
+
+    await asyncio.gather(*[
+        delete(client, namespace, cm.metadata.name)  # type: ignore[union-attr, arg-type]
+        for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT))
+        async for cm in client.list(ConfigMap, namespace=namespace, labels={"batch": batch})
+    ])  # fmt: skip
+    deadline = time.monotonic() + 300
+    while [c async for c in clusters.foreign.list(ConfigMap, namespace=TWIN, labels={"batch": batch})]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"copies of {batch} still in {TWIN} after 300 s")
+        await asyncio.sleep(1)
+
+
+async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: argparse.Namespace) -> None:
+    results: dict[str, list[float]] = {"direct": [], "reflected": []}
+    cpu: dict[str, dict[str, float]] = {}
+    for round_no in range(args.rounds):
+        for way in ("direct", "reflected") if round_no % 2 == 0 else ("reflected", "direct"):
+            batch = f"r{round_no}-{way[0]}"
+            before = cpu_seconds(env, runtime)
+            seconds = await (direct if way == "direct" else reflected)(clusters, batch, args.objects)
+            cpu[way] = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
+            results[way].append(seconds)
+            print(f"  {args.objects} ConfigMaps round {round_no + 1} {way:>9}: {seconds:6.2f} s", flush=True)
+            await delete_batch(clusters, batch)
+
+    print(f"[bench] {args.idle_objects} ConfigMaps reflected, then idle ...", flush=True)
+    await reflected(clusters, "idle", args.idle_objects)
+    await asyncio.sleep(5)
+    rss = runtime_rss_mb(runtime)
+    offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, FOREIGN)}
+    await asyncio.sleep(args.idle)
+    idle = {c: audited_writes(env.audit_log(c), offsets[c]) for c in (HOME, FOREIGN)}
+
+    ratio = statistics.median(results["reflected"]) / statistics.median(results["direct"])
+    print(f"\n== reflection: {args.objects} ConfigMaps, concurrency {CONCURRENCY} (target <= {TARGET_RATIO}x)")
+    for way, values in results.items():
+        rounds = ", ".join(f"{v:.2f}" for v in values)
+        print(f"  {way:>9}: median {statistics.median(values):6.2f} s (rounds: {rounds})")
+    print(f"  ratio reflected / direct: {ratio:.2f}x")
+    print("\n  CPU seconds during the last round of each way (2 cores):")
+    names_by_cost = sorted(cpu["reflected"].keys() | cpu["direct"].keys(), key=lambda n: -cpu["reflected"].get(n, 0.0))
+    for name in names_by_cost[:10]:
+        used_direct, used_reflected = cpu["direct"].get(name, 0.0), cpu["reflected"].get(name, 0.0)
+        print(f"      {name:<36} direct {used_direct:6.1f}  reflected {used_reflected:6.1f}")
+    parts = ", ".join(f"{c} {mb:.0f} MB" for c, mb in rss.items())
+    print(f"\n== runtime RSS with {args.idle_objects} reflected ConfigMaps: {sum(rss.values()):.0f} MB ({parts})")
+    print(f"\n== writes during {args.idle:.0f} idle s with {args.idle_objects} reflected objects (target: zero)")
+    for cluster_id, counts in idle.items():
+        ours = {k: v for k, v in counts.items() if k.startswith("python-httpx")}
+        heartbeats = sum(v for k, v in ours.items() if k.endswith(" leases"))
+        print(f"  {cluster_id}: runtime {sum(ours.values()) - heartbeats} writes + {heartbeats} Lease heartbeats")
+        for key, value in sorted(counts.items()):
+            print(f"      {value:4d}  {key}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--objects", type=int, default=1000, help="ConfigMaps per burst")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per way, alternated")
+    parser.add_argument("--idle", type=float, default=60, help="idle seconds counted")
+    parser.add_argument("--idle-objects", type=int, default=5000, help="ConfigMaps reflected during the idle count")
+    parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
+    args = parser.parse_args()
+
+    state = paths.state_root() / "bench-reflection"
+    state.mkdir(parents=True, exist_ok=True)
+    policy = state / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    env = DevEnvironment(state_dir=state / "clusters", bin_dir=paths.bin_dir(), audit_policy=policy)
+    env.down(progress=lambda m: None)
+    env.up(LAYOUT, progress=lambda m: print(f"[cluster] {m}", flush=True))
+    runtime = install(env, state)
+    try:
+        asyncio.run(measure(env, Clusters(env), runtime, args))
+    finally:
+        runtime.stop_all()
+        if not args.keep:
+            env.down(progress=lambda m: None)
+
+
+if __name__ == "__main__":
+    main()
