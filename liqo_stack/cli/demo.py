@@ -21,6 +21,7 @@ from lightkube.resources.core_v1 import Node
 
 import liqo_stack
 from liqo_stack.cli.dev import layout_options, make_layout, progress
+from liqo_stack.cli.params import Duration
 from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
@@ -90,7 +91,13 @@ def offloading_phase(env: DevEnvironment, namespace: str) -> str | None:
 @click.command()
 @layout_options
 @click.option("--replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
-@click.option("--timeout", type=float, default=120, show_default=True, help="seconds to wait for each step")
+@click.option(
+    "--timeout",
+    type=Duration(minimum=1),
+    default="2m",
+    show_default=True,
+    help="how long to wait for each step, e.g. 90s, 5m",
+)
 def demo(replicas: int, timeout: float, **layout: object) -> None:
     """Dev clusters, the example stack, the runtime, and an example Deployment offloaded to the virtual nodes."""
     env = DevEnvironment()
