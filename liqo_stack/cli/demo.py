@@ -24,9 +24,10 @@ from liqo_stack.cli.dev import layout_options, make_layout, progress
 from liqo_stack.cli.params import Duration
 from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.progress import Heartbeat
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
-from runtime.api import names
+from runtime.api import format_duration, names
 from runtime.kube.resources import NamespaceOffloadingResource
 
 DEMO_NAMESPACE = "demo"
@@ -51,7 +52,13 @@ def apply_example_stack() -> dict[str, object]:
     stack = PulumiEnvironment.default().stack_for_directory(project_dir(), EXAMPLE_STACK)
     progress(f"pulumi up of the example stack ({project_dir() / f'Pulumi.{EXAMPLE_STACK}.yaml'}) ...")
     started = time.monotonic()
-    result = stack.up(on_output=lambda line: click.echo(f"    {line.rstrip()}", err=True), color="never")
+    with Heartbeat(progress, "running pulumi up") as beat:
+
+        def show(line: str) -> None:
+            beat.touch()
+            click.echo(f"    {line.rstrip()}", err=True)
+
+        result = stack.up(on_output=show, color="never")
     changes = ", ".join(f"{count} {op}" for op, count in (result.summary.resource_changes or {}).items())
     progress(f"pulumi up: {changes} in {time.monotonic() - started:.1f}s")
     return {key: output.value for key, output in result.outputs.items()}
@@ -59,10 +66,13 @@ def apply_example_stack() -> dict[str, object]:
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
     started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise click.ClickException(f"{what}: not after {timeout:.0f}s; see the runtime logs in {runtime_logs()}")
-        time.sleep(0.5)
+    with Heartbeat(progress, f"waiting for {what}"):
+        while not check():
+            if time.monotonic() - started > timeout:
+                raise click.ClickException(
+                    f"{what}: not after {format_duration(timeout)}; see the runtime logs in {runtime_logs()}"
+                )
+            time.sleep(0.5)
     progress(f"{what} after {time.monotonic() - started:.1f}s")
 
 
@@ -120,7 +130,9 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
     apply_deployment(home, example_deployment(DEMO_APP, DEMO_NAMESPACE, replicas))
     progress(f"home: Deployment {DEMO_NAMESPACE}/{DEMO_APP} applied, waiting for {replicas} pods ...")
     try:
-        wait_pods_running(home, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout)
+        wait_pods_running(
+            home, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout, lambda seen: progress(f"home: pods {seen}")
+        )
     except TimeoutError as err:
         raise click.ClickException(f"home: {err}; see the runtime logs in {runtime.folder}") from err
     progress(f"home: {replicas} offloaded pods Running after {time.monotonic() - started:.1f}s")

@@ -25,6 +25,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from liqo_stack.dev import paths
+from liqo_stack.dev.progress import Heartbeat
 
 HOME_CLUSTER_ID = "home"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages only Nodes with this = "fake"
@@ -270,16 +271,19 @@ class DevEnvironment:
             else:
                 if cluster_id in existing:
                     progress(f"{cluster_id}: stopped, starting ...")
-                    self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
+                    with Heartbeat(progress, f"{cluster_id}: starting the control plane"):
+                        self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
                 else:
                     progress(
                         f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ..."
                     )
-                    self._create_cluster(cluster_id)
+                    with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
+                        self._create_cluster(cluster_id)
                 progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
             self._write_kubeconfig(cluster_id)
             self._register_nodes(cluster_id, layout)
-            self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
+            with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
+                self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
             shape = layout.node
             progress(f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each)")
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
