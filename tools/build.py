@@ -227,6 +227,7 @@ class ToolBuild:
     total: int
     phase: str = "waiting"
     started: float = 0.0
+    phase_started: float = 0.0
     downloads: int = 0
     last_download: str = ""
     packages: set[str] = field(default_factory=set)  # what `go list -deps` says the build needs
@@ -270,7 +271,7 @@ class ToolBuild:
             detail = ""
         what = ", ".join(self.binaries) if self.phase == "compiling" else ""
         text = f"{self.prefix}: still {self.phase}" + (f" {what}" if what else "")
-        return text + (f" ({detail})" if detail else "") + f" {elapsed(now - self.started)}"
+        return text + (f" ({detail})" if detail else "") + f" {elapsed(now - self.phase_started)}"
 
     # -- go output parsers: return True for lines that are progress, not diagnostics --------------
     def on_download(self, line: str) -> bool:
@@ -298,7 +299,7 @@ def prepare(build: ToolBuild, reporter: Reporter) -> None:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    build.started = time.monotonic()
+    build.started = build.phase_started = time.monotonic()
     build.phase = "downloading"
     reporter.say(f"{build.prefix} {pin['version']}: downloading modules (full log: {build.log})")
     with build.log.open("w") as log:
@@ -338,7 +339,7 @@ def compile_tool(build: ToolBuild, reporter: Reporter) -> None:
     targets = [target(p, pin) for p in pin["packages"]]
     # one target: -o names the file; several: -o names the directory and go names each binary
     destination = out / build.binaries[0] if len(targets) == 1 else out
-    compile_started = time.monotonic()
+    compile_started = build.phase_started = time.monotonic()
     with build.log.open("a") as log:
         cmd = ["go", "build", "-v", "-mod=mod", "-trimpath", "-ldflags", ldflags(pin, build.pins)]
         run(
@@ -368,7 +369,7 @@ def compile_tool(build: ToolBuild, reporter: Reporter) -> None:
     (root / "stamp").write_text(f"{pin['version']} built in {build.seconds:.0f}s ({summary})\n")
     build.phase = "done"
     reporter.say(
-        f"{build.prefix}: done in {elapsed(build.seconds)}: {summary}; {', '.join(executables(pin))}; "
+        f"{build.prefix}: done: {summary}; {', '.join(executables(pin))}; "
         f"{build.compiled} packages compiled, the others came from the Go build cache"
     )
 

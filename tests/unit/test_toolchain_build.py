@@ -146,7 +146,7 @@ def test_progress_says_n_of_m_and_a_failure_names_its_log(build: ModuleType, fak
     assert f"[1/2] hello v1.0.0: downloading modules (full log: {cache}/tools/hello-v1.0.0/build.log)" in out
     assert "[1/2] hello: compiling hello, hey (one go build, " in out
     assert re.search(
-        r"^\[1/2\] hello: done in \d+s: downloads \d+s, compile \d+s using [\d.]+ of \d+ cores; "
+        r"^\[1/2\] hello: done: downloads \d+s, compile \d+s using [\d.]+ of \d+ cores; "
         r"hello, hey; \d+ packages compiled",
         out,
         re.MULTILINE,
@@ -187,21 +187,22 @@ def test_a_single_package_with_a_major_version_suffix_gets_its_pinned_name(
 def test_still_line_names_the_binaries_counts_and_time(build: ModuleType) -> None:
     pins = build.load_pins()
     step = build.ToolBuild("kubernetes", pins["kubernetes"], pins, 1, 5)
-    step.started = 100.0
+    step.started = step.phase_started = 100.0
     step.phase = "downloading"
     assert not step.on_download("go: finding module for package x")
     assert step.on_download("go: downloading k8s.io/api v0.36.3")
     assert step.status(112.0) == "[1/5] kubernetes: still downloading (1 modules so far, last k8s.io/api v0.36.3) 12s"
     step.phase = "compiling"
+    step.phase_started = 110.0
     step.packages = {"fmt", "k8s.io/apiserver/pkg/server", "k8s.io/kubernetes/cmd/kube-scheduler"}
     assert step.on_compile("k8s.io/apiserver/pkg/server")
     assert not step.on_compile("# k8s.io/apiserver/pkg/server")  # a diagnostic, kept for the failure message
     assert step.status(230.0) == (
         "[1/5] kubernetes: still compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubectl "
-        "(1/3 packages compiled, last k8s.io/apiserver/pkg/server) 2m10s"
+        "(1/3 packages compiled, last k8s.io/apiserver/pkg/server) 2m00s"
     )
     assert step.on_compile("k8s.io/kubernetes/cmd/kube-scheduler")
-    assert "(2/3 packages compiled, linking kube-scheduler) 2m10s" in step.status(230.0)
+    assert "(2/3 packages compiled, linking kube-scheduler) 2m00s" in step.status(230.0)
 
 
 def test_go_names_a_major_version_binary_after_the_element_before(build: ModuleType) -> None:
