@@ -193,10 +193,6 @@ def tool_dir(name: str, pin: dict, pins: dict) -> Path:
     return cache_root() / "tools" / f"{name}-{cache_key(pin, pins)}"
 
 
-def log_path(name: str, pin: dict, pins: dict) -> Path:
-    return tool_dir(name, pin, pins) / "build.log"
-
-
 def is_built(name: str, pin: dict, pins: dict) -> bool:
     return (tool_dir(name, pin, pins) / "stamp").exists()
 
@@ -260,7 +256,7 @@ class ToolBuild:
         return [binary_name(p, self.pin) for p in self.pin["packages"]]
 
     def status(self, now: float) -> str:
-        """The "still ..." line: phase, what is compiled or linking, time since this tool started."""
+        """The "still ..." line: phase, what is compiled or linking, time since the phase began."""
         if self.phase == "downloading":
             detail = f"{self.downloads} modules so far" + (f", last {self.last_download}" if self.last_download else "")
         elif self.phase == "compiling":
@@ -320,8 +316,8 @@ def prepare(build: ToolBuild, reporter: Reporter) -> None:
     build.phase = "waiting to compile"
     build.download_seconds = time.monotonic() - build.started
     reporter.say(
-        f"{build.prefix}: {build.downloads} modules downloaded, {len(build.packages)} packages to build, "
-        f"{elapsed(time.monotonic() - build.started)}"
+        f"{build.prefix}: modules ready in {elapsed(build.download_seconds)} ({build.downloads} downloaded, "
+        f"the others were in the Go module cache); {len(build.packages)} packages to build"
     )
 
 
