@@ -18,6 +18,7 @@ import click
 import yaml
 from lightkube import ApiError
 from lightkube.resources.core_v1 import Node
+from pulumi import automation as auto
 
 import liqo_stack
 from liqo_stack.cli.dev import layout_options, make_layout, progress
@@ -58,7 +59,13 @@ def apply_example_stack() -> dict[str, object]:
             beat.touch()
             click.echo(f"    {line.rstrip()}", err=True)
 
-        result = stack.up(on_output=show, color="never")
+        try:
+            result = stack.up(on_output=show, color="never")
+        except auto.CommandError as err:
+            # the engine's own output (streamed above) says what failed; no Python traceback on top
+            raise click.ClickException(
+                f"pulumi up of the example stack failed after {beat.elapsed()}: see its diagnostics above"
+            ) from err
     changes = ", ".join(f"{count} {op}" for op, count in (result.summary.resource_changes or {}).items())
     progress(f"pulumi up: {changes} in {time.monotonic() - started:.1f}s")
     return {key: output.value for key, output in result.outputs.items()}
