@@ -26,6 +26,7 @@ from lightkube.types import PatchType
 
 from liqo_stack.dev import paths
 from liqo_stack.dev.progress import Heartbeat
+from runtime.api import format_duration
 
 HOME_CLUSTER_ID = "home"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages only Nodes with this = "fake"
@@ -157,7 +158,14 @@ class DevEnvironment:
 
     def _kwokctl(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bin_dir / "kwokctl"), *args]
-        proc = subprocess.run(cmd, env=self._env(), capture_output=True, text=True, timeout=timeout)
+        try:
+            proc = subprocess.run(cmd, env=self._env(), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as err:
+            raise DevEnvironmentError(
+                f"`kwokctl {' '.join(args[:3])} ...` did not finish in {format_duration(timeout)}. "
+                f"The components' logs are in {self.kwok_workdir}/clusters/*/logs; "
+                "`liqo-stack dev down` resets the clusters."
+            ) from err
         if check and proc.returncode != 0:
             raise DevEnvironmentError(
                 f"`kwokctl {' '.join(args)}` failed:\n{(proc.stderr or proc.stdout).strip()[-2000:]}\n"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from lightkube.resources.core_v1 import Pod
 
+from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.progress import Heartbeat
 from liqo_stack.dev.workloads import pods_summary
 
@@ -48,3 +51,16 @@ def test_pod_summary_counts_running_of_wanted_and_says_why_others_wait() -> None
     pods = [pod("Running"), pod("Running"), pod("Pending", node=None), pod("Pending"), pod(None)]
     assert pods_summary(pods, 4) == "2/4 Running (1 Pending, 1 Unknown, 1 unscheduled)"
     assert pods_summary([], 4) == "0/4 Running"
+
+
+def test_a_hung_kwokctl_ends_with_where_the_logs_are(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "kwokctl").write_text("#!/bin/sh\nsleep 5\n")
+    (bin_dir / "kwokctl").chmod(0o755)
+    env = DevEnvironment(state_dir=tmp_path / "state", bin_dir=bin_dir)
+    with pytest.raises(DevEnvironmentError) as caught:
+        env._kwokctl("create", "cluster", "--name", "home", timeout=0.5)
+    message = str(caught.value)
+    assert message.startswith("`kwokctl create cluster --name ...` did not finish in 500ms.")
+    assert f"{tmp_path / 'state' / 'kwok'}/clusters/*/logs" in message and "liqo-stack dev down" in message
