@@ -373,7 +373,7 @@ def compile_tool(build: ToolBuild, reporter: Reporter) -> None:
 def build_all(
     builds: list[ToolBuild], jobs: int, reporter: Reporter, interval: float = PROGRESS_INTERVAL
 ) -> list[ToolBuild]:
-    """Downloads run one tool ahead of the compiles; `jobs` tools compile at once. Returns the failed."""
+    """Downloads run ahead of the compiles, one tool at a time; `jobs` tools compile at once. Returns the failed."""
     stop = threading.Event()
 
     def heartbeat() -> None:
@@ -391,7 +391,8 @@ def build_all(
         except (BuildError, SystemExit, OSError) as err:
             build.failed = str(err)
             build.phase = "failed"
-            reporter.say(f"{build.prefix}: FAILED after {elapsed(time.monotonic() - build.started)}: {err}")
+            took = elapsed(time.monotonic() - build.started) if build.started else "0s"
+            reporter.say(f"{build.prefix}: FAILED after {took}: {err}")
             reporter.say(f"{build.prefix}: full log: {build.log}")
 
     ticker = threading.Thread(target=heartbeat, daemon=True)
