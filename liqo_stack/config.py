@@ -29,13 +29,16 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from runtime.api import (
+    DurationError,
     NamespaceMappingStrategy,
     NodeSelector,
     PodOffloadingStrategy,
     ReflectionPolicy,
     SelectorSyntaxError,
     Taint,
+    format_duration,
     names,
+    parse_duration,
     parse_selector,
 )
 from runtime.api.network import (
@@ -96,6 +99,24 @@ def _numbers_as_text(resources: Any) -> Any:
 
 def _network(value: str) -> str:
     return str(parse_network(value))
+
+
+def _whole_seconds(minimum: int, maximum: int) -> BeforeValidator:
+    """A duration setting (`30s`, `2m`, or a bare number of seconds, as older configs wrote it), as whole
+    seconds: the VirtualNode CRD carries seconds as an integer."""
+
+    def to_seconds(value: Any) -> Any:
+        if not isinstance(value, str | int | float):
+            return value  # pydantic reports the wrong type
+        try:
+            seconds = parse_duration(value, minimum=minimum, maximum=maximum)
+        except DurationError as err:
+            raise ValueError(err.reason) from None
+        if seconds != int(seconds):
+            raise ValueError(f"is not a whole number of seconds, e.g. {format_duration(round(seconds) or 1)}")
+        return int(seconds)
+
+    return BeforeValidator(to_seconds)
 
 
 ClusterId = Annotated[str, AfterValidator(_dns_label)]
@@ -217,7 +238,7 @@ class ReflectionConfig(ConfigModel):
 
 
 class VirtualKubeletConfig(ConfigModel):
-    health_check_interval_seconds: int = Field(default=10, ge=1, le=3600)
+    health_check_interval_seconds: Annotated[int, _whole_seconds(1, 3600)] = 10
     failure_threshold: int = Field(default=3, ge=1, le=100)
     api_server_token_support: bool = True
 

@@ -18,14 +18,17 @@ import click
 import yaml
 from lightkube import ApiError
 from lightkube.resources.core_v1 import Node
+from pulumi import automation as auto
 
 import liqo_stack
 from liqo_stack.cli.dev import layout_options, make_layout, progress
+from liqo_stack.cli.params import Duration
 from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.progress import Heartbeat
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
-from runtime.api import names
+from runtime.api import format_duration, names
 from runtime.kube.resources import NamespaceOffloadingResource
 
 DEMO_NAMESPACE = "demo"
@@ -50,7 +53,19 @@ def apply_example_stack() -> dict[str, object]:
     stack = PulumiEnvironment.default().stack_for_directory(project_dir(), EXAMPLE_STACK)
     progress(f"pulumi up of the example stack ({project_dir() / f'Pulumi.{EXAMPLE_STACK}.yaml'}) ...")
     started = time.monotonic()
-    result = stack.up(on_output=lambda line: click.echo(f"    {line.rstrip()}", err=True), color="never")
+    with Heartbeat(progress, "running pulumi up") as beat:
+
+        def show(line: str) -> None:
+            beat.touch()
+            click.echo(f"    {line.rstrip()}", err=True)
+
+        try:
+            result = stack.up(on_output=show, color="never")
+        except auto.CommandError as err:
+            # the engine's own output (streamed above) says what failed; no Python traceback on top
+            raise click.ClickException(
+                f"pulumi up of the example stack failed after {beat.elapsed()}: see its diagnostics above"
+            ) from err
     changes = ", ".join(f"{count} {op}" for op, count in (result.summary.resource_changes or {}).items())
     progress(f"pulumi up: {changes} in {time.monotonic() - started:.1f}s")
     return {key: output.value for key, output in result.outputs.items()}
@@ -58,10 +73,13 @@ def apply_example_stack() -> dict[str, object]:
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
     started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise click.ClickException(f"{what}: not after {timeout:.0f}s; see the runtime logs in {runtime_logs()}")
-        time.sleep(0.5)
+    with Heartbeat(progress, f"waiting for {what}"):
+        while not check():
+            if time.monotonic() - started > timeout:
+                raise click.ClickException(
+                    f"{what}: not after {format_duration(timeout)}; see the runtime logs in {runtime_logs()}"
+                )
+            time.sleep(0.5)
     progress(f"{what} after {time.monotonic() - started:.1f}s")
 
 
@@ -90,7 +108,13 @@ def offloading_phase(env: DevEnvironment, namespace: str) -> str | None:
 @click.command()
 @layout_options
 @click.option("--replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
-@click.option("--timeout", type=float, default=120, show_default=True, help="seconds to wait for each step")
+@click.option(
+    "--timeout",
+    type=Duration(minimum=1),
+    default="2m",
+    show_default=True,
+    help="how long to wait for each step, e.g. 90s, 5m",
+)
 def demo(replicas: int, timeout: float, **layout: object) -> None:
     """Dev clusters, the example stack, the runtime, and an example Deployment offloaded to the virtual nodes."""
     env = DevEnvironment()
@@ -113,7 +137,9 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
     apply_deployment(home, example_deployment(DEMO_APP, DEMO_NAMESPACE, replicas))
     progress(f"home: Deployment {DEMO_NAMESPACE}/{DEMO_APP} applied, waiting for {replicas} pods ...")
     try:
-        wait_pods_running(home, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout)
+        wait_pods_running(
+            home, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout, lambda seen: progress(f"home: pods {seen}")
+        )
     except TimeoutError as err:
         raise click.ClickException(f"home: {err}; see the runtime logs in {runtime.folder}") from err
     progress(f"home: {replicas} offloaded pods Running after {time.monotonic() - started:.1f}s")

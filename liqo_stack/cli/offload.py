@@ -11,6 +11,7 @@ import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.core_v1 import Namespace
 
+from liqo_stack.cli.params import Duration
 from runtime.api import (
     NamespaceMappingStrategy,
     NamespaceOffloading,
@@ -18,6 +19,7 @@ from runtime.api import (
     OffloadingPhase,
     PodOffloadingStrategy,
     SelectorSyntaxError,
+    format_duration,
     names,
     parse_selector,
 )
@@ -104,7 +106,11 @@ def offload() -> None:
     "--output", "-o", type=click.Choice(["yaml", "json"]), help="print the NamespaceOffloading and apply nothing"
 )
 @click.option(
-    "--timeout", type=click.FloatRange(min=1), default=120, show_default=True, help="seconds to wait for Ready"
+    "--timeout",
+    type=Duration(minimum=1),
+    default="2m",
+    show_default=True,
+    help="how long to wait for Ready, e.g. 60s, 5m",
 )
 @with_cluster
 def offload_namespace(
@@ -165,7 +171,8 @@ def offload_namespace(
     except ApiError as err:  # e.g. refused by the validating webhook: its message says what to change
         raise click.ClickException(f"offloading of {name} refused: {err.status.message}") from err
     click.echo(
-        f"NamespaceOffloading {name}/{names.NAMESPACE_OFFLOADING_NAME} applied; waiting up to {timeout:.0f}s ...",
+        f"NamespaceOffloading {name}/{names.NAMESPACE_OFFLOADING_NAME} applied; "
+        f"waiting up to {format_duration(timeout)} ...",
         err=True,
     )
     deadline = time.monotonic() + timeout
@@ -189,7 +196,8 @@ def offload_namespace(
             raise click.ClickException(f"offloading of {name} is {phase}:\n{describe_failures(status)}")
         time.sleep(0.5)
     raise click.ClickException(
-        f"offloading of {name} not Ready after {timeout:.0f}s (phase: {last}); is the controller-manager running? "
+        f"offloading of {name} not Ready after {format_duration(timeout)} (phase: {last}); "
+        "is the controller-manager running? "
         f"See `kubectl get namespaceoffloading -n {name} -o yaml`."
     )
 
@@ -202,7 +210,9 @@ def unoffload() -> None:
 @unoffload.command("namespace")
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
-@click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True)
+@click.option(
+    "--timeout", type=Duration(minimum=1), default="2m", show_default=True, help="how long to wait, e.g. 60s, 5m"
+)
 @with_cluster
 def unoffload_namespace(name: str, yes: bool, timeout: float, kubeconfig: str | None, context: str | None) -> None:
     """Unoffload NAME: its twin namespaces, and everything in them, are deleted in every foreign cluster."""
@@ -229,4 +239,6 @@ def unoffload_namespace(name: str, yes: bool, timeout: float, kubeconfig: str | 
                 return
             raise
         time.sleep(0.5)
-    raise click.ClickException(f"{name} still unoffloading after {timeout:.0f}s: is the controller-manager running?")
+    raise click.ClickException(
+        f"{name} still unoffloading after {format_duration(timeout)}: is the controller-manager running?"
+    )

@@ -27,6 +27,8 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from liqo_stack.dev import paths
+from liqo_stack.dev.progress import Heartbeat
+from runtime.api import format_duration
 
 HOME_CLUSTER_ID = "home"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages only Nodes with this = "fake"
@@ -201,7 +203,14 @@ class DevEnvironment:
 
     def _kwokctl(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bin_dir / "kwokctl"), *args]
-        proc = subprocess.run(cmd, env=self._env(), capture_output=True, text=True, timeout=timeout)
+        try:
+            proc = subprocess.run(cmd, env=self._env(), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as err:
+            raise DevEnvironmentError(
+                f"`kwokctl {' '.join(args[:3])} ...` did not finish in {format_duration(timeout)}. "
+                f"The components' logs are in {self.kwok_workdir}/clusters/*/logs; "
+                "`liqo-stack dev down` resets the clusters."
+            ) from err
         if check and proc.returncode != 0:
             raise DevEnvironmentError(
                 f"`kwokctl {' '.join(args)}` failed:\n{(proc.stderr or proc.stdout).strip()[-2000:]}\n"
@@ -318,16 +327,19 @@ class DevEnvironment:
             else:
                 if cluster_id in existing:
                     progress(f"{cluster_id}: stopped, starting ...")
-                    self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
+                    with Heartbeat(progress, f"{cluster_id}: starting the control plane"):
+                        self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
                 else:
                     progress(
                         f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ..."
                     )
-                    self._create_cluster(cluster_id, layout)
+                    with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
+                        self._create_cluster(cluster_id, layout)
                 progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
             self._write_kubeconfig(cluster_id)
             self._register_nodes(cluster_id, layout)
-            self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
+            with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
+                self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
             shape = layout.node
             progress(
                 f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "

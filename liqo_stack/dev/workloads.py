@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import cast
 
 from lightkube import Client
@@ -45,15 +46,40 @@ def apply_deployment(client: Client, deployment: Deployment) -> None:
     client.apply(deployment, force=True)
 
 
+def pods_summary(pods: list[Pod], count: int) -> str:
+    """`2/4 Running (1 Pending, 1 unscheduled)`: what a wait for `count` Running pods sees now."""
+    phases: dict[str, int] = {}
+    for pod in pods:
+        phase = (pod.status.phase if pod.status else None) or "Unknown"
+        if phase == "Pending" and pod.spec and not pod.spec.nodeName:
+            phase = "unscheduled"
+        phases[phase] = phases.get(phase, 0) + 1
+    running = phases.pop("Running", 0)
+    others = ", ".join(f"{n} {phase}" for phase, n in sorted(phases.items()))
+    return f"{running}/{count} Running" + (f" ({others})" if others else "")
+
+
 def wait_pods_running(
-    client: Client, namespace: str, selector: dict[str, str], count: int, timeout: float
+    client: Client,
+    namespace: str,
+    selector: dict[str, str],
+    count: int,
+    timeout: float,
+    report: Callable[[str], None] | None = None,
 ) -> list[Pod]:
-    """Block until `count` pods matching `selector` are Running; raise TimeoutError with what was seen."""
+    """Block until `count` pods matching `selector` are Running; raise TimeoutError with what was seen.
+
+    `report` gets the summary each time it changes (e.g. `3/4 Running (1 Pending)`)."""
     deadline = time.monotonic() + timeout
     pods: list[Pod] = []
+    said = ""
     while time.monotonic() < deadline:
         pods = list(client.list(Pod, namespace=namespace, labels=selector))  # type: ignore[arg-type]
         running = [p for p in pods if p.status and p.status.phase == "Running"]
+        summary = pods_summary(pods, count)
+        if report and summary != said:
+            report(summary)
+            said = summary
         if len(running) >= count:
             return running
         time.sleep(0.5)

@@ -4,6 +4,7 @@ from runtime.api import names
 from runtime.api.advertisement import ResourceAdvertisement, ResourceAdvertisementSpec
 from runtime.api.core import Condition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Taint
 from runtime.api.crds import ALL_KINDS, all_crd_manifests, crd_manifest, foreign_crd_manifests, home_crd_manifests
+from runtime.api.durations import DurationError, format_duration, parse_duration
 from runtime.api.namespacemap import NamespaceMap, NamespaceMapSpec
 from runtime.api.namespaceoffloading import (
     NamespaceMappingStrategy,
@@ -21,6 +22,7 @@ from runtime.api.virtualnode import ReflectionPolicy, ReflectorSettings, Virtual
 __all__ = [
     "ALL_KINDS",
     "Condition",
+    "DurationError",
     "NamespaceMap",
     "NamespaceMapSpec",
     "NamespaceMappingStrategy",
@@ -46,8 +48,10 @@ __all__ = [
     "all_crd_manifests",
     "crd_manifest",
     "foreign_crd_manifests",
+    "format_duration",
     "home_crd_manifests",
     "names",
+    "parse_duration",
     "parse_selector",
     "selected_clusters",
     "selector_matches",

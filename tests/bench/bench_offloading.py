@@ -242,7 +242,7 @@ async def idle_writes(env: DevEnvironment, clusters: Clusters, seconds: float) -
 
 
 # -- set-up and report --------------------------------------------------------------------------
-def install(env: DevEnvironment, state: Path) -> ExternalRuntime:
+def install(env: DevEnvironment, state: Path, extra_config: dict[str, object] | None = None) -> ExternalRuntime:
     project = state / "project"
     project.mkdir(parents=True, exist_ok=True)
     for name in ("Pulumi.yaml", "__main__.py"):
@@ -254,6 +254,7 @@ def install(env: DevEnvironment, state: Path) -> ExternalRuntime:
         "home": {"clusterId": HOME, "kubeconfigPath": str(env.kubeconfig(HOME))},
         "foreignClusters": [{"clusterId": FOREIGN, "kubeconfigPath": str(env.kubeconfig(FOREIGN))}],
         "runtime": {"mode": "external", "webhookPort": port},
+        **(extra_config or {}),
     }
     pulumi.set_liqo_config(stack, config)
     print("[bench] pulumi up ...", flush=True)

@@ -70,6 +70,19 @@ def wait_until_gone(client: Client, namespace: str, timeout: float = 60) -> None
     raise TimeoutError(f"namespace {namespace} still there after {timeout:.0f}s")
 
 
+def test_waiting_for_pods_reports_them_as_they_turn_running(foreign: dict[str, Client], unique_name: str) -> None:
+    client = foreign["foreign-1"]
+    seen: list[str] = []
+    apply_deployment(client, example_deployment(unique_name, unique_name, replicas=3))
+    try:
+        wait_pods_running(client, unique_name, {"app": unique_name}, count=3, timeout=90, report=seen.append)
+    finally:
+        client.delete(Namespace, unique_name)
+    assert seen[-1] == "3/3 Running"
+    assert len(seen) == len(set(seen)), "a summary is reported when it changes, not on every poll"
+    assert all(line.split("/")[1].startswith("3 Running") for line in seen), seen
+
+
 def test_fake_nodes_have_the_requested_capacity(foreign: dict[str, Client]) -> None:
     for client in foreign.values():
         nodes = [n for n in client.list(Node) if n.metadata and n.metadata.annotations]

@@ -71,3 +71,23 @@ def test_a_remote_name_with_another_strategy_is_ignored_with_a_warning() -> None
     assert result.exit_code == 0, result.output
     assert "warning: --remote-namespace-name is ignored with --namespace-mapping-strategy DefaultName" in result.stderr
     assert "remoteNamespaceName" not in yaml.safe_load(result.stdout)["spec"]
+
+
+def test_timeout_takes_durations_like_kubectl() -> None:
+    # --output applies nothing: the flags are still parsed and checked
+    for timeout in ("60s", "2m", "1h30m", "1.5m", "90"):
+        code, out = run("foo", "-o", "yaml", "--timeout", timeout)
+        assert code == 0, out
+    code, out = run("foo", "-o", "yaml", "--timeout", "60x")
+    assert code == 2 and "Invalid value for '--timeout': '60x' is not a duration: unknown unit 'x'" in out
+    assert "e.g. 60s, 2m, 1h30m, 500ms" in out and "apiVersion" not in out
+    code, out = run("foo", "-o", "yaml", "--timeout", "500ms")
+    assert code == 2 and "Invalid value for '--timeout': '500ms' is shorter than the minimum, 1s" in out
+
+
+def test_every_timeout_flag_takes_durations() -> None:
+    for command in (["unoffload", "namespace", "foo"], ["demo"]):
+        result = CliRunner().invoke(main, [*command, "--timeout", "1h30"])
+        assert result.exit_code == 2, result.output
+        assert "Invalid value for '--timeout': '1h30' is not a duration: 30 has no unit" in result.output
+        assert "[default: 2m]" in CliRunner().invoke(main, [*command, "--help"]).output

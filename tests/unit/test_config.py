@@ -305,8 +305,27 @@ BAD_CONFIGS = [
     pytest.param(
         config(virtualKubelet={"healthCheckIntervalSeconds": 3601}),
         "liqo:virtualKubelet.healthCheckIntervalSeconds",
-        "less than or equal to 3600 (got 3601)",
+        "is longer than the maximum, 1h (allowed: 1s to 1h) (got 3601)",
         id="virtual-kubelet-interval-too-long",
+    ),
+    pytest.param(
+        config(virtualKubelet={"healthCheckIntervalSeconds": "2h"}),
+        "liqo:virtualKubelet.healthCheckIntervalSeconds",
+        'is longer than the maximum, 1h (allowed: 1s to 1h) (got "2h")',
+        id="virtual-kubelet-interval-duration-too-long",
+    ),
+    pytest.param(
+        config(virtualKubelet={"healthCheckIntervalSeconds": "10x"}),
+        "liqo:virtualKubelet.healthCheckIntervalSeconds",
+        "is not a duration: unknown unit 'x', use h, m, s, ms, us or ns (e.g. 60s, 2m, 1h30m, 500ms, "
+        'or a bare number of seconds) (got "10x")',
+        id="virtual-kubelet-interval-bad-unit",
+    ),
+    pytest.param(
+        config(virtualKubelet={"healthCheckIntervalSeconds": "1.5s"}),
+        "liqo:virtualKubelet.healthCheckIntervalSeconds",
+        'is not a whole number of seconds, e.g. 2s (got "1.5s")',
+        id="virtual-kubelet-interval-fraction",
     ),
 ]
 
@@ -676,3 +695,11 @@ def test_errors_never_echo_a_kubeconfig() -> None:
         parse(raw)
     assert "liqo:foreignClusters" in str(caught.value)
     assert "SECRET-TOKEN" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("interval", "seconds"), [("30s", 30), ("2m", 120), ("1h", 3600), ("1m30s", 90), (15, 15), ("20", 20)]
+)
+def test_durations_in_the_config_read_like_kubectl_flags(interval: str | int, seconds: int) -> None:
+    parsed = parse(config(virtualKubelet={"healthCheckIntervalSeconds": interval}))
+    assert parsed.virtual_kubelet.health_check_interval_seconds == seconds

@@ -1,10 +1,15 @@
-"""tools/build.py: restating upstream replace directives, version stamping, cache keys."""
+"""tools/build.py: restating upstream replace directives, version stamping, cache keys, progress and logs."""
 
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
 import re
+import shutil
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from types import ModuleType
 
@@ -66,3 +71,141 @@ def test_every_pin_has_a_version_and_packages(build: ModuleType) -> None:
     for name, pin in build.load_pins().items():
         assert pin["version"].startswith("v"), name
         assert pin["packages"], name
+
+
+# -- progress and build logs, against a local module proxy (no network) ------------------------
+
+HELLO = """package main
+
+import "fmt"
+
+var version = "unset"
+
+func main() { fmt.Println("hello", version) }
+"""
+
+FAKE_PINS = """
+[hello]
+module = "example.com/hello"
+version = "v1.0.0"
+packages = ["cmd/hello", "cmd/hi"]
+binary_names = { "cmd/hi" = "hey" }
+ldflags = ["-X main.version={version}"]
+
+[broken]
+module = "example.com/broken/v2"
+version = "v2.0.1"
+packages = ["."]
+binary_names = { "." = "broken" }
+"""
+
+
+def publish(proxy: Path, module: str, version: str, files: dict[str, str]) -> None:
+    """A module version in the layout GOPROXY=file://... serves."""
+    folder = proxy / module / "@v"
+    folder.mkdir(parents=True, exist_ok=True)
+    gomod = f"module {module}\n\ngo 1.22\n"
+    (folder / "list").write_text(f"{version}\n")
+    (folder / f"{version}.info").write_text(json.dumps({"Version": version, "Time": "2026-01-01T00:00:00Z"}))
+    (folder / f"{version}.mod").write_text(gomod)
+    with zipfile.ZipFile(folder / f"{version}.zip", "w") as archive:
+        for name, text in {"go.mod": gomod, **files}.items():
+            archive.writestr(f"{module}@{version}/{name}", text)
+
+
+@pytest.fixture
+def fake_toolchain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Pins of two tiny tools served by a local proxy: `hello` builds, `broken` does not compile."""
+    proxy = tmp_path / "proxy"
+    publish(proxy, "example.com/hello", "v1.0.0", {"cmd/hello/main.go": HELLO, "cmd/hi/main.go": HELLO})
+    publish(proxy, "example.com/broken/v2", "v2.0.1", {"main.go": "package main\n\nfunc main() { undefinedCall() }\n"})
+    monkeypatch.setenv("GOPROXY", f"file://{proxy}")
+    monkeypatch.setenv("GOSUMDB", "off")
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "gomod"))  # the shared Go caches keep no fake modules
+    monkeypatch.setenv("LIQO_STACK_CACHE", str(tmp_path / "cache"))
+    pins = tmp_path / "toolchain.toml"
+    pins.write_text(FAKE_PINS)
+    return pins
+
+
+def build_output(build: ModuleType, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = build.main([*args], out=out)
+    return code, out.getvalue()
+
+
+needs_go = pytest.mark.skipif(shutil.which("go") is None, reason="go is not on PATH")
+
+
+@needs_go
+def test_progress_says_n_of_m_and_a_failure_names_its_log(build: ModuleType, fake_toolchain: Path) -> None:
+    code, out = build_output(build, "--pins", str(fake_toolchain), "--progress-interval", "0.05")
+    cache = fake_toolchain.parent / "cache"
+    assert code == 1, out
+    assert "toolchain: building 2 of 2 pinned tools (hello, broken)" in out
+    assert f"[1/2] hello v1.0.0: downloading modules (full log: {cache}/tools/hello-v1.0.0/build.log)" in out
+    assert "[1/2] hello: compiling hello, hey (one go build, " in out
+    assert re.search(
+        r"^\[1/2\] hello: done: downloads \d+s, compile \d+s using [\d.]+ of \d+ cores; "
+        r"hello, hey; \d+ packages compiled",
+        out,
+        re.MULTILINE,
+    ), out
+    assert re.search(r"^\[\d/2\] \w+: still (downloading|compiling)", out, re.MULTILINE), out  # the heartbeat
+    # the failure: what go said, and where the whole log is
+    log = cache / "tools" / "broken-v2.0.1" / "build.log"
+    assert "[2/2] broken: FAILED after" in out and "undefined: undefinedCall" in out
+    assert f"[2/2] broken: full log: {log}" in out
+    assert f"toolchain: FAILED: broken (full log: {log})" in out
+    assert "undefined: undefinedCall" in log.read_text() and "$ go build -v" in log.read_text()
+    assert re.search(r"^toolchain: 1 of 2 built in \d+s \(downloads \+ compile: hello \d+s \+ \d+s\)$", out, re.M), out
+    assert "\r" not in out  # plain lines: CI has no terminal
+    # what built is linked and stamped: one go build made both binaries, renamed as pinned
+    hey = subprocess.run([str(cache / "bin" / "hey")], capture_output=True, text=True, check=True)
+    assert hey.stdout == "hello v1.0.0\n"
+    assert (cache / "bin" / "hello").exists()
+    assert not (cache / "tools" / "broken-v2.0.1" / "stamp").exists()
+
+    code, out = build_output(build, "--pins", str(fake_toolchain), "broken")
+    assert code == 1 and "toolchain: building 1 of 1 pinned tools (broken)" in out and "[1/1] broken" in out
+    code, out = build_output(build, "--pins", str(fake_toolchain), "hello")
+    assert code == 0 and out.strip() == str(cache / "bin")  # warm: nothing to build
+
+
+@needs_go
+def test_a_single_package_with_a_major_version_suffix_gets_its_pinned_name(
+    build: ModuleType, fake_toolchain: Path
+) -> None:
+    fixed = FAKE_PINS.replace("[broken]", "[broken-old]").replace("example.com/broken/v2", "example.com/fixed/v3")
+    fake_toolchain.write_text(fixed.replace('version = "v2.0.1"', 'version = "v3.0.0"'))
+    publish(fake_toolchain.parent / "proxy", "example.com/fixed/v3", "v3.0.0", {"main.go": HELLO})
+    code, out = build_output(build, "--pins", str(fake_toolchain), "broken-old")
+    assert code == 0, out
+    assert (fake_toolchain.parent / "cache" / "bin" / "broken").exists()  # not `v3`, not `fixed`
+
+
+def test_still_line_names_the_binaries_counts_and_time(build: ModuleType) -> None:
+    pins = build.load_pins()
+    step = build.ToolBuild("kubernetes", pins["kubernetes"], pins, 1, 5)
+    step.started = step.phase_started = 100.0
+    step.phase = "downloading"
+    assert not step.on_download("go: finding module for package x")
+    assert step.on_download("go: downloading k8s.io/api v0.36.3")
+    assert step.status(112.0) == "[1/5] kubernetes: still downloading (1 modules so far, last k8s.io/api v0.36.3) 12s"
+    step.phase = "compiling"
+    step.phase_started = 110.0
+    step.packages = {"fmt", "k8s.io/apiserver/pkg/server", "k8s.io/kubernetes/cmd/kube-scheduler"}
+    assert step.on_compile("k8s.io/apiserver/pkg/server")
+    assert not step.on_compile("# k8s.io/apiserver/pkg/server")  # a diagnostic, kept for the failure message
+    assert step.status(230.0) == (
+        "[1/5] kubernetes: still compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubectl "
+        "(1/3 packages compiled, last k8s.io/apiserver/pkg/server) 2m00s"
+    )
+    assert step.on_compile("k8s.io/kubernetes/cmd/kube-scheduler")
+    assert "(2/3 packages compiled, linking kube-scheduler) 2m00s" in step.status(230.0)
+
+
+def test_go_names_a_major_version_binary_after_the_element_before(build: ModuleType) -> None:
+    assert build.go_default_name("go.etcd.io/etcd/server/v3") == "server"
+    assert build.go_default_name("sigs.k8s.io/kwok/cmd/kwokctl") == "kwokctl"
+    assert build.elapsed(130.7) == "2m10s" and build.elapsed(9) == "9s"

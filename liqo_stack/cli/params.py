@@ -1,0 +1,28 @@
+"""Click parameter types shared by the commands."""
+
+from __future__ import annotations
+
+import click
+
+from runtime.api import DurationError, parse_duration
+
+
+class Duration(click.ParamType[float, object]):
+    """A Go-style duration (`60s`, `2m`, `1h30m`, `500ms`) or a bare number of seconds; the value is seconds."""
+
+    name = "duration"
+
+    def __init__(self, minimum: float | None = None, maximum: float | None = None) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "DURATION"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        # a float or int is seconds (a default, or a value converted before): idempotent
+        text = value if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
+        try:
+            return parse_duration(text, minimum=self.minimum, maximum=self.maximum)
+        except DurationError as err:
+            self.fail(str(err), param, ctx)
