@@ -13,11 +13,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
 from lightkube import ApiError
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import ConfigMap, Node, Service
 from pulumi import automation as auto
 
 import liqo_stack
@@ -27,7 +28,7 @@ from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.progress import Heartbeat
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
+from liqo_stack.dev.workloads import apply_deployment, example_config_and_service, example_deployment, wait_pods_running
 from runtime.api import format_duration, names
 from runtime.kube.resources import NamespaceOffloadingResource
 
@@ -83,6 +84,19 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
     progress(f"{what} after {time.monotonic() - started:.1f}s")
 
 
+def reflected(env: DevEnvironment, cluster_id: str, twin: str) -> bool:
+    """The example app's ConfigMap and Service are in the twin, as copies of the home ones."""
+    client = env.client(cluster_id)
+    try:
+        copies: list[Any] = [
+            client.get(ConfigMap, f"{DEMO_APP}-settings", namespace=twin),
+            client.get(Service, DEMO_APP, namespace=twin),
+        ]
+    except ApiError:
+        return False
+    return all((c.metadata.labels or {}).get(names.ORIGIN_LABEL) for c in copies)
+
+
 def runtime_logs() -> Path:
     return ExternalRuntime({}, "home").folder
 
@@ -135,6 +149,8 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
     home = env.client(ids[0])
     started = time.monotonic()
     apply_deployment(home, example_deployment(DEMO_APP, DEMO_NAMESPACE, replicas))
+    for obj in example_config_and_service(DEMO_APP, DEMO_NAMESPACE):
+        home.apply(obj, force=True)
     progress(f"home: Deployment {DEMO_NAMESPACE}/{DEMO_APP} applied, waiting for {replicas} pods ...")
     try:
         wait_pods_running(
@@ -143,6 +159,13 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
     except TimeoutError as err:
         raise click.ClickException(f"home: {err}; see the runtime logs in {runtime.folder}") from err
     progress(f"home: {replicas} offloaded pods Running after {time.monotonic() - started:.1f}s")
+    twin = f"{DEMO_NAMESPACE}-{ids[0]}"
+    for cluster_id in ids[1:]:
+        wait_for(
+            f"{cluster_id}: ConfigMap and Service of {DEMO_APP} reflected into {twin}",
+            lambda cluster_id=cluster_id: reflected(env, cluster_id, twin),  # type: ignore[misc]
+            timeout,
+        )
 
     click.echo("\n== plan of the example stack (stack outputs)")
     click.echo(yaml.safe_dump(plan, sort_keys=False).rstrip())
@@ -156,6 +179,18 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
         twin = f"{DEMO_NAMESPACE}-{ids[0]}"
         click.echo(f"\n== {cluster_id}: the same pods, running in the twin namespace {twin}")
         kubectl(env, "--context", cluster_id, "get", "pods", "-n", twin, "-o", "wide")
+        click.echo(f"\n== {cluster_id}: what the pods use, reflected from home (resource reflection)")
+        kubectl(
+            env,
+            "--context",
+            cluster_id,
+            "get",
+            "configmaps,services",
+            "-n",
+            twin,
+            "-l",
+            f"{names.ORIGIN_LABEL}={ids[0]}",
+        )
     click.echo(
         "\nThe runtime keeps running (external mode); `liqo-stack dev down` stops it with the clusters."
         '\nUse the clusters: eval "$(liqo-stack dev env)"; kubectl --context home get pods -A -o wide'

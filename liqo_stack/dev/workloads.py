@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Service
 
 
 def example_deployment(name: str, namespace: str, replicas: int) -> Deployment:
@@ -85,3 +85,18 @@ def wait_pods_running(
         time.sleep(0.5)
     phases = sorted((p.metadata.name if p.metadata else "?", p.status.phase if p.status else None) for p in pods)
     raise TimeoutError(f"{count} pods in {namespace} not Running after {timeout:.0f}s; seen: {phases}")
+
+
+def example_config_and_service(name: str, namespace: str) -> list[Any]:
+    """What the example app uses: its settings (a ConfigMap) and the Service in front of its pods,
+    both reflected into the twins of an offloaded namespace."""
+    config = ConfigMap.from_dict(
+        {"metadata": {"name": f"{name}-settings", "namespace": namespace}, "data": {"GREETING": "hello from home"}}
+    )
+    service = Service.from_dict(
+        {
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+            "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": 80}]},
+        }
+    )
+    return [config, service]
