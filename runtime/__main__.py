@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
@@ -26,7 +27,15 @@ from runtime.controllers import (
 )
 from runtime.kube import EngineMetrics, ProbeServer
 from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_client
+from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.translation import CidrMapping
+
+
+def _ip_address(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IP address: {value!r}") from None
 
 
 def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
@@ -83,6 +92,7 @@ async def virtual_kubelet(
         home_cluster_id=args.home_cluster_id,
         foreign_cluster_id=args.foreign_cluster_id,
         pod_cidr_mapping=mapping,
+        node_address=args.node_address,
     )
     probes.add_readiness("informers synced", kubelet.synced.is_set)
     await kubelet.run()
@@ -119,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         "--pod-cidr-mapping",
         metavar="REMOTE=HOME",
         help="show remote pod IPs of CIDR REMOTE in CIDR HOME at home (e.g. 10.0.0.0/16=10.201.0.0/16)",
+    )
+    kubelet.add_argument(
+        "--node-address",
+        default=NODE_ADDRESS,
+        type=_ip_address,
+        help="the virtual kubelet's own IP: the Node's InternalIP and the hostIP of its pods "
+        "(cluster mode: its pod IP, from the downward API)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

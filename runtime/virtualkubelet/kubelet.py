@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import Secret
 from runtime.api import names
 from runtime.kube import Informer, WorkQueue
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
-from runtime.virtualkubelet.node import VirtualNodeController
+from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.translation import CidrMapping
 
@@ -46,6 +46,7 @@ class VirtualKubelet:
         home_cluster_id: str,
         foreign_cluster_id: str,
         pod_cidr_mapping: CidrMapping | None = None,
+        node_address: str = NODE_ADDRESS,
     ) -> None:
         tenant = names.tenant_namespace(home_cluster_id)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
@@ -58,6 +59,7 @@ class VirtualKubelet:
             foreign_cluster_id=foreign_cluster_id,
             virtual_nodes=self.virtual_nodes,
             advertisements=self.advertisements,
+            node_address=node_address,
         )
         self.pods = PodOffloader(
             home,
@@ -66,6 +68,7 @@ class VirtualKubelet:
             foreign_cluster_id=foreign_cluster_id,
             offloadings=self.offloadings,
             pod_cidr_mapping=pod_cidr_mapping,
+            node_address=node_address,
         )
         self.informers = [
             self.virtual_nodes,
