@@ -28,6 +28,9 @@ class ShadowPodStatus(ApiModel):
     applied_hash: str | None = Field(
         default=None, description="digest of the labels, annotations and pod spec last carried to the live pod"
     )
+    applied_keys: dict[str, list[str]] | None = Field(
+        default=None, description="label and annotation keys carried to the live pod (only these are ever removed)"
+    )
     reason: str | None = Field(default=None, description="CreateFailed: the foreign API server refused the pod")
     message: str | None = Field(default=None, description="the foreign API server's message")
 

@@ -13,7 +13,9 @@ container to `previousRestarts`, so the home pod's restart count only grows.
 What may change on a live pod follows the ShadowPod (the virtual kubelet updates it when the home
 pod changes): labels, annotations, container images, activeDeadlineSeconds, added tolerations,
 and resources through the resize subresource. `appliedHash` records which version of the
-ShadowPod the pod was brought to, so the pod is touched only when the ShadowPod changed.
+ShadowPod the pod was brought to, so the pod is touched only when the ShadowPod changed, and
+`appliedKeys` the label and annotation keys it carried: only those are removed when the ShadowPod
+drops them (the foreign cluster adds its own, e.g. topology labels at binding; they stay).
 
 A pod the foreign API server refuses (quota, Pod Security, admission) is retried with backoff,
 and the refusal is recorded on the status (reason CreateFailed, the server's message) for the
@@ -90,8 +92,8 @@ class ShadowPodController:
         update: dict[str, Any] = {}
         want = applied_hash(shadow)
         drift = status.get("appliedHash") != want
-        if drift and await self._update_pod(shadow, pod):
-            update["appliedHash"] = want
+        if drift and await self._update_pod(shadow, pod, status.get("appliedKeys")):
+            update.update(applied(shadow, want))
         pod_status = pod.to_dict().get("status") or {}
         counts = restart_counts(pod_status)
         phase = pod_status.get("phase")
@@ -106,7 +108,7 @@ class ShadowPodController:
                 update["phase"] = phase  # shown by `kubectl get shadowpods`; a terminal one stops recreation
             self._restarts[key] = (pod.metadata.uid, counts)
         if drift and (update or status.get("appliedHash") is not None):
-            update["appliedHash"] = want
+            update.update(applied(shadow, want))
         if update:
             await self._patch_status(shadow, update)
 
@@ -132,9 +134,9 @@ class ShadowPodController:
         if status.get("reason"):
             await self._patch_status(shadow, {"reason": None, "message": None})
 
-    async def _update_pod(self, shadow: Any, pod: Any) -> bool:
+    async def _update_pod(self, shadow: Any, pod: Any, applied_keys: dict[str, list[str]] | None) -> bool:
         """Bring the live pod to the ShadowPod; whether anything had to change."""
-        patch, resize = live_changes(shadow.to_dict(), pod.to_dict())
+        patch, resize = live_changes(shadow.to_dict(), pod.to_dict(), applied_keys)
         meta = shadow.metadata
         if patch:
             with unless_gone():
@@ -213,19 +215,31 @@ def _same_quantity(a: Any, b: Any) -> bool:
         return str(a) == str(b)
 
 
-def live_changes(shadow: dict[str, Any], pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def applied(shadow: Any, digest: str) -> dict[str, Any]:
+    """The status fields recording that the live pod was brought to this ShadowPod."""
+    meta = shadow.metadata
+    keys = {"labels": sorted(meta.labels or {}), "annotations": sorted(meta.annotations or {})}
+    return {"appliedHash": digest, "appliedKeys": keys}
+
+
+def live_changes(
+    shadow: dict[str, Any], pod: dict[str, Any], applied_keys: dict[str, list[str]] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The strategic merge patches bringing a live pod to its ShadowPod: (pod, resize subresource).
 
-    Labels and annotations become exactly the ShadowPod's; images, activeDeadlineSeconds and the
-    tolerations the pod lacks are set (the foreign cluster's own tolerations stay, since none may
-    be removed from a live pod); resources the ShadowPod names go through the resize.
+    Labels and annotations get the ShadowPod's values, and lose the keys carried before
+    (`applied_keys`) that the ShadowPod no longer has, never those the foreign cluster added;
+    images, activeDeadlineSeconds and the tolerations the pod lacks are set (the foreign
+    cluster's own tolerations stay: none may be removed from a live pod); resources the
+    ShadowPod names go through the resize.
     """
     want_meta, have_meta = shadow.get("metadata") or {}, pod.get("metadata") or {}
     want_spec, have_spec = (shadow.get("spec") or {}).get("pod") or {}, pod.get("spec") or {}
     patch: dict[str, Any] = {}
     for field in ("labels", "annotations"):
         want, have = want_meta.get(field) or {}, have_meta.get(field) or {}
-        changes = {k: v for k, v in want.items() if have.get(k) != v} | {k: None for k in have if k not in want}
+        gone = [k for k in (applied_keys or {}).get(field) or [] if k in have and k not in want]
+        changes = {k: v for k, v in want.items() if have.get(k) != v} | dict.fromkeys(gone)
         if changes:
             patch.setdefault("metadata", {})[field] = changes
     spec: dict[str, Any] = {}

@@ -124,8 +124,8 @@ class RecordingAgent(ShadowPodController):
         merged = {**(shadow.get("status") or {}), **update}
         self.shadows.store["twin/p"] = shadow.__class__.from_dict({**shadow.to_dict(), "status": merged})
 
-    async def _update_pod(self, shadow: Any, pod: Any) -> bool:
-        patch, resize = live_changes(shadow.to_dict(), pod.to_dict())
+    async def _update_pod(self, shadow: Any, pod: Any, applied_keys: dict[str, list[str]] | None) -> bool:
+        patch, resize = live_changes(shadow.to_dict(), pod.to_dict(), applied_keys)
         if patch or resize:
             self.pod_patches.append((patch, resize))
         return bool(patch or resize)
@@ -218,15 +218,16 @@ def test_the_agent_brings_the_live_pod_to_its_shadow() -> None:
         },
     }
     live: dict[str, Any] = {
-        "metadata": {"labels": {"app": "a", "old": "x"}, "annotations": {}},
+        "metadata": {"labels": {"app": "a", "old": "x", "topology.kubernetes.io/zone": "z1"}, "annotations": {}},
         "spec": {
             "tolerations": [foreign_default],
             "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "0.2"}}}],
         },
     }
-    patch, resize = live_changes(wanted, live)
+    carried = {"labels": ["app", "old"], "annotations": []}
+    patch, resize = live_changes(wanted, live, carried)
     assert patch == {
-        "metadata": {"labels": {"tier": "gold", "old": None}, "annotations": {"note": "hi"}},
+        "metadata": {"labels": {"tier": "gold", "old": None}, "annotations": {"note": "hi"}},  # the zone stays
         "spec": {
             "activeDeadlineSeconds": 60,
             "tolerations": [foreign_default, {"key": "maintenance", "operator": "Exists"}],
@@ -236,6 +237,7 @@ def test_the_agent_brings_the_live_pod_to_its_shadow() -> None:
     assert resize == {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}}
     live["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "0.1"}}
     assert live_changes(wanted, {**copy.deepcopy(live), "metadata": wanted["metadata"]})[1] == {}, "100m == 0.1"
+    assert live_changes(wanted, live)[0]["metadata"]["labels"] == {"tier": "gold"}, "nothing carried: nothing removed"
 
 
 def test_the_agent_touches_the_live_pod_only_when_its_shadow_changed() -> None:
