@@ -188,7 +188,10 @@ def test_labels_annotations_image_deadline_tolerations_and_resize_reach_the_remo
 ) -> None:
     pod = running_pod(home, offloaded, "living")
     twin, client = offloaded + TWIN_SUFFIX, foreign[cluster_of(pod)]
-    uid = cast(Any, remote_pod(client, twin, "living")).metadata.uid
+    first: Any = remote_pod(client, twin, "living")
+    uid = first.metadata.uid
+    # labels the foreign cluster put on its pod (topology labels at binding) are not ours to remove
+    foreign_labels = {k: v for k, v in first.metadata.labels.items() if k.startswith("topology.kubernetes.io/")}
     toleration = {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
     patch = {
         "metadata": {"labels": {"tier": "gold"}, "annotations": {"note": "hello"}},
@@ -214,6 +217,8 @@ def test_labels_annotations_image_deadline_tolerations_and_resize_reach_the_remo
     wait_until(remote_updated, 30, "labels, annotation, image, deadline and toleration on the remote pod")
     home.patch(Pod, "living", {"metadata": {"labels": {"tier": None}}}, namespace=offloaded)
     wait_until(lambda: "tier" not in cast(Any, remote_pod(client, twin, "living")).metadata.labels, 30, "label removed")
+    labels = cast(Any, remote_pod(client, twin, "living")).metadata.labels
+    assert foreign_labels.items() <= labels.items(), "the foreign cluster's labels stay"
     # An API server accepts a resize only for a pod whose kubelet reports the containers' actuated
     # resources; kwok does not, so the test plays the foreign kubelet, and the report comes home.
     container = cast(Any, remote_pod(client, twin, "living")).status.containerStatuses[0].to_dict()
