@@ -105,7 +105,14 @@ def binding(
 
 
 def deployment(
-    name: str, ns: str, image: str, args: list[str], account: str, replicas: int, component: str
+    name: str,
+    ns: str,
+    image: str,
+    args: list[str],
+    account: str,
+    replicas: int,
+    component: str,
+    env: list[Manifest] | None = None,
 ) -> Manifest:
     labels = {**_labels(component), "app.kubernetes.io/name": name}
     return {
@@ -124,6 +131,7 @@ def deployment(
                             "name": component,
                             "image": image,
                             "args": args,
+                            **({"env": env} if env else {}),
                             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
                         }
                     ],
@@ -327,6 +335,8 @@ FOREIGN_AGENT_RULES: list[Manifest] = [
         "resources": ["pods"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
+    # an in-place resize of the home pod reaches the remote one through this subresource
+    {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {
         "apiGroups": ["rbac.authorization.k8s.io"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
@@ -26,6 +27,14 @@ from runtime.controllers import (
 )
 from runtime.kube import EngineMetrics, ProbeServer
 from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_client
+from runtime.virtualkubelet.node import NODE_ADDRESS
+
+
+def _ip_address(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IP address: {value!r}") from None
 
 
 def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
@@ -82,6 +91,7 @@ async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: P
         home_cluster_id=args.home_cluster_id,
         foreign_cluster_id=args.foreign_cluster_id,
         metrics=probes.metrics,
+        node_address=args.node_address,
     )
     probes.add_readiness("informers synced", kubelet.synced.is_set)
     await kubelet.run()
@@ -114,6 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     kubelet.add_argument("--kubeconfig", help="of the home cluster (default: in-cluster service account)")
     kubelet.add_argument("--home-cluster-id", required=True)
     kubelet.add_argument("--foreign-cluster-id", required=True)
+    kubelet.add_argument(
+        "--node-address",
+        default=NODE_ADDRESS,
+        type=_ip_address,
+        help="the virtual kubelet's own IP: the Node's InternalIP and the hostIP of its pods "
+        "(cluster mode: its pod IP, from the downward API)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

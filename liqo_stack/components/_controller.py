@@ -22,6 +22,7 @@ def deploy_controller(
     args: list[str],
     runtime: RuntimeConfig,
     depends_on: list[pulumi.Resource],
+    env: list[manifests.Manifest] | None = None,
 ) -> KubeObject:
     """Returns the Deployment; in external mode it has no replicas (the runtime runs locally with this identity)."""
     ns = names.LIQO_NAMESPACE
@@ -41,6 +42,6 @@ def deploy_controller(
     replicas = 1 if runtime.mode is RuntimeMode.CLUSTER else 0
     return cluster.object(
         resource_name,
-        manifests.deployment(name, ns, runtime.image, args, name, replicas, component),
+        manifests.deployment(name, ns, runtime.image, args, name, replicas, component, env),
         pulumi.ResourceOptions(parent=parent, depends_on=[account, binding, *depends_on]),
     )

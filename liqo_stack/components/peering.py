@@ -112,9 +112,15 @@ class Peering(pulumi.ComponentResource):
             name=names.virtual_kubelet_name(foreign_id),
             component="virtual-kubelet",
             rules=manifests.VIRTUAL_KUBELET_RULES,
-            args=["virtual-kubelet", f"--foreign-cluster-id={foreign_id}", f"--home-cluster-id={home_id}"],
+            args=[
+                "virtual-kubelet",
+                f"--foreign-cluster-id={foreign_id}",
+                f"--home-cluster-id={home_id}",
+                "--node-address=$(POD_IP)",  # seed 002: the pods' hostIP is the virtual kubelet pod's IP
+            ],
             runtime=config.runtime,
             depends_on=[home_plane.namespace, secret],
+            env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         )
         # The VirtualNode is deleted before the virtual kubelet and controllers that handle it.
         self.virtual_node = home.object(

@@ -34,6 +34,7 @@ class ExternalRuntime:
         self.foreign_ids = [c for c in kubeconfigs if c != home_cluster_id]
         self.webhook_port = webhook_port
         self.folder = (state_dir or paths.state_root()) / "runtime"
+        self.extra_args: dict[str, list[str]] = {}  # per component, appended to its command (tests)
 
     @property
     def components(self) -> list[str]:
@@ -48,7 +49,7 @@ class ExternalRuntime:
             args = ["foreign-agent", "--kubeconfig", str(self.kubeconfigs[cluster_id]), "--cluster-id", cluster_id]
         else:
             args = ["virtual-kubelet", *home, "--foreign-cluster-id", component.removeprefix("kubelet-")]
-        return [sys.executable, "-m", "runtime", *args]
+        return [sys.executable, "-m", "runtime", *args, *self.extra_args.get(component, [])]
 
     def log(self, component: str) -> Path:
         return self.folder / f"{component}.log"

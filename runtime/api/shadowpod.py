@@ -14,10 +14,25 @@ class ShadowPodSpec(ApiModel):
     pod: dict[str, Any] = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
 
 
+# status.reason when the foreign API server refused to create the pod (status.message says why)
+CREATE_FAILED_REASON = "CreateFailed"
+
+
 class ShadowPodStatus(ApiModel):
     phase: str | None = None
     pod_uid: str | None = Field(default=None, alias="podUID")
     recreations: int | None = Field(default=None, description="remote pods recreated since the first")
+    previous_restarts: dict[str, int] | None = Field(
+        default=None, description="per container: restarts of the remote pods this one replaced, recreations included"
+    )
+    applied_hash: str | None = Field(
+        default=None, description="digest of the labels, annotations and pod spec last carried to the live pod"
+    )
+    applied_keys: dict[str, list[str]] | None = Field(
+        default=None, description="label and annotation keys carried to the live pod (only these are ever removed)"
+    )
+    reason: str | None = Field(default=None, description="CreateFailed: the foreign API server refused the pod")
+    message: str | None = Field(default=None, description="the foreign API server's message")
 
 
 class ShadowPod(CustomObject):
@@ -28,6 +43,7 @@ class ShadowPod(CustomObject):
         description="A pod offloaded from a home cluster, kept present by the foreign agent.",
         printer_columns=(
             PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Reason", ".status.reason"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
     )

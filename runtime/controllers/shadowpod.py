@@ -7,6 +7,20 @@ recreation (the home pod shows it as restarts); a pod that Succeeded or Failed i
 back. Everything the controller knows is in the ShadowPod's status, so a restart loses nothing;
 the status is written when a pod has left Pending (its UID, phase and the recreation count).
 
+Restarts: at a recreation, the status adds the old pod's last restart counts plus one per
+container to `previousRestarts`, so the home pod's restart count only grows.
+
+What may change on a live pod follows the ShadowPod (the virtual kubelet updates it when the home
+pod changes): labels, annotations, container images, activeDeadlineSeconds, added tolerations,
+and resources through the resize subresource. `appliedHash` records which version of the
+ShadowPod the pod was brought to, so the pod is touched only when the ShadowPod changed, and
+`appliedKeys` the label and annotation keys it carried: only those are removed when the ShadowPod
+drops them (the foreign cluster adds its own, e.g. topology labels at binding; they stay).
+
+A pod the foreign API server refuses (quota, Pod Security, admission) is retried with backoff,
+and the refusal is recorded on the status (reason CreateFailed, the server's message) for the
+virtual kubelet to show at home; the next successful create clears it.
+
 A pod is recreated only `recreate_after` seconds after it went missing, as a kubelet waits before
 restarting a container: whoever deleted the old pod by name alone (kwok does, without a UID
 precondition) may send that delete again and must not hit the new pod, and a pod that something
@@ -15,6 +29,8 @@ keeps deleting is not recreated in a hot loop.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from typing import Any
@@ -23,11 +39,14 @@ from lightkube import ApiError, AsyncClient
 from lightkube.operators import exists
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
+from lightkube.utils.quantity import parse_quantity
 
 from runtime.api import names
+from runtime.api.shadowpod import CREATE_FAILED_REASON
 from runtime.kube import Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import ShadowPodResource
+from runtime.virtualkubelet.translation import restart_counts
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +60,7 @@ class ShadowPodController:
         self.recreate_after = recreate_after
         self._missing_since: dict[str, float] = {}
         self._created: set[str] = set()  # keys whose pod this process created: a new one waits
+        self._restarts: dict[str, tuple[str, dict[str, int]]] = {}  # key -> (pod uid, its last restart counts)
         self.shadows = Informer(client, ShadowPodResource)
         self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
@@ -55,6 +75,7 @@ class ShadowPodController:
         if shadow is None or shadow.metadata.deletionTimestamp:
             self._missing_since.pop(key, None)
             self._created.discard(key)
+            self._restarts.pop(key, None)
             return  # the garbage collector removes the pod it owned
         status = dict(shadow.get("status") or {})
         pod = self.pods.store.get(key)
@@ -64,23 +85,70 @@ class ShadowPodController:
             recreating = bool(status.get("podUID")) or key in self._created
             if recreating and not self._waited_enough(key):
                 return
-            await self._create_pod(shadow)
+            await self._create(shadow, status)
             self._created.add(key)
             return
         self._missing_since.pop(key, None)
-        phase = pod.status.phase if pod.status else None
-        if phase in (None, "Pending"):
-            return  # nothing to record yet: one status write per pod, once it runs (or ends)
         update: dict[str, Any] = {}
-        if status.get("podUID") != pod.metadata.uid:
-            update["podUID"] = pod.metadata.uid
-            if status.get("podUID"):  # a pod that never left Pending is no restart, as for a kubelet
-                update["recreations"] = int(status.get("recreations") or 0) + 1
-                log.info("recreated pod %s (recreation %d)", key, update["recreations"])
-        if phase != status.get("phase"):
-            update["phase"] = phase  # shown by `kubectl get shadowpods`; a terminal one stops recreation
+        want = applied_hash(shadow)
+        drift = status.get("appliedHash") != want
+        if drift and await self._update_pod(shadow, pod, status.get("appliedKeys")):
+            update.update(applied(shadow, want))
+        pod_status = pod.to_dict().get("status") or {}
+        counts = restart_counts(pod_status)
+        phase = pod_status.get("phase")
+        if phase not in (None, "Pending"):  # one status write per pod, once it runs (or ends)
+            if status.get("podUID") != pod.metadata.uid:
+                update["podUID"] = pod.metadata.uid
+                if status.get("podUID"):  # a pod that never left Pending is no restart, as for a kubelet
+                    update["recreations"] = int(status.get("recreations") or 0) + 1
+                    update["previousRestarts"] = self._restarts_before(key, shadow, status)
+                    log.info("recreated pod %s (recreation %d)", key, update["recreations"])
+            if phase != status.get("phase"):
+                update["phase"] = phase  # shown by `kubectl get shadowpods`; a terminal one stops recreation
+            self._restarts[key] = (pod.metadata.uid, counts)
+        if drift and (update or status.get("appliedHash") is not None):
+            update.update(applied(shadow, want))
         if update:
             await self._patch_status(shadow, update)
+
+    def _restarts_before(self, key: str, shadow: Any, status: dict[str, Any]) -> dict[str, int]:
+        """Restarts of the pods before the one just seen: theirs so far, plus the old pod's last
+        counts (when this process saw it), plus this recreation."""
+        before = dict(status.get("previousRestarts") or {})
+        uid, last = self._restarts.get(key, (None, {}))
+        last = last if uid == status.get("podUID") else {}
+        spec = shadow["spec"]["pod"]
+        containers = [c["name"] for kind in ("initContainers", "containers") for c in spec.get(kind) or []]
+        recreations = int(status.get("recreations") or 0)
+        return {name: before.get(name, recreations) + last.get(name, 0) + 1 for name in containers}
+
+    async def _create(self, shadow: Any, status: dict[str, Any]) -> None:
+        try:
+            await self._create_pod(shadow)
+        except ApiError as err:
+            message = err.status.message or str(err)
+            if status.get("reason") != CREATE_FAILED_REASON or status.get("message") != message:
+                await self._patch_status(shadow, {"reason": CREATE_FAILED_REASON, "message": message})
+            raise  # retried with backoff: the quota may free up, the policy may change
+        if status.get("reason"):
+            await self._patch_status(shadow, {"reason": None, "message": None})
+
+    async def _update_pod(self, shadow: Any, pod: Any, applied_keys: dict[str, list[str]] | None) -> bool:
+        """Bring the live pod to the ShadowPod; whether anything had to change."""
+        patch, resize = live_changes(shadow.to_dict(), pod.to_dict(), applied_keys)
+        meta = shadow.metadata
+        if patch:
+            with unless_gone():
+                await self.client.patch(Pod, meta.name, patch, namespace=meta.namespace, patch_type=PatchType.STRATEGIC)
+        if resize:
+            with unless_gone():
+                await self.client.patch(
+                    Pod.Resize, meta.name, resize, namespace=meta.namespace, patch_type=PatchType.STRATEGIC
+                )
+        if patch or resize:
+            log.info("updated pod %s/%s to its ShadowPod: %s %s", meta.namespace, meta.name, patch, resize)
+        return bool(patch or resize)
 
     def _waited_enough(self, key: str) -> bool:
         """Whether the pod has been missing `recreate_after` seconds; if not, come back then."""
@@ -119,7 +187,8 @@ class ShadowPodController:
             await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
         except ApiError as err:
             if err.status.code != 409:
-                raise  # 409: ours already, not yet in the informer; its event brings us back
+                raise
+            # 409: ours already, not yet in the informer; its event brings us back
 
     async def _patch_status(self, shadow: Any, update: dict[str, Any]) -> None:
         with unless_gone():
@@ -130,3 +199,78 @@ class ShadowPodController:
                 namespace=shadow.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
+
+
+def applied_hash(shadow: Any) -> str:
+    """Digest of what the ShadowPod asks of the live pod: its labels, annotations and pod spec."""
+    meta = shadow.metadata
+    wanted = {"labels": meta.labels or {}, "annotations": meta.annotations or {}, "pod": shadow["spec"]["pod"]}
+    return hashlib.sha256(json.dumps(wanted, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _same_quantity(a: Any, b: Any) -> bool:
+    try:
+        return bool(parse_quantity(str(a)) == parse_quantity(str(b)))
+    except ValueError:
+        return str(a) == str(b)
+
+
+def applied(shadow: Any, digest: str) -> dict[str, Any]:
+    """The status fields recording that the live pod was brought to this ShadowPod."""
+    meta = shadow.metadata
+    keys = {"labels": sorted(meta.labels or {}), "annotations": sorted(meta.annotations or {})}
+    return {"appliedHash": digest, "appliedKeys": keys}
+
+
+def live_changes(
+    shadow: dict[str, Any], pod: dict[str, Any], applied_keys: dict[str, list[str]] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The strategic merge patches bringing a live pod to its ShadowPod: (pod, resize subresource).
+
+    Labels and annotations get the ShadowPod's values, and lose the keys carried before
+    (`applied_keys`) that the ShadowPod no longer has, never those the foreign cluster added;
+    images, activeDeadlineSeconds and the tolerations the pod lacks are set (the foreign
+    cluster's own tolerations stay: none may be removed from a live pod); resources the
+    ShadowPod names go through the resize.
+    """
+    want_meta, have_meta = shadow.get("metadata") or {}, pod.get("metadata") or {}
+    want_spec, have_spec = (shadow.get("spec") or {}).get("pod") or {}, pod.get("spec") or {}
+    patch: dict[str, Any] = {}
+    for field in ("labels", "annotations"):
+        want, have = want_meta.get(field) or {}, have_meta.get(field) or {}
+        gone = [k for k in (applied_keys or {}).get(field) or [] if k in have and k not in want]
+        changes = {k: v for k, v in want.items() if have.get(k) != v} | dict.fromkeys(gone)
+        if changes:
+            patch.setdefault("metadata", {})[field] = changes
+    spec: dict[str, Any] = {}
+    deadline = want_spec.get("activeDeadlineSeconds")
+    if deadline is not None and deadline != have_spec.get("activeDeadlineSeconds"):
+        spec["activeDeadlineSeconds"] = deadline
+    tolerations = list(have_spec.get("tolerations") or [])
+    missing = [t for t in want_spec.get("tolerations") or [] if t not in tolerations]
+    if missing:
+        spec["tolerations"] = tolerations + missing
+    resize: dict[str, Any] = {}
+    for kind in ("initContainers", "containers"):
+        live = {c.get("name"): c for c in have_spec.get(kind) or []}
+        images, resources = [], []
+        for container in want_spec.get(kind) or []:
+            now = live.get(container.get("name"))
+            if now is None:
+                continue
+            if container.get("image") and container["image"] != now.get("image"):
+                images.append({"name": container["name"], "image": container["image"]})
+            want_res, have_res = container.get("resources") or {}, now.get("resources") or {}
+            if any(
+                not _same_quantity(value, (have_res.get(section) or {}).get(resource))
+                for section in ("requests", "limits")
+                for resource, value in (want_res.get(section) or {}).items()
+            ):
+                resources.append({"name": container["name"], "resources": want_res})
+        if images:
+            spec[kind] = images
+        if resources:
+            resize.setdefault("spec", {})[kind] = resources
+    if spec:
+        patch["spec"] = spec
+    return patch, resize

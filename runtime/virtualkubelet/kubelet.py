@@ -17,7 +17,7 @@ from runtime.api import VirtualNodeSpec, names
 from runtime.kube import EngineMetrics, Event, Informer, WorkQueue
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
 from runtime.reflection import Reflection
-from runtime.virtualkubelet.node import VirtualNodeController
+from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.translation import CidrMapping
 
@@ -54,6 +54,7 @@ class VirtualKubelet:
         home_cluster_id: str,
         foreign_cluster_id: str,
         metrics: EngineMetrics | None = None,
+        node_address: str = NODE_ADDRESS,
     ) -> None:
         tenant = names.tenant_namespace(home_cluster_id)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
@@ -66,6 +67,7 @@ class VirtualKubelet:
             foreign_cluster_id=foreign_cluster_id,
             virtual_nodes=self.virtual_nodes,
             advertisements=self.advertisements,
+            node_address=node_address,
         )
         self.pods = PodOffloader(
             home,
@@ -73,6 +75,7 @@ class VirtualKubelet:
             home_cluster_id=home_cluster_id,
             foreign_cluster_id=foreign_cluster_id,
             offloadings=self.offloadings,
+            node_address=node_address,
         )
         self.reflection = Reflection(
             home,

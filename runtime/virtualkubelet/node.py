@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40  # renewed every quarter, as the kubelet does
-NODE_ADDRESS = "127.0.0.1"  # the virtual kubelet's own address: where the kubelet API would listen
+NODE_ADDRESS = "127.0.0.1"  # default of the virtual kubelet's own address (--node-address): external mode
 KUBELET_PORT = 10250
 PRESSURE_CONDITIONS = {
     "MemoryPressure": "KubeletHasSufficientMemory",
@@ -102,8 +102,10 @@ class VirtualNodeController:
         foreign_cluster_id: str,
         virtual_nodes: Informer,
         advertisements: Informer,
+        node_address: str = NODE_ADDRESS,
     ) -> None:
         self.home, self.foreign = home, foreign
+        self.node_address = node_address
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
         self.node_name = names.virtual_node_name(foreign_cluster_id)
         self.virtual_nodes, self.advertisements = virtual_nodes, advertisements
@@ -146,7 +148,7 @@ class VirtualNodeController:
             "allocatable": shared.capacity,
             "conditions": node_conditions(self.healthy, self.failures, shared.rounded_to_zero),
             "addresses": [
-                {"type": "InternalIP", "address": NODE_ADDRESS},
+                {"type": "InternalIP", "address": self.node_address},
                 {"type": "Hostname", "address": self.node_name},
             ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},

@@ -3,32 +3,48 @@
 Per home pod (the key), in the twin namespace its NamespaceOffloading got in this cluster:
 - no ShadowPod yet: create it with seed 002's mutations (translation.py); the foreign agent makes
   and keeps the pod;
-- the remote pod's status comes back to the home pod, remapped (seed 002);
+- the home pod changed (labels, annotations, images, activeDeadlineSeconds, tolerations, an
+  in-place resize): the ShadowPod follows, and the agent brings the live remote pod along;
+- the remote pod's status comes back as the home pod's whole status, remapped (seed 002);
+- the agent could not create the remote pod (quota, admission): a Warning event on the home pod
+  with the foreign API server's message;
 - the home pod being deleted: the ShadowPod and the remote pod go (the home pod's grace period
   passed on), and once the remote pod is gone the home pod is released, as a kubelet does;
 - the home pod gone: its ShadowPod and remote pod go too;
-- the namespace not offloaded to this cluster: the pod stays Pending with reason OffloadingBackOff.
+- the namespace no longer offloaded to this cluster (unoffloaded, or this cluster deselected):
+  its twin and the remote pods go, so a pod that ran there ends as on a drained node: Failed
+  (reason OffloadingAborted), then deleted when a controller owns it, which makes a new one where
+  the namespace now allows; a pod that never ran stays Pending with reason OffloadingBackOff.
+  A cluster still selected whose twin is not Ready (unreachable, failing) is no withdrawal: its
+  running pods are left alone.
 Deletes happen only on what the synced stores say, so a restart never removes a pod still wanted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+from enum import Enum
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
 from runtime.api import names
+from runtime.api.shadowpod import CREATE_FAILED_REASON
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.translation import (
+    TERMINAL_PHASES,
     CidrMapping,
     TranslationError,
     home_pod_status,
+    live_pod_spec,
+    merge_patch,
     nothing_to_tell,
     remote_pod_metadata,
     remote_pod_spec,
@@ -36,13 +52,61 @@ from runtime.virtualkubelet.translation import (
 
 log = logging.getLogger(__name__)
 
-BACKOFF_REASON = "OffloadingBackOff"
+BACKOFF_REASON = "OffloadingBackOff"  # seed 002: not offloaded (yet)
+ABORTED_REASON = "OffloadingAborted"  # offloaded, and the twin namespace went away
+FAILED_EVENT_REASON = "FailedOffloading"
+KILLED_EXIT_CODE = 137  # the container was killed with its twin namespace
+
+
+class Placement(Enum):
+    READY = "ready"  # the twin namespace is Ready here
+    WAITING = "waiting"  # this cluster is selected, its twin not Ready (yet, or unreachable)
+    WITHDRAWN = "withdrawn"  # not offloaded here (any more)
+
+
+def controlled(pod: Any) -> bool:
+    return any(ref.controller for ref in pod.metadata.ownerReferences or [])
+
+
+def ever_ran(status: dict[str, Any]) -> bool:
+    """Whether the pod got past Pending remotely (Liqo's test: a phase past Pending or containers)."""
+    return status.get("phase", "Pending") != "Pending" or bool(status.get("containerStatuses"))
+
+
+def aborted_status(status: dict[str, Any], message: str, now: str) -> dict[str, Any]:
+    """A pod whose remote side was removed under it: Failed, not ready, its containers killed."""
+    aborted = {**status, "phase": "Failed", "reason": ABORTED_REASON, "message": message}
+    aborted["conditions"] = [
+        {**c, "status": "False", "reason": ABORTED_REASON, "lastTransitionTime": now}
+        if c.get("status") == "True" and c.get("type") != "PodScheduled"
+        else c
+        for c in status.get("conditions") or []
+    ]
+    for kind in ("containerStatuses", "initContainerStatuses"):
+        if status.get(kind):
+            aborted[kind] = [_killed(c, now) for c in status[kind]]
+    return aborted
+
+
+def _killed(container: dict[str, Any], now: str) -> dict[str, Any]:
+    if "terminated" in (container.get("state") or {}):
+        return container
+    started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
+    terminated = {"exitCode": KILLED_EXIT_CODE, "reason": ABORTED_REASON, "finishedAt": now}
+    if started:
+        terminated["startedAt"] = started
+    return {**container, "ready": False, "started": False, "state": {"terminated": terminated}}
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class TwinWatch:
     """The foreign side of one twin namespace: its ShadowPods and their pods."""
 
     def __init__(self, foreign: AsyncClient, home_id: str, twin: str, on_event: Any) -> None:
+        self.twin = twin
         self.shadows = Informer(foreign, ShadowPodResource, namespace=twin)
         self.pods = Informer(foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id})
         for informer in (self.shadows, self.pods):
@@ -67,43 +131,75 @@ class PodOffloader:
         foreign_cluster_id: str,
         offloadings: Informer,
         pod_cidr_mapping: CidrMapping | None = None,
+        node_address: str = NODE_ADDRESS,
         workers: int = 16,
     ) -> None:
         self.home, self.foreign = home, foreign
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
         self.node_name = names.virtual_node_name(foreign_cluster_id)
         self.pod_cidr_mapping = pod_cidr_mapping
+        self.node_address = node_address
         self.offloadings = offloadings
         self.pods = Informer(home, Pod, fields={"spec.nodeName": self.node_name})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="pods")
-        self.pods.add_handler(lambda event: self.queue.add(event.key))
+        self.pods.add_handler(self._on_pod)
         self.offloadings.add_handler(self._on_offloading)
         self.twins: dict[str, TwinWatch] = {}  # home namespace -> its twin's watch
         self._home_of_twin: dict[str, str] = {}
+        self._reported: dict[str, str] = {}  # home pod key -> the remote failure last reported
 
     @property
     def informers(self) -> list[Informer]:
         return [self.pods]
 
+    def _on_pod(self, event: Event) -> None:
+        if event.type == "DELETED":
+            self._reported.pop(event.key, None)
+        self.queue.add(event.key)
+
     # -- which namespaces are offloaded here ---------------------------------------------------
+    def placement(self, namespace: str) -> tuple[Placement, str | None]:
+        """Where the namespace stands in this cluster, and its twin's name while it is selected.
+
+        Withdrawn only on positive news: no NamespaceOffloading (or one being deleted), or a
+        status that no longer requires this cluster. A selected cluster whose twin is not Ready
+        (creation failed, the cluster unreachable) is waiting: what runs there is left alone.
+        """
+        offloading = self.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
+        if offloading is None or offloading.metadata.deletionTimestamp:
+            return Placement.WITHDRAWN, None
+        status = offloading.get("status") or {}
+        twin = status.get("remoteNamespaceName")
+        conditions = {
+            c.get("type"): c.get("status")
+            for c in (status.get("remoteNamespacesConditions") or {}).get(self.foreign_cluster_id) or []
+        }
+        if conditions.get("Ready") == "True" and twin:
+            return Placement.READY, twin
+        if conditions.get("OffloadingRequired") == "True" and twin:
+            return Placement.WAITING, twin
+        if conditions or status.get("offloadingPhase"):
+            return Placement.WITHDRAWN, None  # reported, and this cluster is not (or no longer) selected
+        return Placement.WAITING, None  # no status yet
+
     def twin_of(self, namespace: str) -> str | None:
         """The twin namespace in this foreign cluster, if the offloading there is Ready."""
-        offloading = self.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
-        status = (offloading or {}).get("status") or {}
-        conditions = (status.get("remoteNamespacesConditions") or {}).get(self.foreign_cluster_id) or []
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-        return status.get("remoteNamespaceName") if ready else None
+        where, twin = self.placement(namespace)
+        return twin if where is Placement.READY else None
 
     def _on_offloading(self, event: Event) -> None:
         namespace = event.key.partition("/")[0]
-        twin = None if event.type == "DELETED" else self.twin_of(namespace)
+        where, twin = (Placement.WITHDRAWN, None) if event.type == "DELETED" else self.placement(namespace)
         watch = self.twins.get(namespace)
-        if twin and watch is None:
-            self._home_of_twin[twin] = namespace
-            self.twins[namespace] = TwinWatch(self.foreign, self.home_cluster_id, twin, self._on_remote)
-        elif not twin and watch is not None:
+        if watch is not None and watch.twin != twin:
             watch.stop()
             del self.twins[namespace]
+            watch = None
+        # watched from Ready on (before, the home identity may not read the twin), and kept while
+        # the cluster stays selected, so a twin going unready (unreachable) loses nothing
+        if twin and where is Placement.READY and watch is None:
+            self._home_of_twin[twin] = namespace
+            self.twins[namespace] = TwinWatch(self.foreign, self.home_cluster_id, twin, self._on_remote)
         for key in self.pods.store:
             if key.startswith(f"{namespace}/"):
                 self.queue.add(key)
@@ -118,13 +214,17 @@ class PodOffloader:
     async def reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
         pod = self.pods.store.get(key)
-        twin = self.twin_of(namespace)
+        where, twin = self.placement(namespace)
         watch = self.twins.get(namespace)
-        if twin is None or watch is None:
-            if pod is not None and not pod.metadata.deletionTimestamp:
-                await self._back_off(pod, f"namespace {namespace} is not offloaded to {self.foreign_cluster_id}")
-            elif pod is not None:
-                await self._release(pod)
+        if twin is None or watch is None or watch.twin != twin:
+            if pod is None:
+                return
+            if pod.metadata.deletionTimestamp:
+                await self._release(pod)  # nothing of it is left remotely, or ever will be
+            elif where is Placement.WITHDRAWN:
+                await self._withdrawn(pod, f"namespace {namespace} is not offloaded to {self.foreign_cluster_id}")
+            else:
+                await self._back_off(pod, f"namespace {namespace} is not offloaded to {self.foreign_cluster_id} yet")
             return
         if not watch.synced():
             self.queue.add_after(key, 0.2)  # decide on the foreign side only once it is known
@@ -141,11 +241,18 @@ class PodOffloader:
             # else the remote pod's removal, seen by its informer, brings this key back
             return
         if shadow is None:
-            await self._create_shadow(pod, twin)
+            if where is Placement.READY:
+                await self._create_shadow(pod, twin)
+            elif not ever_ran(pod.to_dict().get("status") or {}):
+                await self._back_off(pod, f"the twin namespace {twin} is not ready in {self.foreign_cluster_id}")
             return
+        if where is Placement.READY and not shadow.metadata.deletionTimestamp:
+            await self._update_shadow(pod, shadow)
         if remote is not None:
-            recreations = int((shadow.get("status") or {}).get("recreations") or 0)
-            await self._reflect_status(pod, remote, recreations)
+            shadow_status = shadow.get("status") or {}
+            await self._reflect_status(pod, remote, shadow_status)
+        else:
+            await self._report_failure(pod, shadow)
 
     async def _create_shadow(self, pod: Any, twin: str) -> None:
         home_pod = pod.to_dict()
@@ -163,23 +270,112 @@ class PodOffloader:
             if err.status.code != 409:
                 raise
 
-    async def _reflect_status(self, pod: Any, remote: Any, recreations: int) -> None:
+    async def _update_shadow(self, pod: Any, shadow: Any) -> None:
+        """Carry what changed on the live home pod to the ShadowPod (the agent updates the remote pod)."""
+        home_pod = pod.to_dict()
+        ids = {"home_cluster_id": self.home_cluster_id, "foreign_cluster_id": self.foreign_cluster_id}
+        current = shadow.to_dict()
+        current_meta = current.get("metadata") or {}
+        desired_meta = remote_pod_metadata(home_pod, **ids)
+        have = {
+            "metadata": {k: current_meta.get(k) or {} for k in ("labels", "annotations")},
+            "spec": {"pod": (current.get("spec") or {}).get("pod") or {}},
+        }
+        want = {"metadata": desired_meta, "spec": {"pod": live_pod_spec(have["spec"]["pod"], home_pod)}}
+        patch = merge_patch(have, want)
+        if not patch:
+            return
+        with unless_gone():
+            await self.foreign.patch(
+                ShadowPodResource,
+                shadow.metadata.name,
+                patch,
+                namespace=shadow.metadata.namespace,
+                patch_type=PatchType.MERGE,
+            )
+
+    async def _report_failure(self, pod: Any, shadow: Any) -> None:
+        """The agent could not create the remote pod: tell it on the home pod, once per message."""
+        status = shadow.get("status") or {}
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        message = status.get("message")
+        if status.get("reason") != CREATE_FAILED_REASON or not message or self._reported.get(key) == message:
+            return
+        text = f"the foreign cluster {self.foreign_cluster_id} refused the pod: {message}"
+        await self._warn(pod, FAILED_EVENT_REASON, text)
+        self._reported[key] = message
+
+    async def _warn(self, pod: Any, reason: str, message: str) -> None:
+        stamp = now()
+        meta = pod.metadata
+        body = {
+            "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid,
+            },
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "source": {"component": "liqo-virtual-kubelet", "host": self.node_name},
+            "reportingComponent": "liqo-virtual-kubelet",
+            "reportingInstance": self.node_name,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        await self.home.create(CoreEvent.from_dict(body))  # type: ignore[call-overload]
+
+    async def _reflect_status(self, pod: Any, remote: Any, shadow_status: dict[str, Any]) -> None:
         remote_status = remote.to_dict().get("status") or {}
-        if nothing_to_tell(remote_status):
-            return
-        desired = home_pod_status(
-            remote_status, pod_cidr_mapping=self.pod_cidr_mapping, host_ip=NODE_ADDRESS, recreations=recreations
-        )
         current = pod.to_dict().get("status") or {}
-        if all(current.get(k) == v for k, v in desired.items()):
+        if current.get("phase") in TERMINAL_PHASES or nothing_to_tell(remote_status, current):
+            return  # a finished pod's status is final, as with a kubelet
+        desired = home_pod_status(
+            remote_status,
+            home_status=current,
+            pod_cidr_mapping=self.pod_cidr_mapping,
+            host_ip=self.node_address,
+            recreations=int(shadow_status.get("recreations") or 0),
+            previous_restarts=shadow_status.get("previousRestarts"),
+        )
+        await self._replace_status(pod, current, desired)
+
+    async def _withdrawn(self, pod: Any, message: str) -> None:
+        """The twin went away (unoffload, deselection): end the pod as a drained node's would end."""
+        status = pod.to_dict().get("status") or {}
+        if status.get("phase") in TERMINAL_PHASES:
+            if controlled(pod) and status.get("reason") == ABORTED_REASON:
+                await self._evict(pod)  # the status write went through, the delete did not
             return
-        await self._patch_status(pod, desired)
+        if not ever_ran(status):
+            await self._back_off(pod, message)
+            return
+        await self._replace_status(pod, status, aborted_status(status, message, now()))
+        log.info("pod %s/%s aborted: %s", pod.metadata.namespace, pod.metadata.name, message)
+        if controlled(pod):
+            await self._evict(pod)  # its controller makes a new one where the namespace now allows
+
+    async def _evict(self, pod: Any) -> None:
+        with unless_gone():
+            await self.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace)
 
     async def _back_off(self, pod: Any, message: str) -> None:
         status = pod.to_dict().get("status") or {}
-        if status.get("phase") == "Pending" and status.get("reason") == BACKOFF_REASON:
+        if status.get("phase", "Pending") != "Pending":
+            return  # a phase never goes backwards
+        if status.get("reason") == BACKOFF_REASON and status.get("message") == message:
             return
         await self._patch_status(pod, {"phase": "Pending", "reason": BACKOFF_REASON, "message": message})
+
+    async def _replace_status(self, pod: Any, current: dict[str, Any], desired: dict[str, Any]) -> None:
+        """Make the home pod's status exactly `desired`: a merge patch that also nulls what must go."""
+        patch = merge_patch(current, desired)
+        if patch:
+            await self._patch_status(pod, patch)
 
     async def _patch_status(self, pod: Any, status: dict[str, Any]) -> None:
         with unless_gone():

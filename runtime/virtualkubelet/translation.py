@@ -27,8 +27,6 @@ HOME_SCHEDULING_FIELDS = (
     "topologySpreadConstraints",
     "ephemeralContainers",
 )
-# Added at home by the DefaultTolerationSeconds plugin; the foreign cluster adds its own.
-HOME_DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 PRESETS = ("propagate", "soft", "hard")
 
 
@@ -99,20 +97,21 @@ def _is_home_token_volume(volume: dict[str, Any]) -> bool:
 
 def remote_pod_spec(home_pod: dict[str, Any], *, home_cluster_id: str, foreign_cluster_id: str) -> dict[str, Any]:
     """The PodSpec the foreign cluster runs (seed 002)."""
+    return _remote_spec(home_pod, _anti_affinity(home_pod))
+
+
+def _remote_spec(home_pod: dict[str, Any], affinity: dict[str, Any] | None) -> dict[str, Any]:
     spec = copy.deepcopy(home_pod.get("spec") or {})
-    affinity = _anti_affinity(home_pod)
     for field in HOME_SCHEDULING_FIELDS:
         spec.pop(field, None)
     if affinity:
         spec["affinity"] = affinity
     if spec.get("runtimeClassName") == names.RUNTIME_CLASS_NAME:
         del spec["runtimeClassName"]
-    tolerations = [
-        t
-        for t in spec.get("tolerations") or []
-        if t.get("key") != names.VIRTUAL_NODE_TAINT_KEY
-        and not (t.get("key") in HOME_DEFAULT_TOLERATIONS and t.get("tolerationSeconds") is not None)
-    ]
+    # Verbatim but the virtual-node one (else the pod could land on a virtual node there): the
+    # not-ready/unreachable tolerationSeconds the user chose keep applying to the remote pod (the
+    # foreign DefaultTolerationSeconds plugin adds its own only where the pod has none).
+    tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") != names.VIRTUAL_NODE_TAINT_KEY]
     if tolerations:
         spec["tolerations"] = tolerations
     else:
@@ -132,6 +131,36 @@ def remote_pod_spec(home_pod: dict[str, Any], *, home_cluster_id: str, foreign_c
     return spec
 
 
+# What Kubernetes lets change on a live pod; everything else in a pod spec is immutable.
+LIVE_POD_FIELDS = ("activeDeadlineSeconds", "tolerations")
+LIVE_CONTAINER_FIELDS = ("image", "resources")  # resources: through the resize subresource
+
+
+def live_pod_spec(offloaded: dict[str, Any], home_pod: dict[str, Any]) -> dict[str, Any]:
+    """The offloaded spec (a ShadowPod's) with what changed on the live home pod since: images,
+    resources (in-place resize), activeDeadlineSeconds, tolerations. The anti-affinity stays as
+    it was built at creation (seed 002: changing the preset annotations later has no effect)."""
+    fresh = _remote_spec(home_pod, None)
+    spec = copy.deepcopy(offloaded)
+    for field in LIVE_POD_FIELDS:
+        if field in fresh:
+            spec[field] = fresh[field]
+        else:
+            spec.pop(field, None)
+    for kind in ("containers", "initContainers"):
+        by_name = {c.get("name"): c for c in fresh.get(kind) or []}
+        for container in spec.get(kind) or []:
+            now = by_name.get(container.get("name"))
+            if now is None:
+                continue
+            for field in LIVE_CONTAINER_FIELDS:
+                if field in now:
+                    container[field] = copy.deepcopy(now[field])
+                else:
+                    container.pop(field, None)
+    return spec
+
+
 def remote_pod_metadata(home_pod: dict[str, Any], *, home_cluster_id: str, foreign_cluster_id: str) -> dict[str, Any]:
     """Labels (plus origin and destination) and annotations; name and namespace are the caller's."""
     meta = home_pod.get("metadata") or {}
@@ -143,12 +172,14 @@ def remote_pod_metadata(home_pod: dict[str, Any], *, home_cluster_id: str, forei
     return {"labels": labels, "annotations": dict(meta.get("annotations") or {})}
 
 
-def nothing_to_tell(remote_status: dict[str, Any]) -> bool:
-    """A remote pod just created or scheduled: Pending, no container yet, every condition met.
+def nothing_to_tell(remote_status: dict[str, Any], home_status: dict[str, Any]) -> bool:
+    """A remote pod just created or scheduled (Pending, no container yet, every condition met)
+    while the home pod shows no more than a freshly scheduled pod.
 
-    The home pod shows as much already; reflecting it would cost a write per pod in a burst. A
-    pod the foreign scheduler cannot place (a False condition) or a container waiting on its
-    image (a container status) is news, and is reflected.
+    Reflecting it would cost a write per pod in a burst and tell nothing. A pod the foreign
+    scheduler cannot place (a False condition) or a container waiting on its image (a container
+    status) is news; so is anything the home pod shows that would have to go (a recreated remote
+    pod after a running one, a reason left by a back-off).
     """
     return (
         remote_status.get("phase", "Pending") == "Pending"
@@ -156,27 +187,92 @@ def nothing_to_tell(remote_status: dict[str, Any]) -> bool:
         and not remote_status.get("initContainerStatuses")
         and not remote_status.get("reason")
         and all(c.get("status") == "True" for c in remote_status.get("conditions") or [])
+        and home_status.get("phase", "Pending") == "Pending"
+        and not any(home_status.get(k) for k in ("containerStatuses", "initContainerStatuses", "podIP", "reason"))
     )
 
 
+# A pod's phase only moves forward (Pending -> Running -> Succeeded | Failed), as with a kubelet.
+PHASE_RANK = {"Pending": 0, "Unknown": 0, "Running": 1, "Succeeded": 2, "Failed": 2}
+TERMINAL_PHASES = ("Succeeded", "Failed")
+# Conditions the home control plane sets on the pod itself (eviction, preemption); they stay.
+HOME_CONDITIONS = ("DisruptionTarget",)
+# Status fields about the remote pod object itself, meaningless for the home one.
+REMOTE_ONLY_FIELDS = ("observedGeneration", "hostIP", "hostIPs", "podIP", "podIPs", "nominatedNodeName")
+CONTAINER_STATUS_KINDS = ("containerStatuses", "initContainerStatuses")
+
+
+def restart_counts(status: dict[str, Any]) -> dict[str, int]:
+    """Restarts per container (init containers included) that a pod status shows."""
+    return {
+        c["name"]: int(c.get("restartCount") or 0) for kind in CONTAINER_STATUS_KINDS for c in status.get(kind) or []
+    }
+
+
 def home_pod_status(
-    remote_status: dict[str, Any], *, pod_cidr_mapping: CidrMapping | None, host_ip: str, recreations: int
+    remote_status: dict[str, Any],
+    *,
+    home_status: dict[str, Any] | None = None,
+    pod_cidr_mapping: CidrMapping | None,
+    host_ip: str,
+    recreations: int,
+    previous_restarts: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The home pod's status from the remote one: IPs remapped, restarts include recreations."""
+    """The home pod's whole status from the remote one (seed 002): what the remote lacks is absent.
+
+    IPs are remapped and hostIP is the virtual kubelet's; restarts add those of the remote pods
+    this one replaced, recreations included (`previous_restarts` per container, else one per
+    recreation), and never go below what the home pod shows; the phase never goes backwards; a
+    container the home pod showed stays listed (waiting) while a recreated remote pod has none.
+    """
+    home = home_status or {}
 
     def ip(value: str) -> str:
         return pod_cidr_mapping.translate(value) if pod_cidr_mapping else value
 
     status: dict[str, Any] = {
-        key: copy.deepcopy(remote_status[key])
-        for key in ("phase", "conditions", "message", "reason", "startTime", "qosClass")
-        if key in remote_status
+        key: copy.deepcopy(value)
+        for key, value in remote_status.items()
+        if key not in REMOTE_ONLY_FIELDS and key not in CONTAINER_STATUS_KINDS
     }
-    for key in ("containerStatuses", "initContainerStatuses"):
-        if key in remote_status:
-            status[key] = [
-                {**c, "restartCount": int(c.get("restartCount") or 0) + recreations} for c in remote_status[key]
-            ]
+    phase = remote_status.get("phase", "Pending")
+    if PHASE_RANK.get(home.get("phase", "Pending"), 0) > PHASE_RANK.get(phase, 0):
+        status["phase"] = home["phase"]
+    conditions = [{k: v for k, v in c.items() if k != "observedGeneration"} for c in status.get("conditions") or []]
+    remote_types = {c.get("type") for c in conditions}
+    conditions += [
+        c
+        for c in home.get("conditions") or []
+        if c.get("type") in HOME_CONDITIONS and c.get("type") not in remote_types
+    ]
+    if conditions:
+        status["conditions"] = conditions
+    else:
+        status.pop("conditions", None)
+
+    shown = restart_counts(home)
+    before = previous_restarts or {}
+    for kind in CONTAINER_STATUS_KINDS:
+        remote = {c["name"]: c for c in remote_status.get(kind) or []}
+        entries = []
+        for name, container in remote.items():
+            count = before.get(name, recreations) + int(container.get("restartCount") or 0)
+            entries.append({**copy.deepcopy(container), "restartCount": max(count, shown.get(name, 0))})
+        for container in home.get(kind) or []:
+            if container["name"] not in remote:  # a recreated remote pod without containers yet
+                entries.append(
+                    {
+                        "name": container["name"],
+                        "image": container.get("image", ""),
+                        "imageID": "",
+                        "ready": False,
+                        "started": False,
+                        "restartCount": max(before.get(container["name"], recreations), shown[container["name"]]),
+                        "state": {"waiting": {"reason": "ContainerCreating"}},
+                    }
+                )
+        if entries:
+            status[kind] = entries
     if remote_status.get("podIP"):
         status["podIP"] = ip(remote_status["podIP"])
         status["podIPs"] = [{"ip": ip(entry["ip"])} for entry in remote_status.get("podIPs") or []] or [
@@ -185,3 +281,18 @@ def home_pod_status(
     status["hostIP"] = host_ip
     status["hostIPs"] = [{"ip": host_ip}]
     return status
+
+
+def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) turning `current` into `desired`: keys that must go are
+    null, maps recurse, anything else (lists included) is replaced. Empty when equal."""
+    patch: dict[str, Any] = {key: None for key in current if key not in desired}
+    for key, value in desired.items():
+        old = current.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            nested = merge_patch(old, value)
+            if nested:
+                patch[key] = nested
+        elif key not in current or old != value:
+            patch[key] = copy.deepcopy(value)
+    return patch

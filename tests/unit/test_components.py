@@ -107,6 +107,20 @@ def test_external_mode_scales_runtime_deployments_to_zero(mocks: RecordingMocks)
     assert {d["spec"]["replicas"] for d in deployments} == {0}
 
 
+def test_the_virtual_kubelet_announces_its_pod_ip_as_node_address(mocks: RecordingMocks) -> None:
+    """Seed 002: the offloaded pods' hostIP is the virtual kubelet pod's IP (downward API)."""
+    run_program()
+
+    [deployment] = [
+        m
+        for m in mocks.in_cluster("home")
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == "liqo-virtual-kubelet-foreign-1"
+    ]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--node-address=$(POD_IP)" in container["args"]
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in container["env"]
+
+
 def test_virtual_node_carries_the_resolved_config(mocks: RecordingMocks) -> None:
     run_program()
 

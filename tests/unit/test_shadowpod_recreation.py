@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from lightkube.resources.core_v1 import Pod
 
-from runtime.controllers.shadowpod import ShadowPodController
+from runtime.controllers.shadowpod import ShadowPodController, applied, applied_hash
 from runtime.kube.resources import ShadowPodResource
 
 KEY = "twin/p"
@@ -113,9 +113,10 @@ def test_the_pod_is_recorded_once_it_runs_and_a_new_uid_counts_as_a_recreation()
         await agent.reconcile(KEY)
         return patches
 
+    carried = applied(shadow(), applied_hash(shadow()))  # the pod matches its ShadowPod: recorded with the status
     assert asyncio.run(scenario()) == [
-        {"podUID": "first", "phase": "Running"},
-        {"podUID": "second", "recreations": 3},
+        {"podUID": "first", "phase": "Running", **carried},
+        {"podUID": "second", "recreations": 3, "previousRestarts": {"c": 3}, **carried},
     ]
 
 

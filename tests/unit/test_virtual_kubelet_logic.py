@@ -65,7 +65,10 @@ def test_remote_spec_drops_home_scheduling_host_namespaces_and_the_home_token() 
     assert "runtimeClassName" not in spec and "serviceAccountName" not in spec
     assert spec["hostNetwork"] is False and spec["hostPID"] is False and spec["hostIPC"] is False
     assert spec["automountServiceAccountToken"] is False
-    assert spec["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+    assert spec["tolerations"] == [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "tolerationSeconds": 300},
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+    ], "verbatim, but the virtual node's"
     assert [v["name"] for v in spec["volumes"]] == ["data"]
     assert spec["containers"][0]["volumeMounts"] == [{"name": "data"}]
     assert spec["initContainers"][0]["volumeMounts"] == []
@@ -185,4 +188,4 @@ def test_a_resource_rounded_to_zero_shows_as_a_condition() -> None:
     ],
 )
 def test_a_just_created_remote_pod_is_not_news_for_the_home_pod(remote_status: dict[str, Any], silent: bool) -> None:
-    assert nothing_to_tell(remote_status) is silent
+    assert nothing_to_tell(remote_status, {"phase": "Pending"}) is silent
