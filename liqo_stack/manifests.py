@@ -158,6 +158,10 @@ def virtual_node(spec: VirtualNodeSpec) -> Manifest:
     vn.metadata.labels = {**_labels("virtual-node"), names.REMOTE_CLUSTER_ID_LABEL: spec.cluster_id}
     wire = vn.to_wire()
     wire["spec"]["labels"] = virtual_node_labels(spec.cluster_id, spec.labels)
+    if not wire["spec"].get("fixedResources"):
+        # Left out, not sent empty: server-side apply turns a map emptied by the apply into null,
+        # which the schema rejects (kubernetes/kubernetes#104694), so the last entry could not go.
+        wire["spec"].pop("fixedResources", None)
     return wire
 
 

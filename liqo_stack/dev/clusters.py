@@ -14,7 +14,10 @@ import math
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -405,10 +408,12 @@ class DevEnvironment:
         deadline = time.monotonic() + timeout
         while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
+        holds = {component: _PortHold(_secure_port(command)) for component, command in commands.items()}
         try:
             yield
         finally:
             for component, command in commands.items():
+                holds[component].release()
                 self._relaunch(cluster_dir, component, command)
             deadline = time.monotonic() + timeout
             while not self._is_ready(cluster_id):
@@ -439,6 +444,54 @@ class DevEnvironment:
         lines.append(f"export KUBECONFIG={_quote(self.merged_kubeconfig)}")
         lines.append(f'export PATH={_quote(self.bin_dir)}:"$PATH"')
         return lines
+
+
+def _secure_port(command: list[str]) -> int | None:
+    for i, arg in enumerate(command):
+        if arg.startswith("--secure-port="):
+            return int(arg.split("=", 1)[1])
+        if arg == "--secure-port" and i + 1 < len(command):
+            return int(command[i + 1])
+    return None
+
+
+class _PortHold:
+    """Keeps a stopped component's port from being taken meanwhile: kwokctl picks ports that are
+    free at the time, so a cluster created during the outage (another test session on the same
+    machine) could take it and the component could not come back. Connections are reset at once,
+    as a port nobody listens on refuses them."""
+
+    def __init__(self, port: int | None) -> None:
+        self._sock: socket.socket | None = None
+        if port is None:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the killed server's TIME_WAITs
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen(16)
+        except OSError:
+            sock.close()  # taken already: nothing to keep
+            return
+        self._sock = sock
+        threading.Thread(target=self._refuse, args=(sock,), name=f"hold-{port}", daemon=True).start()
+
+    @staticmethod
+    def _refuse(sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return  # released
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no TIME_WAIT
+            conn.close()
+
+    def release(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.close()
+            self._sock = None
 
 
 def _alive(pid: int) -> bool:

@@ -37,6 +37,10 @@ ALLOW_REFLECTION_ANNOTATION: Final = "liqo.io/allow-reflection"
 ANTI_AFFINITY_PRESET_ANNOTATION: Final = "liqo.io/anti-affinity-preset"
 ANTI_AFFINITY_LABELS_ANNOTATION: Final = "liqo.io/anti-affinity-labels"
 FORCE_REMOTE_NODE_PORT_ANNOTATION: Final = "liqo.io/force-remote-node-port"
+# On a virtual Node: the label keys and taints its virtual kubelet declared, so that what leaves the
+# VirtualNode leaves the Node while labels and taints of anyone else (administrators, the node
+# lifecycle controller) stay.
+VIRTUAL_NODE_APPLIED_ANNOTATION: Final = "liqo.io/virtual-node-applied"
 
 # -- Taints, RuntimeClass -------------------------------------------------------------------
 VIRTUAL_NODE_TAINT_KEY: Final = "virtual-node.liqo.io/not-allowed"

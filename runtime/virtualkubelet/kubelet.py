@@ -17,11 +17,9 @@ from runtime.api import VirtualNodeSpec, names
 from runtime.kube import EngineMetrics, Event, Informer, WorkQueue
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
 from runtime.reflection import Reflection
-from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
+from runtime.virtualkubelet.node import FIELD_MANAGER, NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.translation import CidrMapping
-
-FIELD_MANAGER = "liqo-virtual-kubelet"
 
 
 async def foreign_client(home: AsyncClient, foreign_cluster_id: str) -> AsyncClient:
@@ -108,18 +106,32 @@ class VirtualKubelet:
                 self.pods.queue.add(key)
 
     async def run(self) -> None:
-        """Informers first; once all are synced, the node and pod queues, lease and health check."""
+        """The node side as soon as the home informers it reads are synced, then the pods.
+
+        The Node, its Lease and the health check need only the home cluster, so a foreign cluster
+        that is down when this process starts shows as a NotReady node (the standard taint-based
+        eviction then applies), not as a kubelet gone silent whose node turns Unknown when its
+        Lease expires. Pods start on the home informers too: each waits for its own twin
+        namespace's foreign informers, and a deletion at home is never held by another cluster.
+        """
         tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
         queues: list[WorkQueue] = [self.node.queue, self.pods.queue]
         try:
-            for informer in self.informers:
+            for informer in (self.virtual_nodes, *self.node.informers):
                 await informer.synced.wait()
-            for queue in queues:
-                queue.start()
+            self.node.resume_health()
+            self.node.queue.start()
             self.node.queue.add(self.node.node_name)
+            tasks += [
+                asyncio.create_task(self.node.keep_lease()),
+                asyncio.create_task(self.node.check_health()),
+                asyncio.create_task(self._capacity_once_advertised()),
+            ]
+            for informer in (self.offloadings, *self.pods.informers):
+                await informer.synced.wait()
+            self.pods.queue.start()
             self.reflection.start()
             self.synced.set()
-            tasks += [asyncio.create_task(self.node.keep_lease()), asyncio.create_task(self.node.check_health())]
             await asyncio.gather(*tasks)
         finally:
             for task in tasks:
@@ -128,3 +140,9 @@ class VirtualKubelet:
             for queue in queues:
                 await queue.shutdown()
             await self.reflection.stop()
+
+    async def _capacity_once_advertised(self) -> None:
+        """Until the foreign advertisement is known the Node keeps the capacity it shows; once
+        known (even as nothing) the Node is brought to it."""
+        await self.advertisements.synced.wait()
+        self.node.queue.add(self.node.node_name)

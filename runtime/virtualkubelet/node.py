@@ -2,17 +2,26 @@
 
 Labels and taints come from the VirtualNode; capacity and allocatable are the foreign cluster's
 advertisement x the sharing percentage (fixed amounts win; a count that rounds to zero shows as
-the ResourcesRoundedToZero condition). A health check reads the foreign API server every
-interval; after `failure_threshold` failures in a row the node turns Ready=False, so the standard
-taint-based eviction applies, and Ready again at the first success. The Node is written only when
-what it shows changes; the Lease is the heartbeat.
+the ResourcesRoundedToZero condition). The Node shows exactly that: a label, taint or resource
+that leaves the declaration or the advertisement leaves the Node, while labels and taints others
+put there (administrators, the node lifecycle controller) stay. Labels and taints are applied
+server-side with the virtual kubelet's field manager, and an annotation records which taints were
+ours (SSA treats the taint list as one atomic value); capacity and allocatable are replaced whole.
+
+A health check reads the foreign API server every interval; after `failure_threshold` failures in
+a row the node turns Ready=False, so the standard taint-based eviction applies, and Ready again at
+the first success. It needs only the home cluster to run: a virtual kubelet started while its
+foreign cluster is down still keeps its Lease and turns its Node NotReady. The Node is written only
+when what it shows changes; the Lease is the heartbeat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -27,10 +36,12 @@ from runtime.kube.resources import ResourceAdvertisementResource
 
 log = logging.getLogger(__name__)
 
+FIELD_MANAGER = "liqo-virtual-kubelet"
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40  # renewed every quarter, as the kubelet does
 NODE_ADDRESS = "127.0.0.1"  # default of the virtual kubelet's own address (--node-address): external mode
 KUBELET_PORT = 10250
+UNREACHABLE_REASON = "ForeignClusterUnreachable"
 PRESSURE_CONDITIONS = {
     "MemoryPressure": "KubeletHasSufficientMemory",
     "DiskPressure": "KubeletHasNoDiskPressure",
@@ -53,7 +64,7 @@ def node_conditions(healthy: bool, failures: int, rounded_to_zero: list[str]) ->
         if healthy
         else {
             "status": "False",
-            "reason": "ForeignClusterUnreachable",
+            "reason": UNREACHABLE_REASON,
             "message": f"the foreign API server failed {failures} health checks in a row",
         }
     )
@@ -90,6 +101,86 @@ def with_times(old: list[dict[str, Any]], new: list[dict[str, str]]) -> list[dic
         else:
             merged.append({**condition, "lastHeartbeatTime": now(), "lastTransitionTime": now()})
     return merged
+
+
+def _taint_identity(taint: Mapping[str, Any]) -> tuple[str, str]:
+    return str(taint.get("key")), str(taint.get("effect"))
+
+
+def _canonical(items: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(item, sort_keys=True) for item in items)
+
+
+def applied_record(labels: Mapping[str, str], taints: list[dict[str, Any]]) -> str:
+    return json.dumps({"labels": sorted(labels), "taints": taints}, sort_keys=True, separators=(",", ":"))
+
+
+def previously_applied_taints(annotations: Mapping[str, str]) -> list[dict[str, Any]]:
+    try:
+        record = json.loads(annotations.get(names.VIRTUAL_NODE_APPLIED_ANNOTATION) or "{}")
+        taints = record.get("taints") if isinstance(record, dict) else None
+    except ValueError:  # edited by hand: take back nothing rather than guess
+        return []
+    return [t for t in taints or [] if isinstance(t, dict)]
+
+
+def node_apply(
+    name: str, labels: dict[str, str], taints: list[dict[str, Any]], live: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The Node's metadata and spec as the virtual kubelet applies them, or None if already shown.
+
+    Labels: server-side apply drops a label this field manager stops applying, unless another
+    manager (an administrator's `kubectl label`) set it too. Taints: SSA sees the list as one value,
+    so the applied list is ours plus the live taints of others, without those we applied before
+    (the annotation's record) and no longer declare. On an existing Node the apply carries its
+    resourceVersion, so a taint the node lifecycle controller added meanwhile is never overwritten.
+    """
+    live_meta = (live or {}).get("metadata") or {}
+    live_annotations = live_meta.get("annotations") or {}
+    live_taints = ((live or {}).get("spec") or {}).get("taints") or []
+    ours = {_taint_identity(t) for t in [*taints, *previously_applied_taints(live_annotations)]}
+    merged = taints + [t for t in live_taints if _taint_identity(t) not in ours]
+    record = applied_record(labels, taints)
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": labels,
+        "annotations": {names.VIRTUAL_NODE_APPLIED_ANNOTATION: record},
+    }
+    if live is not None:
+        live_labels = live_meta.get("labels") or {}
+        if (
+            all(live_labels.get(k) == v for k, v in labels.items())
+            and live_annotations.get(names.VIRTUAL_NODE_APPLIED_ANNOTATION) == record
+            and _canonical(merged) == _canonical(live_taints)
+        ):
+            return None
+        metadata["resourceVersion"] = live_meta.get("resourceVersion")
+    return {"apiVersion": "v1", "kind": "Node", "metadata": metadata, "spec": {"taints": merged}}
+
+
+REPLACED_WHOLE = ("capacity", "allocatable")
+
+
+def status_patch(desired: dict[str, Any], live: dict[str, Any]) -> dict[str, Any] | None:
+    """A merge patch of the Node's status to `desired`, or None if it shows that already.
+
+    A merge keeps the keys it does not name, so capacity and allocatable name the resources that
+    left (null removes them): a resource gone from the advertisement or from fixedResources must
+    not stay schedulable.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in desired.items():
+        if live.get(key) == value:
+            continue
+        if key in REPLACED_WHOLE and isinstance(value, dict):
+            value = {**{k: None for k in live.get(key) or {} if k not in value}, **value}
+        patch[key] = value
+    return patch or None
+
+
+def ready_condition(node: Any) -> dict[str, Any] | None:
+    conditions = (node.to_dict().get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Ready"), None)
 
 
 class VirtualNodeController:
@@ -173,28 +264,26 @@ class VirtualNodeController:
             return  # no VirtualNode (yet, or unpeered): nothing to stand for
         body, status = self.desired(spec)
         current = self.nodes.store.get(self.node_name)
-        if current is None:
-            status["conditions"] = with_times([], status["conditions"])
-            try:
-                await self.home.create(Node.from_dict({**body, "status": status}))  # type: ignore[call-overload]
-            except ApiError as err:
-                if err.status.code != 409:
-                    raise
-            return
-        live = current.to_dict()
-        meta_changed = any(
-            (live["metadata"].get("labels") or {}).get(k) != v for k, v in body["metadata"]["labels"].items()
-        )
-        ours = {(t["key"], t.get("effect")) for t in body["spec"]["taints"]}
-        others = [t for t in (live.get("spec") or {}).get("taints") or [] if (t["key"], t.get("effect")) not in ours]
-        taints = body["spec"]["taints"] + others  # the node lifecycle controller's taints stay
-        if meta_changed or sorted(map(str, taints)) != sorted(map(str, (live.get("spec") or {}).get("taints") or [])):
-            patch = {"metadata": {"labels": body["metadata"]["labels"]}, "spec": {"taints": taints}}
-            await self.home.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
-        old = live.get("status") or {}
+        live = current.to_dict() if current is not None else None
+        old = (live or {}).get("status") or {}
+        if not self.advertisements.synced.is_set():
+            # The foreign cluster not heard from since this process started: what it offers is
+            # unknown, not zero. Keep what the Node shows rather than wipe it.
+            status.pop("capacity")
+            status.pop("allocatable")
+            zeroed = next((c for c in old.get("conditions") or [] if c.get("type") == "ResourcesRoundedToZero"), None)
+            if zeroed is not None:
+                status["conditions"] = [c if c["type"] != zeroed["type"] else zeroed for c in status["conditions"]]
+        labels, taints = body["metadata"]["labels"], body["spec"]["taints"]
+        applied = node_apply(self.node_name, labels, taints, live)
+        if applied is not None:
+            node = await self.home.apply(Node.from_dict(applied), field_manager=FIELD_MANAGER, force=True)  # type: ignore[call-overload]
+            if live is None:  # just created: its status is what the apply returned
+                old = node.to_dict().get("status") or {}
         status["conditions"] = with_times(old.get("conditions") or [], status["conditions"])
-        if any(old.get(k) != v for k, v in status.items()):
-            await self.home.patch(Node.Status, self.node_name, {"status": status}, patch_type=PatchType.MERGE)
+        patch = status_patch(status, old)
+        if patch is not None:
+            await self.home.patch(Node.Status, self.node_name, {"status": patch}, patch_type=PatchType.MERGE)
 
     # -- heartbeat and health ---------------------------------------------------------------
     async def keep_lease(self) -> None:
@@ -220,6 +309,17 @@ class VirtualNodeController:
             owner = {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": node.metadata.uid}
             meta = {"name": self.node_name, "namespace": LEASE_NAMESPACE, "ownerReferences": [owner]}
             await self.home.create(Lease.from_dict({"metadata": meta, "spec": spec}))  # type: ignore[call-overload]
+
+    def resume_health(self) -> None:
+        """Start from the health the Node shows: a restart during an outage keeps it NotReady until a
+        check succeeds, rather than turning it Ready for `failure_threshold` checks (which would lift
+        the not-ready taint and restart every pod's tolerationSeconds)."""
+        node = self.nodes.store.get(self.node_name)
+        ready = ready_condition(node) if node is not None else None
+        if ready and ready.get("status") == "False" and ready.get("reason") == UNREACHABLE_REASON:
+            spec = self.spec()
+            self.healthy = False
+            self.failures = spec.health_check.failure_threshold if spec else 3
 
     async def check_health(self) -> None:
         tenant = names.tenant_namespace(self.home_cluster_id)

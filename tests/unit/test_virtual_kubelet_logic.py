@@ -11,7 +11,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from runtime.api import names
 from runtime.controllers.advertisement import available_for
-from runtime.virtualkubelet.node import node_conditions
+from runtime.virtualkubelet.node import node_apply, node_conditions, status_patch
 from runtime.virtualkubelet.translation import (
     CidrMapping,
     TranslationError,
@@ -189,3 +189,63 @@ def test_a_resource_rounded_to_zero_shows_as_a_condition() -> None:
 )
 def test_a_just_created_remote_pod_is_not_news_for_the_home_pod(remote_status: dict[str, Any], silent: bool) -> None:
     assert nothing_to_tell(remote_status, {"phase": "Pending"}) is silent
+
+
+OUR_TAINT = {"key": names.VIRTUAL_NODE_TAINT_KEY, "value": "true", "effect": "NoExecute"}
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": "2026-11-23T09:00:00Z"}
+
+
+def live_node(
+    applied: dict[str, Any] | None, *, labels: dict[str, str], taints: list[dict[str, Any]]
+) -> dict[str, Any]:
+    annotations = dict((applied or {}).get("metadata", {}).get("annotations") or {})
+    return {
+        "metadata": {"name": "liqo-f", "resourceVersion": "7", "labels": labels, "annotations": annotations},
+        "spec": {"taints": taints},
+    }
+
+
+def test_the_node_sheds_labels_and_taints_that_leave_the_virtual_node_and_keeps_everyone_elses() -> None:
+    declared = {"region": "europe", "zone": "a"}
+    gpu = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+    first = node_apply("liqo-f", declared, [OUR_TAINT, gpu], None)
+    assert first is not None and "resourceVersion" not in first["metadata"], "a new Node: created by the apply"
+    admin = {"key": "maintenance", "effect": "NoSchedule"}
+    live = live_node(first, labels={**declared, "team": "ops"}, taints=[OUR_TAINT, gpu, admin, NOT_READY])
+    assert node_apply("liqo-f", declared, [OUR_TAINT, gpu], live) is None, "nothing changed: no write"
+
+    shrunk = node_apply("liqo-f", {"region": "europe"}, [OUR_TAINT], live)
+    assert shrunk is not None
+    assert shrunk["metadata"]["labels"] == {"region": "europe"}, "SSA drops what this manager stops applying"
+    assert shrunk["metadata"]["resourceVersion"] == "7", "never overwrite a taint added meanwhile"
+    assert shrunk["spec"]["taints"] == [OUR_TAINT, admin, NOT_READY], "the gpu taint goes, the others' stay"
+    after = live_node(shrunk, labels={"region": "europe", "team": "ops"}, taints=shrunk["spec"]["taints"])
+    assert node_apply("liqo-f", {"region": "europe"}, [OUR_TAINT], after) is None, "and then it is quiet"
+
+    # an administrator removed one of ours: put back; an edited record: nothing of the others taken
+    stripped = live_node(first, labels={"zone": "a"}, taints=[gpu])
+    restored = node_apply("liqo-f", declared, [OUR_TAINT, gpu], stripped)
+    assert restored is not None and restored["spec"]["taints"] == [OUR_TAINT, gpu]
+    garbled = live_node(first, labels=declared, taints=[OUR_TAINT, gpu, admin])
+    garbled["metadata"]["annotations"] = {names.VIRTUAL_NODE_APPLIED_ANNOTATION: "{not json"}
+    repaired = node_apply("liqo-f", declared, [OUR_TAINT], garbled)
+    assert repaired is not None and repaired["spec"]["taints"] == [OUR_TAINT, gpu, admin]
+
+
+def test_capacity_and_allocatable_are_replaced_whole() -> None:
+    live = {
+        "capacity": {"cpu": "9", "memory": "10", "nvidia.com/gpu": "2"},
+        "allocatable": {"cpu": "9", "memory": "10", "nvidia.com/gpu": "2"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    desired = {"capacity": {"cpu": "9", "memory": "10"}, "allocatable": {"cpu": "9", "memory": "10"}}
+    patch = status_patch({**desired, "conditions": live["conditions"]}, live)
+    assert patch == {
+        "capacity": {"cpu": "9", "memory": "10", "nvidia.com/gpu": None},
+        "allocatable": {"cpu": "9", "memory": "10", "nvidia.com/gpu": None},
+    }
+    assert status_patch({"capacity": {}, "allocatable": {}}, live) == {
+        "capacity": {"cpu": None, "memory": None, "nvidia.com/gpu": None},
+        "allocatable": {"cpu": None, "memory": None, "nvidia.com/gpu": None},
+    }, "every foreign node cordoned: nothing left to schedule on"
+    assert status_patch({**live}, live) is None

@@ -1,0 +1,344 @@
+"""A virtual node over its life: it shows exactly what is declared and advertised, follows run-time
+changes, and an unreachable foreign cluster is a NotReady node, with the standard taint-based eviction.
+
+Declared changes go the user's way: the stack config changed, then `pulumi up`. Capacity follows
+seed 004: the share of what the foreign cluster has free, so it shrinks when the foreign cluster's
+own pods consume and loses a resource the cluster stops offering. The `installed` stack checks the
+foreign API server every 2 s and gives up after 2 failures.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any, cast
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.utils.quantity import parse_quantity
+from pulumi import automation as auto
+
+from liqo_stack.dev.clusters import DevEnvironment, NodeShape, fake_node_manifest
+from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from liqo_stack.dev.workloads import apply_deployment, example_deployment
+from runtime.api import names
+from runtime.api.plan import shared_resources
+from runtime.kube.resources import ResourceAdvertisementResource
+from tests.e2e.harness import VIRTUAL_NODES, all_running, deploy_running, home_pods, node_ready, remote_pod, wait_until
+
+pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+
+HEALTH_CHECK_INTERVAL, FAILURE_THRESHOLD = 2, 2  # as the `installed` stack configures them
+NOT_READY_BOUND = HEALTH_CHECK_INTERVAL * (FAILURE_THRESHOLD + 1) + 5  # a check's own timeout, and the write
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def node_of(home: Client, cluster_id: str) -> Any:
+    return home.get(Node, VIRTUAL_NODES[cluster_id])
+
+
+def labels_of(home: Client, cluster_id: str) -> dict[str, str]:
+    return dict(node_of(home, cluster_id).metadata.labels or {})
+
+
+def taints_of(home: Client, cluster_id: str) -> set[tuple[str, str | None, str]]:
+    return {(t.key, t.value, t.effect) for t in node_of(home, cluster_id).spec.taints or []}
+
+
+def capacity_of(home: Client, cluster_id: str) -> dict[str, str]:
+    status = node_of(home, cluster_id).status
+    assert dict(status.capacity or {}) == dict(status.allocatable or {})
+    return dict(status.capacity or {})
+
+
+def advertised(foreign: Client, cluster_id: str) -> dict[str, str]:
+    found = foreign.get(ResourceAdvertisementResource, cluster_id, namespace=names.tenant_namespace("home"))
+    return dict((found.get("spec") or {}).get("resources") or {})
+
+
+def expected_capacity(
+    foreign: Client, cluster_id: str, percentage: int = 90, fixed: dict[str, str] | None = None
+) -> dict[str, str]:
+    return shared_resources(advertised(foreign, cluster_id), percentage, fixed).capacity
+
+
+def ready_condition(home: Client, cluster_id: str) -> Any:
+    conditions = node_of(home, cluster_id).status.conditions or []
+    return next(c for c in conditions if c.type == "Ready")
+
+
+def liqo_config(stack: auto.Stack) -> dict[str, Any]:
+    return {k.split(":", 1)[1]: json.loads(v.value) for k, v in stack.get_all_config().items() if k.startswith("liqo:")}
+
+
+def stack_up(stack: auto.Stack, config: dict[str, Any]) -> None:
+    PulumiEnvironment.set_liqo_config(stack, config)
+    stack.up(on_output=print)
+
+
+def edit_node(
+    home: Client,
+    node_name: str,
+    taints: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    labels: dict[str, str | None] | None = None,
+) -> None:
+    """What `kubectl taint|label node` does: read, change, write back unless someone wrote meanwhile."""
+    for _ in range(10):
+        node: Any = home.get(Node, node_name)
+        metadata = {"resourceVersion": node.metadata.resourceVersion, "labels": labels or {}}
+        patch = {"metadata": metadata, "spec": {"taints": taints([t.to_dict() for t in node.spec.taints or []])}}
+        try:
+            home.patch(Node, node_name, patch)
+            return
+        except ApiError as err:
+            if err.status.code != 409:
+                raise
+    raise AssertionError(f"{node_name}: the edit conflicted 10 times in a row")
+
+
+@pytest.fixture
+def declared_again(installed: auto.Stack) -> Iterator[dict[str, Any]]:
+    """The stack's config, given back after the test whatever it changed."""
+    config = liqo_config(installed)
+    try:
+        yield json.loads(json.dumps(config))
+    finally:
+        if liqo_config(installed) != config:
+            stack_up(installed, config)
+
+
+# -- what the Node shows ----------------------------------------------------------------------
+def test_the_node_shows_exactly_what_is_declared_and_follows_the_sharing_percentage_at_run_time(
+    offloaded: str, home: Client, foreign: dict[str, Client], installed: auto.Stack, declared_again: dict[str, Any]
+) -> None:
+    base = declared_again
+    assert expected_capacity(foreign["foreign-1"], "foreign-1") == capacity_of(home, "foreign-1")
+
+    changed = json.loads(json.dumps(base))
+    first = changed["foreignClusters"][0]
+    assert first["clusterId"] == "foreign-1"
+    first["labels"] = {**first.get("labels", {}), "tier": "gold"}
+    first["taints"] = [{"key": "example.com/dedicated", "value": "batch", "effect": "PreferNoSchedule"}]
+    first["fixedResources"] = {"example.com/dongle": "3"}
+    first["sharingPercentage"] = 50
+    stack_up(installed, changed)
+    dedicated = ("example.com/dedicated", "batch", "PreferNoSchedule")
+    fixed = {"example.com/dongle": "3"}
+    wait_until(
+        lambda: (
+            labels_of(home, "foreign-1").get("tier") == "gold"
+            and dedicated in taints_of(home, "foreign-1")
+            and capacity_of(home, "foreign-1") == expected_capacity(foreign["foreign-1"], "foreign-1", 50, fixed)
+        ),
+        30,
+        "liqo-foreign-1 with the new label, taint, fixed resource and a 50% share",
+    )
+
+    # what a home administrator adds is theirs: it stays whatever the stack declares
+    admin_taint = {"key": "example.com/maintenance", "effect": "NoSchedule"}
+    edit_node(home, VIRTUAL_NODES["foreign-1"], lambda taints: [*taints, admin_taint], labels={"owner": "ops"})
+    try:
+        stack_up(installed, base)
+        wait_until(
+            lambda: (
+                "tier" not in labels_of(home, "foreign-1")
+                and dedicated not in taints_of(home, "foreign-1")
+                and capacity_of(home, "foreign-1") == expected_capacity(foreign["foreign-1"], "foreign-1")
+            ),
+            30,
+            "liqo-foreign-1 without the label, taint and fixed resource taken out, back to a 90% share",
+        )
+        assert labels_of(home, "foreign-1")["owner"] == "ops"
+        assert ("example.com/maintenance", None, "NoSchedule") in taints_of(home, "foreign-1")
+        assert (names.VIRTUAL_NODE_TAINT_KEY, "true", "NoExecute") in taints_of(home, "foreign-1")
+        assert labels_of(home, "foreign-1")["region"] == "europe"
+        # and, nothing changing, the virtual kubelet writes nothing (its Lease apart)
+        version = node_of(home, "foreign-1").metadata.resourceVersion
+        time.sleep(3 * HEALTH_CHECK_INTERVAL)
+        assert node_of(home, "foreign-1").metadata.resourceVersion == version
+    finally:
+        key = admin_taint["key"]
+        edit_node(
+            home, VIRTUAL_NODES["foreign-1"], lambda ts: [t for t in ts if t["key"] != key], labels={"owner": None}
+        )
+
+
+def test_a_resource_that_leaves_the_advertisement_leaves_the_node(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    cluster = foreign["foreign-1"]
+    gpu_node = fake_node_manifest("foreign-1", 7, NodeShape(cpu="8", memory="32Gi", gpus=4))
+    gpu_name = cast(Any, gpu_node["metadata"])["name"]
+    cluster.create(cast(Node, Node.from_dict(gpu_node)))
+    try:
+        wait_until(lambda: capacity_of(home, "foreign-1").get("nvidia.com/gpu") == "3", 30, "90% of 4 GPUs: 3")
+    finally:
+        cluster.delete(Node, gpu_name)
+    wait_until(
+        lambda: (
+            capacity_of(home, "foreign-1") == expected_capacity(cluster, "foreign-1")
+            and "nvidia.com/gpu" not in capacity_of(home, "foreign-1")
+        ),
+        30,
+        "the GPUs gone with their node",
+    )
+
+    # every foreign node cordoned: nothing is offered, nothing can be scheduled there
+    workers = [n.metadata.name for n in cluster.list(Node) if n.metadata and n.metadata.name]
+    try:
+        for name in workers:
+            cluster.patch(Node, name, {"spec": {"unschedulable": True}})
+        wait_until(lambda: capacity_of(home, "foreign-1") == {}, 30, "liqo-foreign-1 without any capacity")
+    finally:
+        for name in workers:
+            cluster.patch(Node, name, {"spec": {"unschedulable": None}})
+    wait_until(
+        lambda: (c := capacity_of(home, "foreign-1")) and c == expected_capacity(cluster, "foreign-1"),
+        30,
+        "liqo-foreign-1 capacity back with its nodes",
+    )
+
+
+def test_remote_pods_consume_and_the_node_shrinks(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
+    """Seed 004: the foreign cluster's own pods take 4 cpu: the virtual node loses 90% of them."""
+    cluster = foreign["foreign-1"]
+    before = {r: parse_quantity(q) or Decimal(0) for r, q in capacity_of(home, "foreign-1").items()}
+    namespace = "local-work"
+    cluster.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    consumer = example_deployment("consumer", namespace, 1).to_dict()
+    requests = {"cpu": "4", "memory": "8Gi"}
+    consumer["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": requests}
+    apply_deployment(cluster, cast(Deployment, Deployment.from_dict(consumer)))
+
+    def shrunk_by(share: Decimal) -> bool:
+        now = {r: parse_quantity(q) or Decimal(0) for r, q in capacity_of(home, "foreign-1").items()}
+        consumed = {"cpu": Decimal(4), "memory": Decimal(8 * 2**30), "pods": Decimal(1)}
+        return all(abs(before[r] - share * consumed[r] - now[r]) < 1 for r in consumed)
+
+    try:
+        wait_until(lambda: shrunk_by(Decimal("0.9")), 60, "liqo-foreign-1 smaller by 90% of the foreign pod's requests")
+    finally:
+        cluster.delete(Namespace, namespace)
+    wait_until(lambda: shrunk_by(Decimal(0)), 60, "liqo-foreign-1 back to its size once the foreign pod is gone")
+
+
+# -- an unreachable foreign cluster -------------------------------------------------------------
+def tolerating(name: str, namespace: str, replicas: int, seconds: int) -> Deployment:
+    manifest = example_deployment(name, namespace, replicas).to_dict()
+    manifest["spec"]["template"]["spec"]["tolerations"] = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ]
+    return cast(Deployment, Deployment.from_dict(manifest))
+
+
+def test_taint_based_eviction_after_not_ready_with_a_short_toleration(
+    offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    """Seed 000: a NotReady virtual node triggers the standard eviction by the pods' tolerations."""
+    apply_deployment(home, tolerating("short-lived", offloaded, 4, 5))
+    running: list[Any] = wait_until(lambda: all_running(home, offloaded, "short-lived", 4), 90, "4 pods Running")
+    doomed = {p.metadata.name for p in running if p.spec.nodeName == VIRTUAL_NODES["foreign-2"]}
+    assert doomed, "the scheduler spreads 4 pods over both virtual nodes"
+    twin = f"{offloaded}-home"
+    with dev_env.api_server_stopped("foreign-2"):
+        stopped = time.monotonic()
+        wait_until(lambda: not node_ready(home, VIRTUAL_NODES["foreign-2"]), NOT_READY_BOUND, "liqo-foreign-2 NotReady")
+        assert ready_condition(home, "foreign-2").reason == "ForeignClusterUnreachable"
+
+        def replaced() -> bool:
+            pods = all_running(home, offloaded, "short-lived", 4)
+            return pods is not None and all(p.spec.nodeName == VIRTUAL_NODES["foreign-1"] for p in pods)  # type: ignore[union-attr]
+
+        wait_until(replaced, 90, "the pods of liqo-foreign-2 evicted and replaced on liqo-foreign-1")
+        print(f"pods of liqo-foreign-2 replaced {time.monotonic() - stopped:.1f}s after its API server stopped")
+        # As on a real unreachable node, an evicted pod is Terminating until its kubelet confirms:
+        # its remote copy may still run (the ShadowPod keeps it), so it is never released blindly.
+        leftovers = {p.metadata.name for p in home_pods(home, offloaded, "short-lived") if p.metadata.deletionTimestamp}  # type: ignore[union-attr]
+        assert leftovers == doomed
+    wait_until(lambda: node_ready(home, VIRTUAL_NODES["foreign-2"]), 30, "liqo-foreign-2 Ready again")
+
+    def names_now() -> set[str]:
+        return {cast(Any, p).metadata.name for p in home_pods(home, offloaded, "short-lived")}
+
+    wait_until(lambda: not (names_now() & doomed), 60, "the evicted pods released once their cluster answers")
+    wait_until(
+        lambda: all(remote_pod(foreign["foreign-2"], twin, name) is None for name in doomed),
+        60,
+        "their remote pods deleted",
+    )
+    assert all_running(home, offloaded, "short-lived", 4) is not None
+
+
+def lease_renewed_after(home: Client, cluster_id: str, moment: datetime.datetime) -> bool:
+    lease = home.get(Lease, VIRTUAL_NODES[cluster_id], namespace="kube-node-lease")
+    renewed = lease.spec.renewTime if lease.spec else None
+    return renewed is not None and renewed > moment
+
+
+def gone(home: Client, namespace: str, name: str) -> bool:
+    try:
+        home.get(Pod, name, namespace=namespace)
+    except ApiError as err:
+        return err.status.code == 404
+    return False
+
+
+def set_out_of_service(home: Client, node_name: str, on: bool) -> None:
+    """What an administrator does to give up on a node (Kubernetes' non-graceful node shutdown)."""
+    key = OUT_OF_SERVICE["key"]
+    edit_node(home, node_name, lambda taints: [t for t in taints if t["key"] != key] + ([OUT_OF_SERVICE] if on else []))
+
+
+OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+
+
+def test_a_virtual_kubelet_started_while_its_foreign_cluster_is_down_turns_its_node_not_ready(
+    offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment, runtime: ExternalRuntime
+) -> None:
+    running = deploy_running(home, offloaded, "steady", 4)
+    on_foreign_2 = [p.metadata.name for p in running if p.spec.nodeName == VIRTUAL_NODES["foreign-2"]]
+    assert on_foreign_2, "the scheduler spreads 4 pods over both virtual nodes"
+    victim, node_name = on_foreign_2[0], VIRTUAL_NODES["foreign-2"]
+    twin = f"{offloaded}-home"
+    runtime.stop("kubelet-foreign-2")
+    try:
+        with dev_env.api_server_stopped("foreign-2"):
+            started = datetime.datetime.now(datetime.UTC)
+            runtime.start("kubelet-foreign-2")
+            # Our health check, not the lease's expiry (200 s here): NotReady with our reason
+            wait_until(lambda: not node_ready(home, node_name), NOT_READY_BOUND + 10, "NotReady")  # + process start
+            condition = ready_condition(home, "foreign-2")
+            assert (condition.status, condition.reason) == ("False", "ForeignClusterUnreachable")
+            wait_until(lambda: lease_renewed_after(home, "foreign-2", started), 20, "the Lease renewed")
+
+            # A pod deleted meanwhile is Terminating, as on any unreachable node: its remote copy may
+            # still run. The administrator who gives up on the cluster marks the node out of service,
+            # and the home cluster's pod garbage collector releases its pods.
+            home.delete(Pod, victim, namespace=offloaded)
+            time.sleep(2 * HEALTH_CHECK_INTERVAL)
+            pod: Any = home.get(Pod, victim, namespace=offloaded)
+            assert pod.metadata.deletionTimestamp, "Terminating while its cluster is away"
+            set_out_of_service(home, node_name, True)
+            try:
+                wait_until(lambda: all(gone(home, offloaded, n) for n in on_foreign_2), 90, "pods released")
+                assert OUT_OF_SERVICE["key"] in {t[0] for t in taints_of(home, "foreign-2")}, "the admin's taint stays"
+            finally:
+                set_out_of_service(home, node_name, False)
+    finally:
+        runtime.start("kubelet-foreign-2")
+    wait_until(lambda: node_ready(home, node_name), 30, "liqo-foreign-2 Ready again")
+    wait_until(
+        lambda: all(remote_pod(foreign["foreign-2"], twin, n) is None for n in on_foreign_2),
+        60,
+        "the remote pods of the released home pods deleted once their cluster answers",
+    )
+    wait_until(lambda: all_running(home, offloaded, "steady", 4), 60, "the Deployment whole again")
