@@ -25,7 +25,8 @@ from runtime.controllers import (
     ShadowPodController,
 )
 from runtime.kube import EngineMetrics, ProbeServer
-from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_client
+from runtime.virtualkubelet.kubelet import FIELD_MANAGER, VirtualKubelet, foreign_kubeconfig
+from runtime.virtualkubelet.node import KUBELET_PORT, NODE_ADDRESS
 
 
 def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
@@ -74,15 +75,39 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
 
 
 async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
-    foreign = await foreign_client(home, args.foreign_cluster_id)
+    kubeconfig = await foreign_kubeconfig(home, args.foreign_cluster_id)
+    foreign = AsyncClient(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
     kubelet = VirtualKubelet(
         home,
         foreign,
         home_cluster_id=args.home_cluster_id,
         foreign_cluster_id=args.foreign_cluster_id,
+        address=NODE_ADDRESS,
+        kubelet_port=args.kubelet_port or None,
     )
     probes.add_readiness("informers synced", kubelet.synced.is_set)
-    await kubelet.run()
+    if not args.kubelet_port:
+        await kubelet.run()
+        return
+    # Imported here: aiohttp and cryptography add ~20 MB to a process (measured in the README).
+    from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer
+    from runtime.webhooks.certificates import issue
+
+    certificate = issue([NODE_ADDRESS], ca_common_name=f"{kubelet.node.node_name}-ca")
+    api = KubeletApiServer(
+        home,
+        ForeignEndpoint.from_kubeconfig(kubeconfig),
+        node_name=kubelet.node.node_name,
+        remote_of=kubelet.remote_of,
+        address=NODE_ADDRESS,
+        port=args.kubelet_port,
+        tls=certificate.ssl_context(),
+    )
+    await api.start()
+    try:
+        await kubelet.run()
+    finally:
+        await api.stop()
 
 
 async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServer) -> None:
@@ -112,7 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     kubelet.add_argument("--kubeconfig", help="of the home cluster (default: in-cluster service account)")
     kubelet.add_argument("--home-cluster-id", required=True)
     kubelet.add_argument("--foreign-cluster-id", required=True)
+    kubelet.add_argument(
+        "--kubelet-port",
+        type=int,
+        default=KUBELET_PORT,
+        help="where the kubelet API (logs, exec, attach, port-forward) listens; the Node advertises it, so "
+        "each virtual kubelet on a host needs its own; 0 serves no kubelet API",
+    )
     args = parser.parse_args(argv)
+    if args.command == "virtual-kubelet" and not 0 <= args.kubelet_port <= 65535:
+        parser.error(f"--kubelet-port must be between 1 and 65535 (0: no kubelet API), got {args.kubelet_port}")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     metrics = EngineMetrics()
