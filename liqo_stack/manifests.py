@@ -297,6 +297,16 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
     # the kubelet API: who calls (bearer tokens) and may they (nodes/proxy, nodes/log, ...)
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    # its serving certificate: asked of the kubelet-serving signer and approved by itself, as no
+    # controller approves serving certificates (runtime/virtualkubelet/servingcert.py)
+    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get"]},
+    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"]},
+    {
+        "apiGroups": ["certificates.k8s.io"],
+        "resources": ["signers"],
+        "verbs": ["approve"],
+        "resourceNames": ["kubernetes.io/kubelet-serving"],
+    },
 ]
 
 # In the foreign cluster, inside its tenant namespace only: what the home cluster may ask for.

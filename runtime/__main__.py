@@ -91,9 +91,9 @@ async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: P
         return
     # Imported here: aiohttp and cryptography add ~20 MB to a process (measured in the README).
     from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer
-    from runtime.webhooks.certificates import issue
+    from runtime.virtualkubelet.servingcert import serving_certificate
 
-    certificate = issue([NODE_ADDRESS], ca_common_name=f"{kubelet.node.node_name}-ca")
+    certificate = await serving_certificate(home, kubelet.node.node_name, [NODE_ADDRESS])
     api = KubeletApiServer(
         home,
         ForeignEndpoint.from_kubeconfig(kubeconfig),

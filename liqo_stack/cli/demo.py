@@ -3,7 +3,8 @@
 Local home and foreign clusters, the example stack (Pulumi.dev.yaml) applied with `pulumi up`,
 the runtime started as local processes (external mode) and left running, the example namespace
 offloaded, and an example Deployment whose pods the vanilla scheduler places on the virtual
-nodes: they run in the foreign clusters and show Running at home.
+nodes: they run in the foreign clusters and show Running at home; `kubectl logs` and `kubectl exec`
+of one of them, from the home cluster, end it.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
     apply_deployment(home, example_deployment(DEMO_APP, DEMO_NAMESPACE, replicas))
     progress(f"home: Deployment {DEMO_NAMESPACE}/{DEMO_APP} applied, waiting for {replicas} pods ...")
     try:
-        wait_pods_running(home, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout)
+        running = wait_pods_running(home, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout)
     except TimeoutError as err:
         raise click.ClickException(f"home: {err}; see the runtime logs in {runtime.folder}") from err
     progress(f"home: {replicas} offloaded pods Running after {time.monotonic() - started:.1f}s")
@@ -130,6 +131,10 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
         twin = f"{DEMO_NAMESPACE}-{ids[0]}"
         click.echo(f"\n== {cluster_id}: the same pods, running in the twin namespace {twin}")
         kubectl(env, "--context", cluster_id, "get", "pods", "-n", twin, "-o", "wide")
+    pod = running[0].metadata.name if running[0].metadata else ""
+    click.echo(f"\n== home: kubectl logs and exec of {pod}, answered by the foreign cluster through its virtual node")
+    kubectl(env, "--context", ids[0], "-n", DEMO_NAMESPACE, "logs", str(pod))
+    kubectl(env, "--context", ids[0], "-n", DEMO_NAMESPACE, "exec", str(pod), "--", "sh", "-c", "echo hello from exec")
     click.echo(
         "\nThe runtime keeps running (external mode); `liqo-stack dev down` stops it with the clusters."
         '\nUse the clusters: eval "$(liqo-stack dev env)"; kubectl --context home get pods -A -o wide'

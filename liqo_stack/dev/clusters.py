@@ -46,16 +46,26 @@ def kwokctl_config(
     range (kwok's fallback when a Node has no podCIDR).
 
     With `pki_dir` (the cluster's, where kwokctl writes its CA and admin certificate) the API server
-    presents a client certificate to kubelets, as a real one does: a virtual kubelet authenticates
-    it against the cluster's client CA. With `pod_logs` (a folder) kwok serves the kubelet
+    presents a client certificate to kubelets, as a real one does (a virtual kubelet authenticates
+    it against the cluster's client CA), and verifies theirs: the controller-manager signs
+    kubelet-serving certificates with the cluster CA. With `pod_logs` (a folder) kwok serves the kubelet
     debugging API of its fake pods: logs replayed (and followed) from files there, exec running a
     real local shell, attach, and port-forward to a `cat` (an echo)."""
     apiserver_args: list[dict[str, object]] = [{"key": "service-cluster-ip-range", "value": service_cidr}]
+    patches: list[dict[str, object]] = []
     if pki_dir is not None:
         apiserver_args += [
             {"key": "kubelet-client-certificate", "value": str(pki_dir / "admin.crt")},
             {"key": "kubelet-client-key", "value": str(pki_dir / "admin.key")},
+            # kubelets' serving certificates are verified: kwok's is signed by the cluster CA, the
+            # virtual kubelets' by the controller-manager below
+            {"key": "kubelet-certificate-authority", "value": str(pki_dir / "ca.crt")},
         ]
+        signing = [
+            {"key": "cluster-signing-cert-file", "value": str(pki_dir / "ca.crt")},
+            {"key": "cluster-signing-key-file", "value": str(pki_dir / "ca.key")},
+        ]
+        patches.append({"name": "kube-controller-manager", "extraArgs": signing})
     config: list[dict[str, object]] = [
         {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -71,6 +81,7 @@ def kwokctl_config(
                     ],
                 },
                 {"name": "kube-apiserver", "extraArgs": apiserver_args},
+                *patches,
             ],
         }
     ]

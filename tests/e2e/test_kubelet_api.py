@@ -276,15 +276,18 @@ def test_a_client_that_only_speaks_spdy_is_told_to_use_websockets(
 
 
 # -- security --------------------------------------------------------------------------------------
+HOME_CA = "ca.crt"  # in the home cluster's pki folder: signs the API server's and the kubelets' certificates
+
+
 def kubelet_get(
-    port: int, path: str, *, token: str | None = None, certificate: Path | None = None, **headers: str
+    port: int, path: str, pki: Path, *, token: str | None = None, admin: bool = False, **headers: str
 ) -> tuple[int, str]:
-    context = ssl.create_default_context()
-    # the virtual kubelet's serving certificate is its own (self-signed), as a kubelet's by default
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    if certificate is not None:
-        context.load_cert_chain(certificate / "admin.crt", certificate / "admin.key")
+    """GET on a virtual kubelet's port, its serving certificate verified against the home CA in
+    `pki` (as the dev home API server does: --kubelet-certificate-authority); with `admin`, the
+    client certificate the home API server presents to kubelets."""
+    context = ssl.create_default_context(cafile=pki / HOME_CA)
+    if admin:
+        context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
     connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=20)
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -293,6 +296,25 @@ def kubelet_get(
     body = response.read().decode()
     connection.close()
     return response.status, body
+
+
+@pytest.fixture
+def home_pki(dev_env: DevEnvironment) -> Path:
+    return dev_env.pki_dir("home")
+
+
+@pytest.mark.parametrize("cluster_id", CLUSTERS)
+def test_the_kubelet_port_serves_a_certificate_the_home_cluster_signed_for_the_node(
+    runtime: ExternalRuntime, home_pki: Path, cluster_id: str
+) -> None:
+    context = ssl.create_default_context(cafile=home_pki / HOME_CA)  # and the address checked
+    with (
+        socket.create_connection(("127.0.0.1", runtime.kubelet_ports[cluster_id]), timeout=20) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        certificate: Any = tls.getpeercert()
+    subject = {key: value for rdn in certificate["subject"] for key, value in rdn}
+    assert subject == {"commonName": f"system:node:{VIRTUAL_NODES[cluster_id]}", "organizationName": "system:nodes"}
 
 
 @pytest.fixture(scope="module")
@@ -318,7 +340,7 @@ def tokens(offloaded: str, dev_env: DevEnvironment) -> Iterator[dict[str, str]]:
 
 @pytest.mark.parametrize("cluster_id", CLUSTERS)
 def test_the_kubelet_port_refuses_anonymous_and_unauthorized_callers(
-    dev_env: DevEnvironment,
+    home_pki: Path,
     runtime: ExternalRuntime,
     pods: dict[str, str],
     offloaded: str,
@@ -326,29 +348,29 @@ def test_the_kubelet_port_refuses_anonymous_and_unauthorized_callers(
     cluster_id: str,
 ) -> None:
     port, logs = runtime.kubelet_ports[cluster_id], f"/containerLogs/{offloaded}/{pods[cluster_id]}/{CONTAINER}"
-    assert kubelet_get(port, logs)[0] == 401
-    assert kubelet_get(port, logs, token="not-a-token")[0] == 401
-    status, body = kubelet_get(port, logs, token=tokens["nobody"])
+    assert kubelet_get(port, logs, home_pki)[0] == 401
+    assert kubelet_get(port, logs, home_pki, token="not-a-token")[0] == 401
+    status, body = kubelet_get(port, logs, home_pki, token=tokens["nobody"])
     assert status == 403 and "nodes" in body and "proxy" in body
-    status, body = kubelet_get(port, logs, token=tokens["debugger"])
+    status, body = kubelet_get(port, logs, home_pki, token=tokens["debugger"])
     assert status == 200 and f"a container of {cluster_id}, running" in body
     # the API server's own client certificate (--kubelet-client-certificate), signed by the home CA
-    status, body = kubelet_get(port, logs, certificate=dev_env.pki_dir("home"))
+    status, body = kubelet_get(port, logs, home_pki, admin=True)
     assert status == 200 and f"a container of {cluster_id}, running" in body
 
 
 def test_a_pod_not_on_the_node_is_not_found(
-    dev_env: DevEnvironment, runtime: ExternalRuntime, pods: dict[str, str], offloaded: str
+    home_pki: Path, runtime: ExternalRuntime, pods: dict[str, str], offloaded: str
 ) -> None:
-    port, admin = runtime.kubelet_ports["foreign-1"], dev_env.pki_dir("home")
+    port = runtime.kubelet_ports["foreign-1"]
     elsewhere = f"/containerLogs/{offloaded}/{pods['foreign-2']}/{CONTAINER}"
-    status, body = kubelet_get(port, elsewhere, certificate=admin)
+    status, body = kubelet_get(port, elsewhere, home_pki, admin=True)
     assert status == 404 and "liqo-foreign-1" in body
-    status, _ = kubelet_get(port, f"/containerLogs/{offloaded}/no-such-pod/{CONTAINER}", certificate=admin)
+    status, _ = kubelet_get(port, f"/containerLogs/{offloaded}/no-such-pod/{CONTAINER}", home_pki, admin=True)
     assert status == 404
     status, body = kubelet_get(
         port, f"/exec/{offloaded}/{pods['foreign-1']}/{CONTAINER}?command=true&output=1",
-        certificate=admin, Connection="Upgrade", Upgrade="SPDY/3.1",
+        home_pki, admin=True, Connection="Upgrade", Upgrade="SPDY/3.1",
     )  # fmt: skip
     assert status == 400 and "WebSocket" in body
 

@@ -104,8 +104,30 @@ def test_dev_clusters_present_a_kubelet_client_certificate_and_serve_kwoks_debug
     patches = {p["name"]: {a["key"]: a["value"] for a in p["extraArgs"]} for p in docs[0]["componentsPatches"]}  # type: ignore[attr-defined]
     assert patches["kube-apiserver"]["kubelet-client-certificate"] == "/pki/admin.crt"
     assert patches["kube-apiserver"]["kubelet-client-key"] == "/pki/admin.key"
+    assert patches["kube-apiserver"]["kubelet-certificate-authority"] == "/pki/ca.crt"
+    assert patches["kube-controller-manager"] == {
+        "cluster-signing-cert-file": "/pki/ca.crt",
+        "cluster-signing-key-file": "/pki/ca.key",
+    }
     kinds = {str(doc["kind"]): doc for doc in docs[1:]}
     assert set(kinds) == {"ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"}
     assert kinds["ClusterLogs"]["spec"] == {
         "logs": [{"logsFile": "/logs/current.log", "previousLogsFile": "/logs/previous.log"}]
     }
+
+
+def test_the_serving_certificate_request_is_one_the_kubelet_serving_signer_accepts() -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    from runtime.virtualkubelet.servingcert import serving_request
+
+    request_pem, key_pem = serving_request("liqo-foreign-1", ["127.0.0.1", "vk.liqo.svc"])
+    request = x509.load_pem_x509_csr(request_pem)
+    assert request.is_signature_valid and b"PRIVATE KEY" in key_pem
+    subject = request.subject
+    assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["system:nodes"]
+    assert [a.value for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)] == ["system:node:liqo-foreign-1"]
+    names = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert names.get_values_for_type(x509.DNSName) == ["vk.liqo.svc"]
