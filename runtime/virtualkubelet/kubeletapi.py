@@ -317,7 +317,8 @@ class KubeletApiServer:
         return caller
 
     async def authorize(self, caller: Caller, verb: str, subresource: str) -> tuple[bool, str]:
-        key = (caller.user, caller.groups, caller.uid, verb, subresource)
+        extra = tuple(sorted((k, tuple(v)) for k, v in caller.extra.items()))
+        key = (caller.user, caller.groups, caller.uid, extra, verb, subresource)
         cached = self._decisions.get(key)
         if cached is not None:
             return cached  # type: ignore[no-any-return]
