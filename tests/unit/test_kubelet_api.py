@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from multidict import MultiDict
 
 from liqo_stack.dev.clusters import kwokctl_config
@@ -131,3 +132,24 @@ def test_the_serving_certificate_request_is_one_the_kubelet_serving_signer_accep
     names = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert names.get_values_for_type(x509.DNSName) == ["vk.liqo.svc"]
+
+
+def test_a_bad_kubelet_port_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.__main__ import main
+
+    args = ["virtual-kubelet", "--home-cluster-id", "home", "--foreign-cluster-id", "foreign-1"]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--kubelet-port", "70000"])
+    assert exited.value.code == 2 and "--kubelet-port must be between 1 and 65535" in capsys.readouterr().err
+
+
+def test_the_external_runtime_gives_each_virtual_kubelet_its_own_port() -> None:
+    from liqo_stack.dev.external_runtime import ExternalRuntime
+
+    kubeconfigs = {c: Path(f"/{c}.yaml") for c in ("home", "foreign-1", "foreign-2")}
+    runtime = ExternalRuntime(kubeconfigs, "home")
+    assert runtime.kubelet_ports == {"foreign-1": 10250, "foreign-2": 10251}
+    command = runtime.command("kubelet-foreign-2")
+    assert command[command.index("--kubelet-port") + 1] == "10251"
+    with pytest.raises(ValueError, match="kubelet_ports"):
+        ExternalRuntime(kubeconfigs, "home", kubelet_ports={"foreign-2": 10250})
