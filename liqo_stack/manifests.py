@@ -306,6 +306,19 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
         "resources": ["leases"],
         "verbs": ["get", "list", "watch", "create", "update", "patch"],
     },
+    # the kubelet API: who calls (bearer tokens) and may they (nodes/proxy, nodes/log, ...)
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    # its serving certificate: asked of the kubelet-serving signer and approved by itself, as no
+    # controller approves serving certificates (runtime/virtualkubelet/servingcert.py)
+    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get"]},
+    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"]},
+    {
+        "apiGroups": ["certificates.k8s.io"],
+        "resources": ["signers"],
+        "verbs": ["approve"],
+        "resourceNames": ["kubernetes.io/kubelet-serving"],
+    },
 ]
 
 # In the foreign cluster, inside its tenant namespace only: what the home cluster may ask for.
@@ -368,8 +381,9 @@ HOME_IN_TWIN_NAMESPACE_RULES: list[Manifest] = [
     },
     # pods: read for status back; delete to pass the home pod's grace period on
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+    # the kubelet API of the virtual node relays kubectl logs, exec, attach and port-forward here
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["pods/exec", "pods/attach"], "verbs": ["create", "get"]},
+    {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["create", "get"]},
     {
         "apiGroups": [""],
         "resources": ["configmaps", "secrets", "services", "serviceaccounts", "persistentvolumeclaims", "events"],

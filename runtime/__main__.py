@@ -26,8 +26,8 @@ from runtime.controllers import (
     ShadowPodController,
 )
 from runtime.kube import EngineMetrics, ProbeServer
-from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_client
-from runtime.virtualkubelet.node import NODE_ADDRESS
+from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_kubeconfig
+from runtime.virtualkubelet.node import FIELD_MANAGER, KUBELET_PORT, NODE_ADDRESS
 
 
 def _ip_address(value: str) -> str:
@@ -83,8 +83,9 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
 
 
 async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
-    """The virtual node, its pods, and the reflection of what they use (runtime.reflection)."""
-    foreign = await foreign_client(home, args.foreign_cluster_id)
+    """The virtual node, its pods, the reflection of what they use (runtime.reflection) and its kubelet API."""
+    kubeconfig = await foreign_kubeconfig(home, args.foreign_cluster_id)
+    foreign = AsyncClient(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
     kubelet = VirtualKubelet(
         home,
         foreign,
@@ -92,9 +93,31 @@ async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: P
         foreign_cluster_id=args.foreign_cluster_id,
         metrics=probes.metrics,
         node_address=args.node_address,
+        kubelet_port=args.kubelet_port or None,
     )
     probes.add_readiness("informers synced", kubelet.synced.is_set)
-    await kubelet.run()
+    if not args.kubelet_port:
+        await kubelet.run()
+        return
+    # Imported here: aiohttp and cryptography add ~20 MB to a process (measured in the README).
+    from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer
+    from runtime.virtualkubelet.servingcert import serving_certificate
+
+    certificate = await serving_certificate(home, kubelet.node.node_name, [args.node_address])
+    api = KubeletApiServer(
+        home,
+        ForeignEndpoint.from_kubeconfig(kubeconfig),
+        node_name=kubelet.node.node_name,
+        remote_of=kubelet.remote_of,
+        address=args.node_address,
+        port=args.kubelet_port,
+        tls=certificate.ssl_context(),
+    )
+    await api.start()
+    try:
+        await kubelet.run()
+    finally:
+        await api.stop()
 
 
 async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServer) -> None:
@@ -131,7 +154,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the virtual kubelet's own IP: the Node's InternalIP and the hostIP of its pods "
         "(cluster mode: its pod IP, from the downward API)",
     )
+    kubelet.add_argument(
+        "--kubelet-port",
+        type=int,
+        default=KUBELET_PORT,
+        help="where the kubelet API (logs, exec, attach, port-forward) listens; the Node advertises it, so "
+        "each virtual kubelet on a host needs its own; 0 serves no kubelet API",
+    )
     args = parser.parse_args(argv)
+    if args.command == "virtual-kubelet" and not 0 <= args.kubelet_port <= 65535:
+        parser.error(f"--kubelet-port must be between 1 and 65535 (0: no kubelet API), got {args.kubelet_port}")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     metrics = EngineMetrics()

@@ -3,7 +3,8 @@
 Local home and foreign clusters, the example stack (Pulumi.dev.yaml) applied with `pulumi up`,
 the runtime started as local processes (external mode) and left running, the example namespace
 offloaded, and an example Deployment whose pods the vanilla scheduler places on the virtual
-nodes: they run in the foreign clusters and show Running at home.
+nodes: they run in the foreign clusters and show Running at home; `kubectl logs` and `kubectl exec`
+of one of them, from the home cluster, end it.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
         home.apply(obj, force=True)
     progress(f"home: Deployment {DEMO_NAMESPACE}/{DEMO_APP} applied, waiting for {replicas} pods ...")
     try:
-        wait_pods_running(
+        running = wait_pods_running(
             home, DEMO_NAMESPACE, {"app": DEMO_APP}, replicas, timeout, lambda seen: progress(f"home: pods {seen}")
         )
     except TimeoutError as err:
@@ -191,6 +192,10 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
             "-l",
             f"{names.ORIGIN_LABEL}={ids[0]}",
         )
+    pod = running[0].metadata.name if running[0].metadata else ""
+    click.echo(f"\n== home: kubectl logs and exec of {pod}, answered by the foreign cluster through its virtual node")
+    kubectl(env, "--context", ids[0], "-n", DEMO_NAMESPACE, "logs", str(pod))
+    kubectl(env, "--context", ids[0], "-n", DEMO_NAMESPACE, "exec", str(pod), "--", "sh", "-c", "echo hello from exec")
     click.echo(
         "\nThe runtime keeps running (external mode); `liqo-stack dev down` stops it with the clusters."
         '\nUse the clusters: eval "$(liqo-stack dev env)"; kubectl --context home get pods -A -o wide'

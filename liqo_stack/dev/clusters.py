@@ -9,6 +9,7 @@ virtual nodes) are never touched by it.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import ipaddress
 import math
 import os
@@ -41,12 +42,36 @@ REQUIRED_BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controll
 Progress = Callable[[str], None]
 
 
-def kwokctl_config(pod_cidr: str, service_cidr: str) -> list[dict[str, object]]:
+def kwokctl_config(
+    pod_cidr: str, service_cidr: str, pki_dir: Path | None = None, pod_logs: Path | None = None
+) -> list[dict[str, object]]:
     """kwokctl's binary runtime binds every component to 0.0.0.0 and lets kwok manage *all* Nodes;
     we serve on loopback only, and kwok must leave the virtual nodes to our runtime. Each cluster
     gets its own service range (the API server's default, 10.0.0.0/24, is every cluster's) and pod
-    range (kwok's fallback when a Node has no podCIDR)."""
-    return [
+    range (kwok's fallback when a Node has no podCIDR).
+
+    With `pki_dir` (the cluster's, where kwokctl writes its CA and admin certificate) the API server
+    presents a client certificate to kubelets, as a real one does (a virtual kubelet authenticates
+    it against the cluster's client CA), and verifies theirs: the controller-manager signs
+    kubelet-serving certificates with the cluster CA. With `pod_logs` (a folder) kwok serves the kubelet
+    debugging API of its fake pods: logs replayed (and followed) from files there, exec running a
+    real local shell, attach, and port-forward to a `cat` (an echo)."""
+    apiserver_args: list[dict[str, object]] = [{"key": "service-cluster-ip-range", "value": service_cidr}]
+    patches: list[dict[str, object]] = []
+    if pki_dir is not None:
+        apiserver_args += [
+            {"key": "kubelet-client-certificate", "value": str(pki_dir / "admin.crt")},
+            {"key": "kubelet-client-key", "value": str(pki_dir / "admin.key")},
+            # kubelets' serving certificates are verified: kwok's is signed by the cluster CA, the
+            # virtual kubelets' by the controller-manager below
+            {"key": "kubelet-certificate-authority", "value": str(pki_dir / "ca.crt")},
+        ]
+        signing = [
+            {"key": "cluster-signing-cert-file", "value": str(pki_dir / "ca.crt")},
+            {"key": "cluster-signing-key-file", "value": str(pki_dir / "ca.key")},
+        ]
+        patches.append({"name": "kube-controller-manager", "extraArgs": signing})
+    config: list[dict[str, object]] = [
         {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
@@ -60,10 +85,45 @@ def kwokctl_config(pod_cidr: str, service_cidr: str) -> list[dict[str, object]]:
                         {"key": "cidr", "value": pod_cidr},
                     ],
                 },
-                {"name": "kube-apiserver", "extraArgs": [{"key": "service-cluster-ip-range", "value": service_cidr}]},
+                {"name": "kube-apiserver", "extraArgs": apiserver_args},
+                *patches,
             ],
         }
     ]
+    if pod_logs is not None:
+        config += kwok_debugging(pod_logs)
+    return config
+
+
+POD_LOG = "current.log"  # what every fake container logs (CRI format), appended to by tests
+PREVIOUS_POD_LOG = "previous.log"  # what `kubectl logs --previous` shows
+
+
+def cri_log_line(message: str, stream: str = "stdout") -> str:
+    """One line in the CRI log format kwok (as the kubelet) reads container logs in."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{stamp} {stream} F {message}\n"
+
+
+def kwok_debugging(pod_logs: Path) -> list[dict[str, object]]:
+    """kwok's ClusterLogs, ClusterExec, ClusterAttach and ClusterPortForward for every fake pod."""
+    meta = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "metadata": {"name": "liqo-stack-dev"}}
+    logs, previous = str(pod_logs / POD_LOG), str(pod_logs / PREVIOUS_POD_LOG)
+    return [
+        {**meta, "kind": "ClusterLogs", "spec": {"logs": [{"logsFile": logs, "previousLogsFile": previous}]}},
+        {**meta, "kind": "ClusterExec", "spec": {"execs": [{"local": {"workDir": str(pod_logs)}}]}},
+        {**meta, "kind": "ClusterAttach", "spec": {"attaches": [{"logsFile": logs}]}},
+        {**meta, "kind": "ClusterPortForward", "spec": {"forwards": [{"command": ["cat"]}]}},
+    ]
+
+
+def write_pod_logs(pod_logs: Path, cluster_id: str) -> None:
+    """The files kwok replays as container logs, unless already there (tests append to them)."""
+    pod_logs.mkdir(parents=True, exist_ok=True)
+    for name, text in ((POD_LOG, "running"), (PREVIOUS_POD_LOG, "before the restart")):
+        path = pod_logs / name
+        if not path.exists():
+            path.write_text(cri_log_line(f"a container of {cluster_id}, {text}"))
 
 
 class DevEnvironmentError(RuntimeError):
@@ -244,11 +304,24 @@ class DevEnvironment:
         except Exception:
             return False
 
+    def pki_dir(self, cluster_id: str) -> Path:
+        """kwokctl's CA and admin certificate of the cluster (the API server's client CA)."""
+        return self.kwok_workdir / "clusters" / cluster_id / "pki"
+
+    def pod_logs(self, cluster_id: str) -> Path:
+        """The files kwok serves as the logs of the cluster's fake containers (`POD_LOG`, ...)."""
+        return self.kwok_workdir / "pod-logs" / cluster_id
+
     def _write_kwokctl_config(self, cluster_id: str, layout: ClusterLayout) -> Path:
         config = self.state_dir / f"kwokctl-{cluster_id}.yaml"
-        config.write_text(
-            yaml.safe_dump_all(kwokctl_config(layout.pod_cidr(cluster_id), layout.service_cidr(cluster_id)))
+        write_pod_logs(self.pod_logs(cluster_id), cluster_id)
+        docs = kwokctl_config(
+            layout.pod_cidr(cluster_id),
+            layout.service_cidr(cluster_id),
+            pki_dir=self.pki_dir(cluster_id),
+            pod_logs=self.pod_logs(cluster_id),
         )
+        config.write_text(yaml.safe_dump_all(docs))
         return config
 
     def _create_cluster(self, cluster_id: str, layout: ClusterLayout) -> None:

@@ -14,9 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from liqo_stack.dev import paths
+
+KUBELET_BASE_PORT = 10250  # the kubelet's port; the next virtual kubelets take the next ones
 
 
 class ExternalRuntime:
@@ -26,13 +29,20 @@ class ExternalRuntime:
         home_cluster_id: str,
         *,
         webhook_port: int = 9443,
+        kubelet_ports: Mapping[str, int] | None = None,
         state_dir: Path | None = None,
     ) -> None:
-        """`kubeconfigs`: admin kubeconfig of each cluster by id, the home cluster's included."""
+        """`kubeconfigs`: admin kubeconfig of each cluster by id, the home cluster's included.
+        `kubelet_ports`: where each foreign cluster's virtual kubelet serves the kubelet API (its
+        Node advertises it, so each needs its own); default 10250, 10251, ... in cluster order."""
         self.kubeconfigs = kubeconfigs
         self.home_cluster_id = home_cluster_id
         self.foreign_ids = [c for c in kubeconfigs if c != home_cluster_id]
         self.webhook_port = webhook_port
+        self.kubelet_ports = {c: KUBELET_BASE_PORT + i for i, c in enumerate(self.foreign_ids)}
+        self.kubelet_ports.update(kubelet_ports or {})
+        if len(set(self.kubelet_ports.values())) != len(self.kubelet_ports):
+            raise ValueError(f"kubelet_ports: each virtual kubelet needs its own port, got {self.kubelet_ports}")
         self.folder = (state_dir or paths.state_root()) / "runtime"
         self.extra_args: dict[str, list[str]] = {}  # per component, appended to its command (tests)
 
@@ -48,7 +58,9 @@ class ExternalRuntime:
             cluster_id = component.removeprefix("agent-")
             args = ["foreign-agent", "--kubeconfig", str(self.kubeconfigs[cluster_id]), "--cluster-id", cluster_id]
         else:
-            args = ["virtual-kubelet", *home, "--foreign-cluster-id", component.removeprefix("kubelet-")]
+            cluster_id = component.removeprefix("kubelet-")
+            port = str(self.kubelet_ports[cluster_id])
+            args = ["virtual-kubelet", *home, "--foreign-cluster-id", cluster_id, "--kubelet-port", port]
         return [sys.executable, "-m", "runtime", *args, *self.extra_args.get(component, [])]
 
     def log(self, component: str) -> Path:

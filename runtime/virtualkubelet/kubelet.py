@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from typing import Any
 
 import yaml
 from lightkube import AsyncClient, KubeConfig
@@ -22,8 +23,8 @@ from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.translation import CidrMapping
 
 
-async def foreign_client(home: AsyncClient, foreign_cluster_id: str) -> AsyncClient:
-    """The home identity's client for the foreign cluster, from the credentials Secret."""
+async def foreign_kubeconfig(home: AsyncClient, foreign_cluster_id: str) -> dict[str, Any]:
+    """The home identity's kubeconfig for the foreign cluster, from the credentials Secret."""
     name = names.credentials_secret_name(foreign_cluster_id)
     while True:
         try:
@@ -32,8 +33,14 @@ async def foreign_client(home: AsyncClient, foreign_cluster_id: str) -> AsyncCli
         except Exception as err:  # not created yet by `pulumi up`: wait for it
             print(f"waiting for Secret {names.LIQO_NAMESPACE}/{name}: {err}", flush=True)
             await asyncio.sleep(2)
-    kubeconfig = base64.b64decode((secret.data or {})["kubeconfig"]).decode()
-    return AsyncClient(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
+    kubeconfig: dict[str, Any] = yaml.safe_load(base64.b64decode((secret.data or {})["kubeconfig"]).decode())
+    return kubeconfig
+
+
+async def foreign_client(home: AsyncClient, foreign_cluster_id: str) -> AsyncClient:
+    """The home identity's client for the foreign cluster."""
+    kubeconfig = await foreign_kubeconfig(home, foreign_cluster_id)
+    return AsyncClient(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
 
 
 def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:
@@ -53,7 +60,10 @@ class VirtualKubelet:
         foreign_cluster_id: str,
         metrics: EngineMetrics | None = None,
         node_address: str = NODE_ADDRESS,
+        kubelet_port: int | None = None,
     ) -> None:
+        """`node_address` and `kubelet_port`: the Node's InternalIP and hostIP of its pods, where the kubelet
+        API listens (port None: not served)."""
         tenant = names.tenant_namespace(home_cluster_id)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
         self.advertisements = Informer(foreign, ResourceAdvertisementResource, namespace=tenant)
@@ -65,7 +75,8 @@ class VirtualKubelet:
             foreign_cluster_id=foreign_cluster_id,
             virtual_nodes=self.virtual_nodes,
             advertisements=self.advertisements,
-            node_address=node_address,
+            address=node_address,
+            kubelet_port=kubelet_port,
         )
         self.pods = PodOffloader(
             home,
@@ -94,6 +105,13 @@ class VirtualKubelet:
             *self.pods.informers,
         ]
         self.synced = asyncio.Event()
+
+    def remote_of(self, namespace: str, name: str) -> tuple[str, str] | None:
+        """The remote pod (twin namespace, name) of a home pod on this node, or None."""
+        if self.pods.pods.store.get(f"{namespace}/{name}") is None:
+            return None
+        twin = self.pods.twin_of(namespace)
+        return (twin, name) if twin else None
 
     def _on_virtual_node(self, _: Event) -> None:
         """A changed remapping shows at home at once: every pod's status is reconciled again; changed

@@ -42,6 +42,9 @@ LEASE_SECONDS = 40  # renewed every quarter, as the kubelet does
 NODE_ADDRESS = "127.0.0.1"  # default of the virtual kubelet's own address (--node-address): external mode
 KUBELET_PORT = 10250
 UNREACHABLE_REASON = "ForeignClusterUnreachable"
+# Kubernetes 1.36: the API server passes exec/attach/port-forward WebSockets through to a kubelet
+# that declares this (else it translates them to SPDY, which the kubelet API does not speak).
+WEBSOCKET_FEATURE = "ExtendWebSocketsToKubelet"
 PRESSURE_CONDITIONS = {
     "MemoryPressure": "KubeletHasSufficientMemory",
     "DiskPressure": "KubeletHasNoDiskPressure",
@@ -193,10 +196,13 @@ class VirtualNodeController:
         foreign_cluster_id: str,
         virtual_nodes: Informer,
         advertisements: Informer,
-        node_address: str = NODE_ADDRESS,
+        address: str = NODE_ADDRESS,
+        kubelet_port: int | None = KUBELET_PORT,
     ) -> None:
+        """`address`: the InternalIP the home API server reaches the kubelet API at, on
+        `kubelet_port` (None: no kubelet API is served, the Node declares no endpoint)."""
+        self.address, self.kubelet_port = address, kubelet_port
         self.home, self.foreign = home, foreign
-        self.node_address = node_address
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
         self.node_name = names.virtual_node_name(foreign_cluster_id)
         self.virtual_nodes, self.advertisements = virtual_nodes, advertisements
@@ -238,11 +244,8 @@ class VirtualNodeController:
             "capacity": shared.capacity,
             "allocatable": shared.capacity,
             "conditions": node_conditions(self.healthy, self.failures, shared.rounded_to_zero),
-            "addresses": [
-                {"type": "InternalIP", "address": self.node_address},
-                {"type": "Hostname", "address": self.node_name},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
+            # no Hostname: the node's name resolves nowhere, and the API server would prefer it
+            "addresses": [{"type": "InternalIP", "address": self.address}],
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
@@ -256,6 +259,9 @@ class VirtualNodeController:
                 "bootID": "",
             },
         }
+        if self.kubelet_port:
+            status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.kubelet_port}}
+            status["declaredFeatures"] = [WEBSOCKET_FEATURE]
         return body, status
 
     async def reconcile(self, _: str) -> None:

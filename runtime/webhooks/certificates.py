@@ -44,11 +44,11 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def issue(hosts: list[str]) -> ServingCertificate:
+def issue(hosts: list[str], ca_common_name: str = "liqo-webhook-ca") -> ServingCertificate:
     """A CA and a certificate for `hosts` (IP addresses or DNS names)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("liqo-webhook-ca")
+    ca_name = _name(ca_common_name)
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)

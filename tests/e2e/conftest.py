@@ -75,7 +75,10 @@ def runtime(
 ) -> Iterator[ExternalRuntime]:
     kubeconfigs = {cluster_id: dev_env.kubeconfig(cluster_id) for cluster_id in ["home", *foreign_ids]}
     state = tmp_path_factory.mktemp("runtime")
-    running = ExternalRuntime(kubeconfigs, "home", webhook_port=webhook_port, state_dir=state)
+    kubelet_ports = {cluster_id: free_port() for cluster_id in foreign_ids}  # never a port someone else has
+    running = ExternalRuntime(
+        kubeconfigs, "home", webhook_port=webhook_port, kubelet_ports=kubelet_ports, state_dir=state
+    )
     running.start_all()
     try:
         yield running

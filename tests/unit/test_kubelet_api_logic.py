@@ -1,0 +1,155 @@
+"""The kubelet API's pure parts: the kubelet's authorization attributes, client certificate
+identities, the relayed stream's query and status frames (end to end: tests/e2e/test_kubelet_api.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from multidict import MultiDict
+
+from liqo_stack.dev.clusters import kwokctl_config
+from runtime.virtualkubelet.kubeletapi import (
+    Caller,
+    caller_from_certificate,
+    close_code,
+    exit_status_frame,
+    request_attributes,
+    stream_query,
+)
+
+
+def test_requests_map_to_the_kubelets_verbs_and_node_subresources() -> None:
+    assert request_attributes("GET", "/containerLogs/ns/pod/c") == ("get", ["proxy"])
+    assert request_attributes("POST", "/exec/ns/pod/c") == ("create", ["proxy"])
+    assert request_attributes("GET", "/portForward/ns/pod") == ("get", ["proxy"])
+    assert request_attributes("GET", "/metrics/resource") == ("get", ["metrics"])
+    assert request_attributes("GET", "/stats/summary") == ("get", ["stats"])
+    assert request_attributes("GET", "/logs/syslog") == ("get", ["log"])
+    assert request_attributes("GET", "/healthz") == ("get", ["healthz", "proxy"])
+    assert request_attributes("GET", "/pods") == ("get", ["pods", "proxy"])
+    assert request_attributes("GET", "/metricsfoo") == ("get", ["proxy"])  # a prefix is not a subpath
+
+
+def test_a_client_certificate_names_the_user_and_groups_as_kubernetes_reads_them() -> None:
+    peercert = {
+        "subject": (
+            (("organizationName", "system:masters"),),
+            (("organizationName", "ops"),),
+            (("commonName", "kube-apiserver-kubelet-client"),),
+        )
+    }
+    assert caller_from_certificate(peercert) == Caller("kube-apiserver-kubelet-client", ("system:masters", "ops"))
+    assert caller_from_certificate(None) is None
+    assert caller_from_certificate({}) is None
+    assert caller_from_certificate({"subject": ((("organizationName", "ops"),),)}) is None  # no user
+
+
+def test_the_kubelets_stream_query_becomes_the_api_servers() -> None:
+    query = MultiDict([("command", "sh"), ("command", "-c"), ("command", "exit 3"), ("input", "1"), ("output", "1")])
+    assert stream_query("exec", query, "main") == [
+        ("container", "main"),
+        ("stdin", "true"),
+        ("stdout", "true"),
+        ("command", "sh"),
+        ("command", "-c"),
+        ("command", "exit 3"),
+    ]
+    attach = MultiDict([("output", "1"), ("error", "1"), ("tty", "1"), ("command", "ignored")])
+    assert stream_query("attach", attach, "c") == [
+        ("container", "c"),
+        ("stdout", "true"),
+        ("stderr", "true"),
+        ("tty", "true"),
+    ]
+    assert stream_query("portforward", MultiDict([("port", "8080,9090")]), "") == [("ports", "8080"), ("ports", "9090")]
+
+
+def _status(body: dict[str, object]) -> bytes:
+    return b"\x03" + json.dumps(body).encode()
+
+
+def test_kwoks_exit_error_becomes_the_kubelets_non_zero_exit_code_and_nothing_else_changes() -> None:
+    kwok = _status(
+        {
+            "metadata": {},
+            "status": "Failure",
+            "reason": "InternalError",
+            "message": "Internal error occurred: error executing command in container: cmd wait: sh -c exit 3: "
+            "exit status 3",
+        }
+    )
+    status = json.loads(exit_status_frame(kwok)[1:])
+    assert status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "3"}]
+    success = _status({"metadata": {}, "status": "Success"})
+    assert exit_status_frame(success) == success
+    other = _status({"status": "Failure", "reason": "InternalError", "message": "container not found"})
+    assert exit_status_frame(other) == other
+    stdout = b"\x01exit status 3"
+    assert exit_status_frame(stdout) == stdout
+    assert exit_status_frame(b"\x03not json") == b"\x03not json"
+
+
+def test_close_codes_that_may_not_be_sent_are_passed_on_as_a_normal_close() -> None:
+    assert close_code(None) == 1000
+    assert close_code(1006) == 1000
+    assert close_code(1005) == 1000
+    assert close_code(1011) == 1011
+    assert close_code(1000) == 1000
+
+
+def test_dev_clusters_present_a_kubelet_client_certificate_and_serve_kwoks_debugging_api() -> None:
+    docs = kwokctl_config("10.101.0.0/16", "10.201.0.0/16", pki_dir=Path("/pki"), pod_logs=Path("/logs"))
+    patches = {p["name"]: {a["key"]: a["value"] for a in p["extraArgs"]} for p in docs[0]["componentsPatches"]}  # type: ignore[attr-defined]
+    assert patches["kube-apiserver"]["kubelet-client-certificate"] == "/pki/admin.crt"
+    assert patches["kube-apiserver"]["kubelet-client-key"] == "/pki/admin.key"
+    assert patches["kube-apiserver"]["kubelet-certificate-authority"] == "/pki/ca.crt"
+    assert patches["kube-controller-manager"] == {
+        "cluster-signing-cert-file": "/pki/ca.crt",
+        "cluster-signing-key-file": "/pki/ca.key",
+    }
+    kinds = {str(doc["kind"]): doc for doc in docs[1:]}
+    assert set(kinds) == {"ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"}
+    assert kinds["ClusterLogs"]["spec"] == {
+        "logs": [{"logsFile": "/logs/current.log", "previousLogsFile": "/logs/previous.log"}]
+    }
+
+
+def test_the_serving_certificate_request_is_one_the_kubelet_serving_signer_accepts() -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    from runtime.virtualkubelet.servingcert import serving_request
+
+    request_pem, key_pem = serving_request("liqo-foreign-1", ["127.0.0.1", "vk.liqo.svc"])
+    request = x509.load_pem_x509_csr(request_pem)
+    assert request.is_signature_valid and b"PRIVATE KEY" in key_pem
+    subject = request.subject
+    assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["system:nodes"]
+    assert [a.value for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)] == ["system:node:liqo-foreign-1"]
+    names = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert names.get_values_for_type(x509.DNSName) == ["vk.liqo.svc"]
+
+
+def test_a_bad_kubelet_port_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.__main__ import main
+
+    args = ["virtual-kubelet", "--home-cluster-id", "home", "--foreign-cluster-id", "foreign-1"]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--kubelet-port", "70000"])
+    assert exited.value.code == 2 and "--kubelet-port must be between 1 and 65535" in capsys.readouterr().err
+
+
+def test_the_external_runtime_gives_each_virtual_kubelet_its_own_port() -> None:
+    from liqo_stack.dev.external_runtime import ExternalRuntime
+
+    kubeconfigs = {c: Path(f"/{c}.yaml") for c in ("home", "foreign-1", "foreign-2")}
+    runtime = ExternalRuntime(kubeconfigs, "home")
+    assert runtime.kubelet_ports == {"foreign-1": 10250, "foreign-2": 10251}
+    command = runtime.command("kubelet-foreign-2")
+    assert command[command.index("--kubelet-port") + 1] == "10251"
+    with pytest.raises(ValueError, match="kubelet_ports"):
+        ExternalRuntime(kubeconfigs, "home", kubelet_ports={"foreign-2": 10250})
