@@ -27,7 +27,9 @@ import shutil
 import statistics
 import time
 from collections import Counter
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
+from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
@@ -77,6 +79,17 @@ class Clusters:
         return (self.home, OFFLOADED) if offloaded else (self.foreign, DIRECT)
 
 
+async def bounded(calls: Iterable[Awaitable[Any]]) -> None:
+    """Await the calls CONCURRENCY at a time, as a client with that many connections would."""
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(call: Awaitable[Any]) -> None:
+        async with gate:
+            await call
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
 async def run_until_running(client: AsyncClient, namespace: str, burst: str, count: int) -> float:
     """Create `count` pods (CONCURRENCY at a time); seconds until all are Running where created."""
     running: set[str] = set()
@@ -93,14 +106,8 @@ async def run_until_running(client: AsyncClient, namespace: str, burst: str, cou
     informer.add_handler(on_event)
     watching = asyncio.create_task(informer.run())
     await informer.synced.wait()
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def create(index: int) -> None:
-        async with gate:
-            await client.create(pod_body(f"{burst}-{index}", namespace, burst))
-
     started = time.perf_counter()
-    await asyncio.gather(*(create(i) for i in range(count)))
+    await bounded(client.create(pod_body(f"{burst}-{index}", namespace, burst)) for index in range(count))
     await asyncio.wait_for(done.wait(), timeout=600)
     elapsed = time.perf_counter() - started
     watching.cancel()
@@ -109,18 +116,12 @@ async def run_until_running(client: AsyncClient, namespace: str, burst: str, cou
 
 async def delete_all(clusters: Clusters, burst: str) -> None:
     """Delete a burst's pods wherever they are, and wait until none is left (remote copies included)."""
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def delete(client: AsyncClient, name: str, namespace: str) -> None:
-        async with gate:
-            await client.delete(Pod, name, namespace=namespace)
-
     deletes = [
-        delete(client, pod.metadata.name, namespace)  # type: ignore[union-attr, arg-type]
+        client.delete(Pod, pod.metadata.name, namespace=namespace)  # type: ignore[union-attr, arg-type]
         for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT))
         async for pod in client.list(Pod, namespace=namespace, labels={"burst": burst})
     ]
-    await asyncio.gather(*deletes)
+    await bounded(deletes)
 
     async def left() -> int:
         total = 0

@@ -40,6 +40,7 @@ from tests.bench.bench_offloading import (
     OFFLOADED,
     Clusters,
     audited_writes,
+    bounded,
     cpu_seconds,
     install,
     runtime_rss_mb,
@@ -56,13 +57,7 @@ def config_map(name: str, namespace: str, batch: str) -> Any:
 
 
 async def create_all(client: AsyncClient, namespace: str, batch: str, count: int) -> None:
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def create(index: int) -> None:
-        async with gate:
-            await client.create(config_map(f"{batch}-{index}", namespace, batch))
-
-    await asyncio.gather(*(create(i) for i in range(count)))
+    await bounded(client.create(config_map(f"{batch}-{index}", namespace, batch)) for index in range(count))
 
 
 async def direct(clusters: Clusters, batch: str, count: int) -> float:
@@ -95,14 +90,8 @@ async def reflected(clusters: Clusters, batch: str, count: int) -> float:
 
 
 async def delete_batch(clusters: Clusters, batch: str) -> None:
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def delete(client: AsyncClient, namespace: str, name: str) -> None:
-        async with gate:
-            await client.delete(ConfigMap, name, namespace=namespace)
-
-    await asyncio.gather(*[
-        delete(client, namespace, cm.metadata.name)  # type: ignore[union-attr, arg-type]
+    await bounded([
+        client.delete(ConfigMap, cm.metadata.name, namespace=namespace)  # type: ignore[union-attr, arg-type]
         for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT))
         async for cm in client.list(ConfigMap, namespace=namespace, labels={"batch": batch})
     ])  # fmt: skip

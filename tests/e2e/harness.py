@@ -117,13 +117,19 @@ def deploy_running(home: Client, namespace: str, app: str, replicas: int, timeou
     return pods
 
 
-def remote_pod(foreign: Client, twin: str, name: str) -> Pod | None:
+def get_or_none(client: Client, kind: Any, name: str, namespace: str) -> Any | None:
+    """The object, or None when the API server says it does not exist."""
     try:
-        return foreign.get(Pod, name, namespace=twin)
+        return client.get(kind, name, namespace=namespace)
     except ApiError as err:
         if err.status.code == 404:
             return None
         raise
+
+
+def remote_pod(foreign: Client, twin: str, name: str) -> Pod | None:
+    found: Pod | None = get_or_none(foreign, Pod, name, twin)
+    return found
 
 
 def restarts(pod: Pod) -> int:

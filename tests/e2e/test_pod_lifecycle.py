@@ -27,6 +27,7 @@ from tests.e2e.harness import (
     VIRTUAL_NODES,
     all_running,
     deploy_running,
+    get_or_none,
     home_pods,
     offload,
     remote_pod,
@@ -53,12 +54,7 @@ def bare_pod(name: str, namespace: str, **spec: Any) -> Pod:
 
 
 def get_pod(client: Client, namespace: str, name: str) -> Any:
-    try:
-        return client.get(Pod, name, namespace=namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
+    return get_or_none(client, Pod, name, namespace)
 
 
 def running_pod(home: Client, namespace: str, name: str, timeout: float = 60, **spec: Any) -> Any:

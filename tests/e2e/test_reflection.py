@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
 from lightkube.resources.networking_v1 import Ingress
@@ -19,7 +19,7 @@ from lightkube.types import PatchType
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
-from tests.e2e.harness import wait_until
+from tests.e2e.harness import get_or_none, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -28,13 +28,7 @@ def twin_of(namespace: str) -> str:
     return f"{namespace}-home"
 
 
-def find(client: Client, kind: Any, name: str, namespace: str) -> Any | None:
-    try:
-        return client.get(kind, name, namespace=namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
+find = get_or_none
 
 
 def reflected(client: Client, kind: Any, name: str, namespace: str, timeout: float = 30) -> Any:
