@@ -1,8 +1,18 @@
 """The engine every controller shares: informers, work queues, server-side apply."""
 
 from runtime.kube.errors import unless_gone
-from runtime.kube.informing import Event, Informer, diff_stores, object_key
+from runtime.kube.informing import Event, Informer, call_when_synced, diff_stores, object_key
 from runtime.kube.queueing import WorkQueue
 from runtime.kube.serving import EngineMetrics, ProbeServer
 
-__all__ = ["EngineMetrics", "Event", "Informer", "ProbeServer", "WorkQueue", "diff_stores", "object_key", "unless_gone"]
+__all__ = [
+    "EngineMetrics",
+    "Event",
+    "Informer",
+    "ProbeServer",
+    "WorkQueue",
+    "call_when_synced",
+    "diff_stores",
+    "object_key",
+    "unless_gone",
+]

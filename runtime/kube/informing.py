@@ -235,3 +235,10 @@ class Informer:
                 delay = min(self.retry_delay * failures, 30.0)
                 log.warning("watch of %s failed (%s); retry %d in %.0fs", self.resource.__name__, err, failures, delay)
                 await asyncio.sleep(delay)
+
+
+async def call_when_synced(informers: Iterable[Informer], callback: Callable[[], None]) -> None:
+    """Call `callback` once every informer has synced: work put off until then is due."""
+    for informer in informers:
+        await informer.synced.wait()
+    callback()

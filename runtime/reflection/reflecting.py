@@ -25,7 +25,7 @@ from typing import Any
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event as CoreEvent
 
-from runtime.kube import Event, Informer, WorkQueue, unless_gone
+from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.serving import EngineMetrics
 from runtime.reflection.forging import (
     ReflectionSettings,
@@ -91,10 +91,14 @@ class NamespaceWatch:
         self.foreign = Informer(foreign, kind.resource, namespace=twin)
         self.tasks: list[asyncio.Task[None]] = []
 
-    def start(self, on_home: Callable[[Event], None], on_foreign: Callable[[Event], None]) -> None:
+    def start(
+        self, on_home: Callable[[Event], None], on_foreign: Callable[[Event], None], on_synced: Callable[[], None]
+    ) -> None:
+        """`on_synced`: once both sides are known (an unreachable cluster: when it is back)."""
         self.home.add_handler(on_home)
         self.foreign.add_handler(on_foreign)
         self.tasks = [asyncio.create_task(i.run()) for i in (self.home, self.foreign)]
+        self.tasks.append(asyncio.create_task(call_when_synced((self.home, self.foreign), on_synced)))
 
     def synced(self) -> bool:
         return self.home.synced.is_set() and self.foreign.synced.is_set()
@@ -160,7 +164,7 @@ class Reflector:
         for namespace, twin in twins.items():
             if namespace not in self.watches:
                 watch = NamespaceWatch(self.kind, self.home, self.foreign, namespace, twin)
-                watch.start(self._on_home, self._on_foreign(namespace))
+                watch.start(self._on_home, self._on_foreign(namespace), self.requeue_all)
                 self.watches[namespace] = watch
 
     def _on_foreign(self, namespace: str) -> Callable[[Event], None]:
@@ -202,8 +206,7 @@ class Reflector:
         if watch is None:
             return
         if not watch.synced():
-            self.queue.add_after(key, 0.2)  # decide only on what both sides are known to hold
-            return
+            return  # decided only on what both sides are known to hold: their sync requeues all
         settings = self.settings_of(self.kind.name)
         if settings.workers == 0:
             return  # disabled: nothing is reflected, and nothing already reflected is removed

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -35,7 +36,7 @@ from lightkube.types import CascadeType, PatchType
 
 from runtime.api import names
 from runtime.api.shadowpod import CREATE_FAILED_REASON
-from runtime.kube import Event, Informer, WorkQueue, unless_gone
+from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.translation import (
@@ -105,13 +106,17 @@ def now() -> str:
 class TwinWatch:
     """The foreign side of one twin namespace: its ShadowPods and their pods."""
 
-    def __init__(self, foreign: AsyncClient, home_id: str, twin: str, on_event: Any) -> None:
+    def __init__(
+        self, foreign: AsyncClient, home_id: str, twin: str, on_event: Any, on_synced: Callable[[], None]
+    ) -> None:
+        """`on_synced`: once both informers are synced (an unreachable cluster: when it is back)."""
         self.twin = twin
         self.shadows = Informer(foreign, ShadowPodResource, namespace=twin)
         self.pods = Informer(foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id})
         for informer in (self.shadows, self.pods):
             informer.add_handler(on_event)
         self.tasks = [asyncio.create_task(i.run()) for i in (self.shadows, self.pods)]
+        self.tasks.append(asyncio.create_task(call_when_synced((self.shadows, self.pods), on_synced)))
 
     def synced(self) -> bool:
         return self.shadows.synced.is_set() and self.pods.synced.is_set()
@@ -199,7 +204,16 @@ class PodOffloader:
         # the cluster stays selected, so a twin going unready (unreachable) loses nothing
         if twin and where is Placement.READY and watch is None:
             self._home_of_twin[twin] = namespace
-            self.twins[namespace] = TwinWatch(self.foreign, self.home_cluster_id, twin, self._on_remote)
+            self.twins[namespace] = TwinWatch(
+                self.foreign,
+                self.home_cluster_id,
+                twin,
+                self._on_remote,
+                lambda namespace=namespace: self._requeue_namespace(namespace),  # type: ignore[misc]
+            )
+        self._requeue_namespace(namespace)
+
+    def _requeue_namespace(self, namespace: str) -> None:
         for key in self.pods.store:
             if key.startswith(f"{namespace}/"):
                 self.queue.add(key)
@@ -227,8 +241,7 @@ class PodOffloader:
                 await self._back_off(pod, f"namespace {namespace} is not offloaded to {self.foreign_cluster_id} yet")
             return
         if not watch.synced():
-            self.queue.add_after(key, 0.2)  # decide on the foreign side only once it is known
-            return
+            return  # decided once the foreign side is known: its sync requeues the namespace
         shadow = watch.shadows.store.get(f"{twin}/{name}")
         remote = watch.pods.store.get(f"{twin}/{name}")
         if pod is None:

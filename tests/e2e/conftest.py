@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
@@ -85,9 +86,20 @@ def runtime(
     finally:
         # unoffload what the tests offloaded while the controllers still run (they hold finalizers)
         home = dev_env.client("home")
-        for offloading in home.list(NamespaceOffloadingResource, namespace="*"):
+
+        def offloadings() -> list[Any] | None:
+            """None while a restarted API server still says its custom resources are (re)initializing."""
+            try:
+                return list(home.list(NamespaceOffloadingResource, namespace="*"))
+            except ApiError as err:
+                if err.status.code == 429:
+                    return None
+                raise
+
+        served = wait_until(lambda: (found := offloadings()) is not None and (found,), 60, "custom resources served")
+        for offloading in served[0]:
             home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
-        wait_until(lambda: not list(home.list(NamespaceOffloadingResource, namespace="*")), 60, "all unoffloaded")
+        wait_until(lambda: offloadings() == [], 60, "all unoffloaded")
         running.stop_all()
 
 

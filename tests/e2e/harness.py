@@ -132,6 +132,17 @@ def remote_pod(foreign: Client, twin: str, name: str) -> Pod | None:
     return found
 
 
+def home_view(home: Client, cluster_id: str, remote_ip: str) -> str:
+    """The address a remote pod IP of `cluster_id` shows at home: remapped as its VirtualNode says."""
+    from runtime.api import VirtualNodeSpec
+    from runtime.kube.resources import VirtualNodeResource
+    from runtime.virtualkubelet.kubelet import pod_cidr_mapping
+
+    found = home.get(VirtualNodeResource, names.virtual_node_name(cluster_id), namespace=names.LIQO_NAMESPACE)
+    mapping = pod_cidr_mapping(VirtualNodeSpec.model_validate(found["spec"]))
+    return mapping.translate(remote_ip) if mapping else remote_ip
+
+
 def restarts(pod: Pod) -> int:
     statuses = (pod.status.containerStatuses if pod.status else None) or []
     return sum(s.restartCount for s in statuses)

@@ -23,6 +23,7 @@ from tests.e2e.harness import (
     all_running,
     deploy_running,
     home_pods,
+    home_view,
     remote_pod,
     restarts,
     wait_until,
@@ -42,7 +43,7 @@ def test_the_scheduler_spreads_pods_over_both_virtual_nodes_and_they_run_remotel
         remote = remote_pod(foreign[cluster_id], f"{offloaded}-home", cast(Any, pod.metadata).name)
         assert remote is not None and remote.status and remote.status.phase == "Running"
         assert cast(Any, remote.metadata).labels[names.ORIGIN_LABEL] == "home"
-        assert cast(Any, pod.status).podIP == remote.status.podIP
+        assert cast(Any, pod.status).podIP == home_view(home, cluster_id, cast(str, remote.status.podIP))
 
 
 def test_a_remote_pod_deleted_by_hand_comes_back_and_counts_as_a_restart(
