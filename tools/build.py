@@ -41,6 +41,7 @@ from typing import IO
 TOOLS_DIR = Path(__file__).resolve().parent
 PINS_FILE = TOOLS_DIR / "toolchain.toml"
 PROGRESS_INTERVAL = 20.0  # seconds between "still ..." lines of a running build
+LARGE_GC_MEMORY = 8 << 30  # free memory from which the compilers run with GOGC=400
 MEMORY_PER_JOB = 3 << 30  # a kube-apiserver link peaks near 2 GiB; leave headroom per parallel build
 
 sys.path.insert(0, str(TOOLS_DIR.parent))
@@ -62,6 +63,11 @@ def go_env() -> dict[str, str]:
     env["GOTOOLCHAIN"] = "local"
     env["CGO_ENABLED"] = "0"
     env.setdefault("GOFLAGS", "-buildvcs=false")
+    available = memory_available()
+    if available is not None and available >= LARGE_GC_MEMORY:
+        # The compilers and linkers collect garbage less often: 10-20% less CPU for the standard
+        # library (tools/NOTES.md) for ~25% more memory per compiler. No effect on the cache keys.
+        env.setdefault("GOGC", "400")
     return env
 
 

@@ -209,3 +209,16 @@ def test_go_names_a_major_version_binary_after_the_element_before(build: ModuleT
     assert build.go_default_name("go.etcd.io/etcd/server/v3") == "server"
     assert build.go_default_name("sigs.k8s.io/kwok/cmd/kwokctl") == "kwokctl"
     assert build.elapsed(130.7) == "2m10s" and build.elapsed(9) == "9s"
+
+
+def test_compilers_collect_garbage_less_often_only_with_memory_to_spare(
+    build: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.setattr(build, "memory_available", lambda: 20 << 30)
+    assert build.go_env()["GOGC"] == "400"
+    monkeypatch.setattr(build, "memory_available", lambda: 4 << 30)
+    assert "GOGC" not in build.go_env()
+    monkeypatch.setenv("GOGC", "150")  # the user's choice wins
+    monkeypatch.setattr(build, "memory_available", lambda: 20 << 30)
+    assert build.go_env()["GOGC"] == "150"
