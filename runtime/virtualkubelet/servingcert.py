@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
-import ipaddress
 import logging
 import secrets
 
@@ -26,7 +25,7 @@ from cryptography.x509.oid import NameOID
 from lightkube import AsyncClient
 from lightkube.resources.certificates_v1 import CertificateSigningRequest
 
-from runtime.webhooks.certificates import ServingCertificate, issue
+from runtime.webhooks.certificates import ServingCertificate, issue, subject_alt_names
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +36,7 @@ USAGES = ["digital signature", "server auth"]  # what the signer requires of an 
 def serving_request(node_name: str, hosts: list[str]) -> tuple[bytes, bytes]:
     """A PEM certificate request the kubelet-serving signer accepts, and its PEM private key."""
     key = ec.generate_private_key(ec.SECP256R1())
-    alt_names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            alt_names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            alt_names.append(x509.DNSName(host))
+    alt_names = subject_alt_names(hosts)
     subject = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),

@@ -44,6 +44,17 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
+def subject_alt_names(hosts: list[str]) -> list[x509.GeneralName]:
+    """IP addresses as IP names, the rest as DNS names."""
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return names
+
+
 def issue(hosts: list[str], ca_common_name: str = "liqo-webhook-ca") -> ServingCertificate:
     """A CA and a certificate for `hosts` (IP addresses or DNS names)."""
     now = datetime.datetime.now(datetime.UTC)
@@ -62,12 +73,7 @@ def issue(hosts: list[str], ca_common_name: str = "liqo-webhook-ca") -> ServingC
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
-    alt_names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            alt_names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            alt_names.append(x509.DNSName(host))
+    alt_names = subject_alt_names(hosts)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(hosts[0]))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import time
@@ -26,9 +25,8 @@ from lightkube.resources.core_v1 import Pod
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
-from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from runtime.api import names
-from tests.e2e.harness import free_port, node_ready, offload, wait_phase, wait_until
+from tests.bench.bench_offloading import install as install_stack
+from tests.e2e.harness import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 HOME, FOREIGN = "home", "foreign-1"
@@ -37,32 +35,9 @@ TWIN = f"{NAMESPACE}-{HOME}"
 
 
 def install(env: DevEnvironment, state: Path) -> ExternalRuntime:
-    project = state / "project"
-    project.mkdir(parents=True, exist_ok=True)
-    for name in ("Pulumi.yaml", "__main__.py"):
-        shutil.copy(REPO / name, project / name)
-    pulumi = PulumiEnvironment(state_dir=state / "pulumi", bin_dir=paths.bin_dir())
-    stack = pulumi.stack_for_directory(project, "bench")
-    port = free_port()
-    config = {
-        "home": {"clusterId": HOME, "kubeconfigPath": str(env.kubeconfig(HOME))},
-        "foreignClusters": [{"clusterId": FOREIGN, "kubeconfigPath": str(env.kubeconfig(FOREIGN))}],
-        "runtime": {"mode": "external", "webhookPort": port},
-    }
-    pulumi.set_liqo_config(stack, config)
-    print("[bench] pulumi up ...", flush=True)
-    stack.up(on_output=lambda line: None)
-    kubeconfigs = {c: env.kubeconfig(c) for c in (HOME, FOREIGN)}
-    runtime = ExternalRuntime(
-        kubeconfigs, HOME, webhook_port=port, kubelet_ports={FOREIGN: free_port()}, state_dir=state
-    )
-    runtime.stop_all()  # a previous, interrupted run's processes
-    runtime.start_all()
+    """The offloading bench's set-up, with a kubelet port, and one pod to log and exec into."""
+    runtime = install_stack(env, state, kubelet_ports={FOREIGN: free_port()})
     home = env.client(HOME)
-    node = names.virtual_node_name(FOREIGN)
-    wait_until(lambda: node_ready(home, node), 60, f"{node} Ready")
-    offload(home, NAMESPACE, {"podOffloadingStrategy": "Remote"})
-    wait_phase(home, NAMESPACE, "Ready", 60)
     body = {"metadata": {"name": POD, "namespace": NAMESPACE}, "spec": {"containers": [{"name": "main", "image": "x"}]}}
     home.create(Pod.from_dict(body))  # type: ignore[call-overload]
 

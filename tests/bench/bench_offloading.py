@@ -243,7 +243,13 @@ async def idle_writes(env: DevEnvironment, clusters: Clusters, seconds: float) -
 
 
 # -- set-up and report --------------------------------------------------------------------------
-def install(env: DevEnvironment, state: Path, extra_config: dict[str, object] | None = None) -> ExternalRuntime:
+def install(
+    env: DevEnvironment,
+    state: Path,
+    extra_config: dict[str, object] | None = None,
+    kubelet_ports: dict[str, int] | None = None,
+) -> ExternalRuntime:
+    """The stack on the bench's clusters, the runtime running, namespace `bench` offloaded (Remote)."""
     project = state / "project"
     project.mkdir(parents=True, exist_ok=True)
     for name in ("Pulumi.yaml", "__main__.py"):
@@ -260,7 +266,8 @@ def install(env: DevEnvironment, state: Path, extra_config: dict[str, object] | 
     pulumi.set_liqo_config(stack, config)
     print("[bench] pulumi up ...", flush=True)
     stack.up(on_output=lambda line: None)
-    runtime = ExternalRuntime({c: env.kubeconfig(c) for c in (HOME, FOREIGN)}, HOME, webhook_port=port, state_dir=state)
+    kubeconfigs = {c: env.kubeconfig(c) for c in (HOME, FOREIGN)}
+    runtime = ExternalRuntime(kubeconfigs, HOME, webhook_port=port, kubelet_ports=kubelet_ports, state_dir=state)
     runtime.stop_all()  # a previous, interrupted run's processes
     runtime.start_all()
     home = env.client(HOME)
