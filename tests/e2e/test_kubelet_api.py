@@ -357,6 +357,8 @@ def test_the_kubelet_port_refuses_anonymous_and_unauthorized_callers(
     # the API server's own client certificate (--kubelet-client-certificate), signed by the home CA
     status, body = kubelet_get(port, logs, home_pki, admin=True)
     assert status == 200 and f"a container of {cluster_id}, running" in body
+    assert kubelet_get(port, "/healthz", home_pki)[0] == 401
+    assert kubelet_get(port, "/healthz", home_pki, admin=True) == (200, "ok")
 
 
 def test_a_pod_not_on_the_node_is_not_found(
