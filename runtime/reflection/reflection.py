@@ -66,6 +66,7 @@ class Reflection:
             if reflector.kind.follows is not None and reflector.kind.follows[0] in self.by_kind:
                 self.by_kind[reflector.kind.follows[0]].on_home_change.append(reflector.requeue_following)
         self.started = False
+        self._applied: dict[str, ReflectionSettings] = {}  # the settings each kind last reconciled with
 
     def home_object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         reflector = self.by_kind.get(kind)
@@ -89,13 +90,22 @@ class Reflection:
                 reflector.follow(self.twins())
 
     def on_settings(self) -> None:
-        """The VirtualNode changed: policies and skip lists apply to every object at once."""
+        """A VirtualNode changed: where this cluster's settings for a kind changed, they apply to every
+        object of that kind at once (and of the kinds that follow it); other changes reconcile nothing."""
+        changed = {kind for kind, settings in self._settings().items() if self._applied.get(kind) != settings}
+        self._applied = self._settings()
         for reflector in self.reflectors:
-            reflector.requeue_all()
+            follows = reflector.kind.follows[0] if reflector.kind.follows else None
+            if reflector.kind.name in changed or follows in changed:
+                reflector.requeue_all()
+
+    def _settings(self) -> dict[str, ReflectionSettings]:
+        return {reflector.kind.name: self.settings_of(reflector.kind.name) for reflector in self.reflectors}
 
     def start(self) -> None:
         """Once the home informers (offloadings, virtual nodes) are synced."""
         self.started = True
+        self._applied = self._settings()
         for reflector in self.reflectors:
             reflector.queue.start()
             reflector.follow(self.twins())

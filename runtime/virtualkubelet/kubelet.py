@@ -11,14 +11,14 @@ import base64
 from typing import Any
 
 import yaml
-from lightkube import AsyncClient, KubeConfig
+from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Secret
 
 from runtime.api import VirtualNodeSpec, names
 from runtime.kube import EngineMetrics, Event, Informer, WorkQueue
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
 from runtime.reflection import Reflection
-from runtime.virtualkubelet.node import FIELD_MANAGER, NODE_ADDRESS, VirtualNodeController
+from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.translation import CidrMapping
 
@@ -35,12 +35,6 @@ async def foreign_kubeconfig(home: AsyncClient, foreign_cluster_id: str) -> dict
             await asyncio.sleep(2)
     kubeconfig: dict[str, Any] = yaml.safe_load(base64.b64decode((secret.data or {})["kubeconfig"]).decode())
     return kubeconfig
-
-
-async def foreign_client(home: AsyncClient, foreign_cluster_id: str) -> AsyncClient:
-    """The home identity's client for the foreign cluster."""
-    kubeconfig = await foreign_kubeconfig(home, foreign_cluster_id)
-    return AsyncClient(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
 
 
 def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:

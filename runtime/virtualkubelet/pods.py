@@ -35,6 +35,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
 from runtime.api import names
+from runtime.api.namespaceoffloading import ready_twin
 from runtime.api.shadowpod import CREATE_FAILED_REASON
 from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.resources import ShadowPodResource
@@ -174,13 +175,14 @@ class PodOffloader:
         if offloading is None or offloading.metadata.deletionTimestamp:
             return Placement.WITHDRAWN, None
         status = offloading.get("status") or {}
+        ready = ready_twin(status, self.foreign_cluster_id)
+        if ready:
+            return Placement.READY, ready
         twin = status.get("remoteNamespaceName")
         conditions = {
             c.get("type"): c.get("status")
             for c in (status.get("remoteNamespacesConditions") or {}).get(self.foreign_cluster_id) or []
         }
-        if conditions.get("Ready") == "True" and twin:
-            return Placement.READY, twin
         if conditions.get("OffloadingRequired") == "True" and twin:
             return Placement.WAITING, twin
         if conditions or status.get("offloadingPhase"):
