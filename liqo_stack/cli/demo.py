@@ -24,7 +24,7 @@ from pulumi import automation as auto
 
 import liqo_stack
 from liqo_stack.cli.dev import layout_options, make_layout, progress
-from liqo_stack.cli.params import Duration
+from liqo_stack.cli.params import timeout_option
 from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.progress import Heartbeat
@@ -123,13 +123,7 @@ def offloading_phase(env: DevEnvironment, namespace: str) -> str | None:
 @click.command()
 @layout_options
 @click.option("--replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
-@click.option(
-    "--timeout",
-    type=Duration(minimum=1),
-    default="2m",
-    show_default=True,
-    help="how long to wait for each step, e.g. 90s, 5m",
-)
+@timeout_option("each step")
 def demo(replicas: int, timeout: float, **layout: object) -> None:
     """Dev clusters, the example stack, the runtime, and an example Deployment offloaded to the virtual nodes."""
     env = DevEnvironment()

@@ -11,7 +11,7 @@ import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.core_v1 import Namespace
 
-from liqo_stack.cli.params import Duration
+from liqo_stack.cli.params import timeout_option
 from runtime.api import (
     NamespaceMappingStrategy,
     NamespaceOffloading,
@@ -105,13 +105,7 @@ def offload() -> None:
 @click.option(
     "--output", "-o", type=click.Choice(["yaml", "json"]), help="print the NamespaceOffloading and apply nothing"
 )
-@click.option(
-    "--timeout",
-    type=Duration(minimum=1),
-    default="2m",
-    show_default=True,
-    help="how long to wait for Ready, e.g. 60s, 5m",
-)
+@timeout_option("Ready")
 @with_cluster
 def offload_namespace(
     name: str,
@@ -210,9 +204,7 @@ def unoffload() -> None:
 @unoffload.command("namespace")
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
-@click.option(
-    "--timeout", type=Duration(minimum=1), default="2m", show_default=True, help="how long to wait, e.g. 60s, 5m"
-)
+@timeout_option("the twins to be deleted")
 @with_cluster
 def unoffload_namespace(name: str, yes: bool, timeout: float, kubeconfig: str | None, context: str | None) -> None:
     """Unoffload NAME: its twin namespaces, and everything in them, are deleted in every foreign cluster."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from runtime.api import DurationError, parse_duration
@@ -26,3 +29,14 @@ class Duration(click.ParamType[float, object]):
             return parse_duration(text, minimum=self.minimum, maximum=self.maximum)
         except DurationError as err:
             self.fail(str(err), param, ctx)
+
+
+def timeout_option(what: str) -> Callable[[Any], Any]:
+    """`--timeout DURATION` (default 2m, at least 1s) for how long a command waits for `what`."""
+    return click.option(
+        "--timeout",
+        type=Duration(minimum=1),
+        default="2m",
+        show_default=True,
+        help=f"how long to wait for {what}, e.g. 60s, 5m",
+    )
