@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import ipaddress
 import math
 import os
@@ -403,13 +404,13 @@ class DevEnvironment:
             else:
                 if cluster_id in existing:
                     progress(f"{cluster_id}: stopped, starting ...")
-                    with Heartbeat(progress, f"{cluster_id}: starting the control plane"):
+                    with Heartbeat(progress, f"{cluster_id}: starting the control plane"), _ports_locked():
                         self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
                 else:
                     progress(
                         f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ..."
                     )
-                    with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
+                    with Heartbeat(progress, f"{cluster_id}: creating the control plane"), _ports_locked():
                         self._create_cluster(cluster_id, layout)
                 progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
             self._write_kubeconfig(cluster_id)
@@ -517,6 +518,21 @@ class DevEnvironment:
         lines.append(f"export KUBECONFIG={_quote(self.merged_kubeconfig)}")
         lines.append(f'export PATH={_quote(self.bin_dir)}:"$PATH"')
         return lines
+
+
+@contextlib.contextmanager
+def _ports_locked() -> Iterator[None]:
+    """kwokctl picks ports that are free when it writes a cluster's config and binds them only when
+    the components start: two clusters created at once on one machine (a demo beside a test session)
+    can pick the same port. Holding one lock from picking to listening serialises that window."""
+    lock = paths.port_lock()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _secure_port(command: list[str]) -> int | None:

@@ -30,3 +30,8 @@ def state_root() -> Path:
     """Dev clusters, their kubeconfigs and the Pulumi file backend: $LIQO_STACK_STATE, else $XDG_STATE_HOME."""
     explicit = os.environ.get("LIQO_STACK_STATE")
     return Path(explicit) if explicit else _xdg("XDG_STATE_HOME", ".local/state") / "liqo-stack"
+
+
+def port_lock() -> Path:
+    """One lock per machine (beside the shared cache) held while a cluster picks and binds its ports."""
+    return cache_root() / "ports.lock"
