@@ -66,6 +66,15 @@ class ExternalRuntime:
     def log(self, component: str) -> Path:
         return self.folder / f"{component}.log"
 
+    def probes_url(self, component: str) -> str | None:
+        """Where the component's latest start serves /healthz, /readyz and /metrics (it logs it)."""
+        try:
+            lines = self.log(component).read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        found = [line.partition("probes on ")[2].split()[0] for line in lines if "probes on http://" in line]
+        return found[-1] if found else None
+
     def _pid_file(self, component: str) -> Path:
         return self.folder / f"{component}.pid"
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event as CoreEvent
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.serving import EngineMetrics
@@ -41,6 +42,24 @@ log = logging.getLogger(__name__)
 
 SettingsOf = Callable[[str], ReflectionSettings]
 HomeLookup = Callable[[str, str, str], dict[str, Any] | None]  # kind name, namespace, name -> home object
+
+
+class ReflectionMetrics:
+    """Per cluster and kind: the copies reflection holds there, its writes and its failed reconciles
+    (queue depth and reconcile durations come with every work queue, as `reflection-<kind>`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ["cluster", "kind"]
+        self.reflected = Gauge(
+            "liqo_reflected_objects", "copies in the foreign cluster that reflection owns", labels, registry=registry
+        )
+        self.writes = Counter(
+            "liqo_reflection_writes_total",
+            "applies and deletes sent to the foreign cluster",
+            [*labels, "verb"],
+            registry=registry,
+        )
+        self.errors = Counter("liqo_reflection_errors_total", "reconciles that failed", labels, registry=registry)
 
 
 class HomeEvents:
@@ -121,6 +140,7 @@ class Reflector:
         events: HomeEvents,
         lookup: HomeLookup | None = None,
         metrics: EngineMetrics | None = None,
+        reflection_metrics: ReflectionMetrics | None = None,
     ) -> None:
         self.kind = kind
         self.home, self.foreign = home, foreign
@@ -133,6 +153,25 @@ class Reflector:
         self.watches: dict[str, NamespaceWatch] = {}  # home namespace -> its watch
         self.lookup = lookup
         self.on_home_change: list[Callable[[str, str], None]] = []  # (namespace, name): kinds following this one
+        self.stats = reflection_metrics
+        if reflection_metrics is not None:
+            labels = (foreign_cluster_id, kind.name)
+            reflection_metrics.reflected.labels(*labels).set_function(self.reflected_count)
+            self._writes = {verb: reflection_metrics.writes.labels(*labels, verb) for verb in ("apply", "delete")}
+            self._errors = reflection_metrics.errors.labels(*labels)
+
+    def reflected_count(self) -> int:
+        """The copies in the watched twins that are ours."""
+        return sum(
+            1
+            for watch in list(self.watches.values())
+            for obj in list(watch.foreign.store.values())
+            if is_owned({"metadata": {"labels": obj.metadata.labels}}, self.home_cluster_id, self.foreign_cluster_id)
+        )
+
+    def _count_write(self, verb: str) -> None:
+        if self.stats is not None:
+            self._writes[verb].inc()
 
     def home_object(self, namespace: str, name: str) -> dict[str, Any] | None:
         watch = self.watches.get(namespace)
@@ -201,6 +240,14 @@ class Reflector:
         )
 
     async def reconcile(self, key: str) -> None:
+        try:
+            await self._reconcile(key)
+        except Exception:
+            if self.stats is not None:
+                self._errors.inc()
+            raise
+
+    async def _reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
         watch = self.watches.get(namespace)
         if watch is None:
@@ -223,6 +270,7 @@ class Reflector:
         ours = remote is not None and is_owned(remote, self.home_cluster_id, self.foreign_cluster_id)
         if not wanted or home is None:
             if remote is not None and ours and not (remote.get("metadata") or {}).get("deletionTimestamp"):
+                self._count_write("delete")
                 with unless_gone():
                     await self.foreign.delete(self.kind.resource, name, namespace=watch.twin)
             return
@@ -245,6 +293,7 @@ class Reflector:
         )
         if remote is not None and up_to_date(desired, remote):
             return
+        self._count_write("apply")
         try:
             await self.foreign.apply(
                 self.kind.resource.from_dict(desired), field_manager=self.field_manager, force=True

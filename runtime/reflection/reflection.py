@@ -14,7 +14,7 @@ from runtime.kube import Event, Informer
 from runtime.kube.serving import EngineMetrics
 from runtime.reflection.forging import ReflectionSettings
 from runtime.reflection.kinds import ALL_KINDS, ReflectedKind
-from runtime.reflection.reflecting import HomeEvents, Reflector
+from runtime.reflection.reflecting import HomeEvents, ReflectionMetrics, Reflector
 
 
 def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings:
@@ -47,6 +47,7 @@ class Reflection:
         self.offloadings = offloadings
         self.virtual_node_spec = virtual_node_spec
         events = HomeEvents(home, f"liqo-reflection-{foreign_cluster_id}")
+        stats = ReflectionMetrics(metrics.registry) if metrics is not None else None
         self.reflectors = [
             Reflector(
                 kind,
@@ -58,6 +59,7 @@ class Reflection:
                 events=events,
                 lookup=self.home_object,
                 metrics=metrics,
+                reflection_metrics=stats,
             )
             for kind in kinds
         ]

@@ -1,6 +1,7 @@
 """Reflection benchmark: ConfigMaps reflected into a foreign twin vs the same created there directly.
 
-    .venv/bin/python -m tests.bench.bench_reflection [--objects 1000] [--rounds 2] [--idle 60] [--idle-objects 5000]
+    .venv/bin/python -m tests.bench.bench_reflection [--objects 1000] [--rounds 2] [--idle 60]
+        [--idle-objects 5000] [--idle-pods 100] [--rss-pods 1000]
 
 Starts its own home and foreign cluster (state under $LIQO_STACK_STATE/bench-reflection, both API
 servers auditing every write), installs the stack with `pulumi up`, runs the runtime as local
@@ -8,9 +9,10 @@ processes and offloads namespace `bench`. Then, in one run, alternating the two 
 - burst: N ConfigMaps created with the same client and concurrency, either directly in a foreign
   namespace (the plain script, timed until its last create returns) or at home in the offloaded
   namespace (timed until the last copy exists in the twin); the CPU seconds of every process;
-- memory: RSS of each runtime process with `--idle-objects` ConfigMaps reflected;
-- idle: with those objects reflected and nothing changing, the writes each API server receives in
-  `--idle` seconds, by client (node Lease heartbeats counted apart).
+- idle: with `--idle-objects` ConfigMaps reflected and `--idle-pods` pods offloaded and nothing
+  changing, the writes each API server receives in `--idle` seconds, by client (node Lease
+  heartbeats counted apart);
+- memory: RSS of each runtime process with those objects reflected and `--rss-pods` pods offloaded.
 Prints the figures and the ratio reflected / direct (target <= 1.2x at 1,000). The ConfigMap
 reflector runs with as many workers as the script's concurrency.
 """
@@ -43,11 +45,13 @@ from tests.bench.bench_offloading import (
     bounded,
     cpu_seconds,
     install,
+    run_until_running,
     runtime_rss_mb,
 )
 
 TWIN = f"{OFFLOADED}-{HOME}"
 TARGET_RATIO = 1.2
+RSS_TARGET_MB = 200
 
 
 def config_map(name: str, namespace: str, batch: str) -> Any:
@@ -115,13 +119,19 @@ async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: a
             print(f"  {args.objects} ConfigMaps round {round_no + 1} {way:>9}: {seconds:6.2f} s", flush=True)
             await delete_batch(clusters, batch)
 
-    print(f"[bench] {args.idle_objects} ConfigMaps reflected, then idle ...", flush=True)
+    print(f"[bench] {args.idle_objects} ConfigMaps reflected, {args.idle_pods} pods offloaded, idle ...", flush=True)
     await reflected(clusters, "idle", args.idle_objects)
-    await asyncio.sleep(5)
-    rss = runtime_rss_mb(runtime)
+    await run_until_running(clusters.home, OFFLOADED, "idle", args.idle_pods)
+    await asyncio.sleep(10)  # statuses settle
     offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, FOREIGN)}
     await asyncio.sleep(args.idle)
     idle = {c: audited_writes(env.audit_log(c), offsets[c]) for c in (HOME, FOREIGN)}
+    more = args.rss_pods - args.idle_pods
+    print(f"[bench] {more} more pods offloaded for the memory figure ...", flush=True)
+    if more > 0:
+        await run_until_running(clusters.home, OFFLOADED, "rss", more)
+    await asyncio.sleep(10)
+    rss = runtime_rss_mb(runtime)
 
     ratio = statistics.median(results["reflected"]) / statistics.median(results["direct"])
     print(f"\n== reflection: {args.objects} ConfigMaps, concurrency {CONCURRENCY} (target <= {TARGET_RATIO}x)")
@@ -135,8 +145,15 @@ async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: a
         used_direct, used_reflected = cpu["direct"].get(name, 0.0), cpu["reflected"].get(name, 0.0)
         print(f"      {name:<36} direct {used_direct:6.1f}  reflected {used_reflected:6.1f}")
     parts = ", ".join(f"{c} {mb:.0f} MB" for c, mb in rss.items())
-    print(f"\n== runtime RSS with {args.idle_objects} reflected ConfigMaps: {sum(rss.values()):.0f} MB ({parts})")
-    print(f"\n== writes during {args.idle:.0f} idle s with {args.idle_objects} reflected objects (target: zero)")
+    pods = max(args.rss_pods, args.idle_pods)
+    print(
+        f"\n== runtime RSS with {args.idle_objects} reflected ConfigMaps and {pods} offloaded pods: "
+        f"{sum(rss.values()):.0f} MB ({parts}; target < {RSS_TARGET_MB} MB)"
+    )
+    print(
+        f"\n== writes during {args.idle:.0f} idle s with {args.idle_objects} reflected objects and "
+        f"{args.idle_pods} offloaded pods (target: zero)"
+    )
     for cluster_id, counts in idle.items():
         ours = {k: v for k, v in counts.items() if k.startswith("python-httpx")}
         heartbeats = sum(v for k, v in ours.items() if k.endswith(" leases"))
@@ -151,6 +168,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per way, alternated")
     parser.add_argument("--idle", type=float, default=60, help="idle seconds counted")
     parser.add_argument("--idle-objects", type=int, default=5000, help="ConfigMaps reflected during the idle count")
+    parser.add_argument("--idle-pods", type=int, default=100, help="pods offloaded during the idle count")
+    parser.add_argument("--rss-pods", type=int, default=1000, help="pods offloaded for the memory figure")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     args = parser.parse_args()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -146,3 +147,17 @@ def home_view(home: Client, cluster_id: str, remote_ip: str) -> str:
 def restarts(pod: Pod) -> int:
     statuses = (pod.status.containerStatuses if pod.status else None) or []
     return sum(s.restartCount for s in statuses)
+
+
+def metric_samples(url: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """One metric's samples from a component's /metrics, keyed by their sorted labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }

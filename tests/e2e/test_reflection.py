@@ -4,9 +4,12 @@ ours are never touched."""
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +19,11 @@ from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
 from lightkube.resources.networking_v1 import Ingress
 from lightkube.types import PatchType
 
+from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
-from tests.e2e.harness import get_or_none, wait_until
+from tests.e2e.harness import get_or_none, metric_samples, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -243,6 +247,11 @@ def test_settings_patched_on_the_virtual_node_apply_live(
 def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
     offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
 ) -> None:
+    """Seed 001's fault tolerance, at the issue's scale: 1,000 reflected objects, a restart, zero UIDs
+    changed and no write sent but the one for the object created afterwards."""
+    count = 1000
+    client = foreign["foreign-1"]
+
     def steady() -> dict[str, Any]:
         copies: list[Any] = list(client.list(ConfigMap, namespace=twin_of(offloaded)))
         return {
@@ -251,19 +260,64 @@ def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
             if c.metadata.name.startswith("steady-")
         }
 
-    for index in range(20):
+    for index in range(count):
         home.create(config_map(f"steady-{index}", offloaded, {"index": str(index)}))
-    client = foreign["foreign-1"]
-    wait_until(lambda: len(steady()) == 20, 60, "20 ConfigMaps reflected")
-    time.sleep(1)
-
+    wait_until(lambda: len(steady()) == count, 180, f"{count} ConfigMaps reflected")
     before = steady()
-    runtime.kill("kubelet-foreign-1")
-    runtime.start("kubelet-foreign-1")
+
+    component = "kubelet-foreign-1"
+    old_url = runtime.probes_url(component)
+    runtime.kill(component)
+    runtime.start(component)
+    url = wait_until(lambda: (found := runtime.probes_url(component)) != old_url and found, 30, "restarted")
     home.create(config_map("after-restart", offloaded, {"a": "b"}))
     reflected(client, ConfigMap, "after-restart", offloaded, timeout=60)  # the restarted one is at work
-    time.sleep(2)
+
+    def settled() -> bool:
+        depth = metric_samples(url, "liqo_queue_depth")
+        return all(value == 0 for labels, value in depth.items() if dict(labels)["queue"].startswith("reflection-"))
+
+    wait_until(settled, 60, "reflection queues drained after the restart")
+    time.sleep(1)
+    writes = {
+        (dict(labels)["kind"], dict(labels)["verb"]): value
+        for labels, value in metric_samples(url, "liqo_reflection_writes_total").items()
+        if value
+    }
+    assert writes == {("configmap", "apply"): 1.0}, "only the object created after the restart was written"
     assert steady() == before, "no copy rewritten or recreated"
+    reflected_now = metric_samples(url, "liqo_reflected_objects")
+    assert reflected_now[(("cluster", "foreign-1"), ("kind", "configmap"))] >= count + 1
+
+
+def test_the_home_identity_reflects_only_inside_twin_namespaces(
+    offloaded: str, home: Client, dev_env: DevEnvironment, tmp_path: Path
+) -> None:
+    """Least privilege: what reflection writes, the home identity may write in twin namespaces and
+    nowhere else; nothing cluster-wide."""
+    secret: Any = home.get(Secret, "liqo-credentials-foreign-1", namespace=names.LIQO_NAMESPACE)
+    kubeconfig = tmp_path / "identity.yaml"
+    kubeconfig.write_bytes(base64.b64decode(secret.data["kubeconfig"]))
+
+    def can_i(*args: str) -> str:
+        command = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), "auth", "can-i", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    reflected_kinds = [
+        "configmaps",
+        "secrets",
+        "services",
+        "endpointslices.discovery.k8s.io",
+        "ingresses.networking.k8s.io",
+    ]
+    for kind in reflected_kinds:
+        for verb in ("create", "patch", "delete", "watch"):
+            assert can_i(verb, kind, "-n", twin_of(offloaded)) == "yes", f"{verb} {kind} in the twin"
+        assert can_i("create", kind, "-n", "default") == "no", f"create {kind} in default"
+        assert can_i("list", kind, "--all-namespaces") == "no", f"list {kind} cluster-wide"
+    assert can_i("get", "secrets", "-n", "kube-system") == "no"
+    assert can_i("create", "persistentvolumes") == "no"
+    assert can_i("create", "namespaces") == "no"
 
 
 def test_endpoint_slices_let_every_cluster_reach_every_replica(
