@@ -1,7 +1,7 @@
 """Reflection benchmark: ConfigMaps reflected into a foreign twin vs the same created there directly.
 
     .venv/bin/python -m tests.bench.bench_reflection [--objects 1000] [--rounds 2] [--idle 60]
-        [--idle-objects 5000] [--idle-pods 100] [--rss-pods 1000]
+        [--idle-objects 5000] [--idle-pods 100] [--rss-pods 1000] [--pinning both|pinned|unpinned]
 
 Starts its own home and foreign cluster (state under $LIQO_STACK_STATE/bench-reflection, both API
 servers auditing every write), installs the stack with `pulumi up`, runs the runtime as local
@@ -13,7 +13,8 @@ processes and offloads namespace `bench`. Then, in one run, alternating the two 
   changing, the writes each API server receives in `--idle` seconds, by client (node Lease
   heartbeats counted apart);
 - memory: RSS of each runtime process with those objects reflected and `--rss-pods` pods offloaded.
-Prints the figures and the ratio reflected / direct (target <= 1.2x at 1,000). The ConfigMap
+Prints the figures and the ratio reflected / direct (target <= 1.2x at 1,000), with each cluster's
+processes pinned to CPUs of their own and unpinned, alternated (tests/bench/pinning.py). The ConfigMap
 reflector runs with as many workers as the script's concurrency.
 """
 
@@ -48,6 +49,7 @@ from tests.bench.bench_offloading import (
     run_until_running,
     runtime_rss_mb,
 )
+from tests.bench.pinning import cpu_plan, describe, pin, unpin
 
 TWIN = f"{OFFLOADED}-{HOME}"
 TARGET_RATIO = 1.2
@@ -107,17 +109,27 @@ async def delete_batch(clusters: Clusters, batch: str) -> None:
 
 
 async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: argparse.Namespace) -> None:
-    results: dict[str, list[float]] = {"direct": [], "reflected": []}
+    modes = ["pinned", "unpinned"] if args.pinning == "both" else [args.pinning]
+    plan = cpu_plan([HOME, FOREIGN])
+    results: dict[tuple[str, str], list[float]] = {(m, w): [] for m in modes for w in ("direct", "reflected")}
     cpu: dict[str, dict[str, float]] = {}
     for round_no in range(args.rounds):
-        for way in ("direct", "reflected") if round_no % 2 == 0 else ("reflected", "direct"):
-            batch = f"r{round_no}-{way[0]}"
-            before = cpu_seconds(env, runtime)
-            seconds = await (direct if way == "direct" else reflected)(clusters, batch, args.objects)
-            cpu[way] = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
-            results[way].append(seconds)
-            print(f"  {args.objects} ConfigMaps round {round_no + 1} {way:>9}: {seconds:6.2f} s", flush=True)
-            await delete_batch(clusters, batch)
+        for mode in modes if round_no % 2 == 0 else modes[::-1]:
+            if mode == "pinned":
+                pin(env, runtime, plan)
+            else:
+                unpin(env, runtime)
+            for way in ("direct", "reflected") if round_no % 2 == 0 else ("reflected", "direct"):
+                batch = f"r{round_no}-{mode[0]}{way[0]}"
+                before = cpu_seconds(env, runtime)
+                seconds = await (direct if way == "direct" else reflected)(clusters, batch, args.objects)
+                cpu[way] = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
+                results[mode, way].append(seconds)
+                print(
+                    f"  {args.objects} ConfigMaps round {round_no + 1} {mode:>8} {way:>9}: {seconds:6.2f} s", flush=True
+                )
+                await delete_batch(clusters, batch)
+    unpin(env, runtime)
 
     print(f"[bench] {args.idle_objects} ConfigMaps reflected, {args.idle_pods} pods offloaded, idle ...", flush=True)
     await reflected(clusters, "idle", args.idle_objects)
@@ -133,12 +145,16 @@ async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: a
     await asyncio.sleep(10)
     rss = runtime_rss_mb(runtime)
 
-    ratio = statistics.median(results["reflected"]) / statistics.median(results["direct"])
     print(f"\n== reflection: {args.objects} ConfigMaps, concurrency {CONCURRENCY} (target <= {TARGET_RATIO}x)")
-    for way, values in results.items():
-        rounds = ", ".join(f"{v:.2f}" for v in values)
-        print(f"  {way:>9}: median {statistics.median(values):6.2f} s (rounds: {rounds})")
-    print(f"  ratio reflected / direct: {ratio:.2f}x")
+    if "pinned" in modes:
+        print(f"  pinned: {describe(plan)} (the runtime with the cluster it works in)")
+    for mode in modes:
+        for way in ("direct", "reflected"):
+            values = results[mode, way]
+            rounds = ", ".join(f"{v:.2f}" for v in values)
+            print(f"  {mode:>8} {way:>9}: median {statistics.median(values):6.2f} s (rounds: {rounds})")
+        ratio = statistics.median(results[mode, "reflected"]) / statistics.median(results[mode, "direct"])
+        print(f"  {mode:>8} ratio reflected / direct: {ratio:.2f}x")
     print("\n  CPU seconds during the last round of each way (2 cores):")
     names_by_cost = sorted(cpu["reflected"].keys() | cpu["direct"].keys(), key=lambda n: -cpu["reflected"].get(n, 0.0))
     for name in names_by_cost[:10]:
@@ -168,6 +184,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per way, alternated")
     parser.add_argument("--idle", type=float, default=60, help="idle seconds counted")
     parser.add_argument("--idle-objects", type=int, default=5000, help="ConfigMaps reflected during the idle count")
+    parser.add_argument(
+        "--pinning", choices=["both", "pinned", "unpinned"], default="both", help="CPU pinning per cluster, alternated"
+    )
     parser.add_argument("--idle-pods", type=int, default=100, help="pods offloaded during the idle count")
     parser.add_argument("--rss-pods", type=int, default=1000, help="pods offloaded for the memory figure")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
