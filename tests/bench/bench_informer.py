@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.bench.stages import percentile
+
 NAMESPACE = "bench"
 CREATED_ANNOTATION = "bench.liqo.io/created"
 
@@ -154,11 +156,6 @@ def run_child(name: str, kubeconfig: str, objects: int, events: int, round_no: i
         asyncio.run(create_configmaps(kubeconfig, names[chunk : chunk + 10], 10, stamped=True))
     out, _ = proc.communicate(timeout=300)
     return dict(json.loads(out.strip().splitlines()[-1]))
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:

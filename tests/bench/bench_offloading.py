@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -28,11 +29,13 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightkube import AsyncClient, KubeConfig
+from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Pod
 
 from liqo_stack.dev import paths
@@ -41,11 +44,14 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.kube import Event, Informer
+from tests.bench.pinning import cpu_plan, describe, pin, unpin
+from tests.bench.stages import DIRECT_STAGES, OFFLOADED_STAGES, StageClock, percentile
 from tests.e2e.harness import free_port, node_ready, offload, wait_phase, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 HOME, FOREIGN = "home", "foreign-1"
 OFFLOADED = "bench"  # offloaded home namespace; its twin in the foreign cluster is bench-home
+TWIN = f"{OFFLOADED}-{HOME}"
 DIRECT = "bench-direct"  # plain foreign namespace for the vanilla baseline
 CONCURRENCY = 20
 TARGET_RSS_MB = 200
@@ -90,8 +96,41 @@ async def bounded(calls: Iterable[Awaitable[Any]]) -> None:
     await asyncio.gather(*(one(call) for call in calls))
 
 
-async def run_until_running(client: AsyncClient, namespace: str, burst: str, count: int) -> float:
+async def run_until_running(
+    client: AsyncClient, namespace: str, burst: str, count: int, clock: StageClock | None = None
+) -> float:
     """Create `count` pods (CONCURRENCY at a time); seconds until all are Running where created."""
+    done = await _running_watch(client, namespace, burst, count)
+    started = time.perf_counter()
+
+    async def create(index: int) -> None:
+        name = f"{burst}-{index}"
+        if clock is not None:
+            clock.mark(name, "submitted")
+        await client.create(pod_body(name, namespace, burst))
+
+    await bounded(create(index) for index in range(count))
+    await asyncio.wait_for(done, timeout=max(600, count * 0.5))
+    return time.perf_counter() - started
+
+
+async def run_deployment_until_running(client: AsyncClient, namespace: str, burst: str, count: int) -> float:
+    """One Deployment of `count` replicas; seconds until all its pods are Running where created."""
+    done = await _running_watch(client, namespace, burst, count)
+    started = time.perf_counter()
+    template = pod_body("", namespace, burst).to_dict()
+    template["metadata"] = {"labels": {"burst": burst}}
+    deployment: Any = Deployment.from_dict({
+        "metadata": {"name": burst, "namespace": namespace, "labels": {"burst": burst}},
+        "spec": {"replicas": count, "selector": {"matchLabels": {"burst": burst}}, "template": template},
+    })  # fmt: skip
+    await client.create(deployment)
+    await asyncio.wait_for(done, timeout=max(600, count * 0.5))
+    return time.perf_counter() - started
+
+
+async def _running_watch(client: AsyncClient, namespace: str, burst: str, count: int) -> asyncio.Future[None]:
+    """A future done once `count` pods of the burst are Running in `namespace` (watch already synced)."""
     running: set[str] = set()
     done = asyncio.Event()
 
@@ -106,16 +145,21 @@ async def run_until_running(client: AsyncClient, namespace: str, burst: str, cou
     informer.add_handler(on_event)
     watching = asyncio.create_task(informer.run())
     await informer.synced.wait()
-    started = time.perf_counter()
-    await bounded(client.create(pod_body(f"{burst}-{index}", namespace, burst)) for index in range(count))
-    await asyncio.wait_for(done.wait(), timeout=600)
-    elapsed = time.perf_counter() - started
-    watching.cancel()
-    return elapsed
+
+    async def wait() -> None:
+        try:
+            await done.wait()
+        finally:
+            watching.cancel()
+
+    return asyncio.ensure_future(wait())
 
 
 async def delete_all(clusters: Clusters, burst: str) -> None:
     """Delete a burst's pods wherever they are, and wait until none is left (remote copies included)."""
+    for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT)):
+        with contextlib.suppress(ApiError):  # a burst of bare pods has no Deployment
+            await client.delete(Deployment, burst, namespace=namespace)
     deletes = [
         client.delete(Pod, pod.metadata.name, namespace=namespace)  # type: ignore[union-attr, arg-type]
         for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT))
@@ -128,7 +172,7 @@ async def delete_all(clusters: Clusters, burst: str) -> None:
         for client, namespace in (
             (clusters.home, OFFLOADED),
             (clusters.foreign, DIRECT),
-            (clusters.foreign, "bench-home"),
+            (clusters.foreign, TWIN),
         ):
             total += len([p async for p in client.list(Pod, namespace=namespace, labels={"burst": burst})])
         return total
@@ -140,39 +184,81 @@ async def delete_all(clusters: Clusters, burst: str) -> None:
         await asyncio.sleep(1)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 # -- the measurements ---------------------------------------------------------------------------
+@dataclass
+class BurstFigures:
+    """One burst size, workload and pinning mode: both ways, every round."""
+
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {"direct": [], "offloaded": []})
+    stages: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # way -> stage -> per-pod seconds
+    writes_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> cluster -> writes/pod
+    cpu_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> process -> CPU s/pod
+
+
+async def one_burst(
+    clusters: Clusters, runtime: ExternalRuntime, figures: BurstFigures, workload: str, size: int, burst: str, way: str
+) -> float:
+    offloaded = way == "offloaded"
+    client, namespace = clusters.where(offloaded)
+    env = clusters.env
+    clock = StageClock()
+    if offloaded:
+        clock.watch_offloaded(clusters.home, clusters.foreign, OFFLOADED, TWIN, burst)
+    else:
+        clock.watch_direct(clusters.foreign, DIRECT, burst)
+    await clock.start()
+    before = cpu_seconds(env, runtime)
+    offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, FOREIGN)} if env.audit_policy else {}
+    if workload == "deployment":
+        seconds = await run_deployment_until_running(client, namespace, burst, size)
+    else:
+        seconds = await run_until_running(client, namespace, burst, size, clock)
+    await asyncio.sleep(0.5)  # the last sightings
+    clock.stop()
+    used = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
+    figures.cpu_per_pod[way] = {n: t / size for n, t in used.items() if n.startswith("runtime ")}
+    if offsets:
+        figures.writes_per_pod[way] = {
+            c: sum(audited_writes(env.audit_log(c), offsets[c]).values()) / size for c in (HOME, FOREIGN)
+        }
+    for stage, values in clock.durations(OFFLOADED_STAGES if offloaded else DIRECT_STAGES).items():
+        figures.stages.setdefault(way, {}).setdefault(stage, []).extend(values)
+    figures.seconds[way].append(seconds)
+    return seconds
+
+
 async def bursts(
-    clusters: Clusters,
-    sizes: list[int],
-    rounds: int,
-    runtime: ExternalRuntime,
-    rss: dict[str, float],
-    cpu: dict[tuple[int, str], dict[str, float]],
-) -> dict[int, dict[str, list[float]]]:
-    """Alternated rounds per size; `rss` gets the runtime's memory while 1,000 offloaded pods run,
-    `cpu` the CPU seconds each process used during the last round of each size and way."""
-    results: dict[int, dict[str, list[float]]] = {}
+    clusters: Clusters, runtime: ExternalRuntime, args: argparse.Namespace, rss: dict[str, float]
+) -> dict[tuple[int, str, str], BurstFigures]:
+    """Per size, workload and pinning mode, `rounds` rounds of both ways, the order alternated;
+    `rss` gets the runtime's memory while 1,000 offloaded pods run."""
+    sizes = [int(s) for s in args.bursts.split(",") if s]
+    workloads = ["pods", "deployment"] if args.workload == "both" else [args.workload]
+    modes = ["pinned", "unpinned"] if args.pinning == "both" else [args.pinning]
+    plan = cpu_plan([HOME, FOREIGN])
+    if "pinned" in modes:
+        print(f"[bench] pinned: {describe(plan)}", flush=True)
+    results: dict[tuple[int, str, str], BurstFigures] = {}
     for size in sizes:
-        results[size] = {"direct": [], "offloaded": []}
-        for round_no in range(rounds):
-            order = (False, True) if round_no % 2 == 0 else (True, False)
-            for offloaded in order:
-                way = "offloaded" if offloaded else "direct"
-                burst = f"b{size}-{round_no}-{way[0]}"
-                client, namespace = clusters.where(offloaded)
-                before = cpu_seconds(clusters.env, runtime)
-                seconds = await run_until_running(client, namespace, burst, size)
-                cpu[size, way] = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(clusters.env, runtime).items()}
-                results[size][way].append(seconds)
-                print(f"  burst {size:>5} round {round_no + 1} {way:>9}: {seconds:6.2f} s", flush=True)
-                if offloaded and size == 1000:
-                    rss.update(runtime_rss_mb(runtime))
-                await delete_all(clusters, burst)
+        for workload in workloads:
+            for round_no in range(args.rounds):
+                for mode in modes if round_no % 2 == 0 else modes[::-1]:
+                    if mode == "pinned":
+                        pin(clusters.env, runtime, plan)
+                    else:
+                        unpin(clusters.env, runtime)
+                    figures = results.setdefault((size, workload, mode), BurstFigures())
+                    for way in ("direct", "offloaded") if round_no % 2 == 0 else ("offloaded", "direct"):
+                        burst = f"b{size}-{workload[0]}{round_no}-{mode[0]}{way[0]}"
+                        seconds = await one_burst(clusters, runtime, figures, workload, size, burst, way)
+                        print(
+                            f"  {size:>5} {workload:>10} round {round_no + 1} {mode:>8} {way:>9}: {seconds:7.2f} s",
+                            flush=True,
+                        )
+                        if way == "offloaded" and size == 1000:
+                            rss.update(runtime_rss_mb(runtime))
+                        await delete_all(clusters, burst)
+    unpin(clusters.env, runtime)
     return results
 
 
@@ -283,30 +369,47 @@ def summary(name: str, values: list[float]) -> str:
     return f"{name} median {statistics.median(values):6.2f} s (rounds: {', '.join(f'{v:.2f}' for v in values)})"
 
 
+def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
+    print("\n== bursts: time until every pod is Running where created (targets: 1,000 <= 1.15x, 100 <= 1.3x)")
+    header = f"  {'pods':>6} {'workload':>10} {'CPUs':>8} {'direct s':>16} {'offloaded s':>16} {'ratio':>6}"
+    print(header + "  writes/pod home+foreign (direct: foreign)")
+    for (size, workload, mode), figures in results.items():
+        direct, offloaded = figures.seconds["direct"], figures.seconds["offloaded"]
+        ratio = statistics.median(offloaded) / statistics.median(direct)
+        writes = figures.writes_per_pod
+        w_off = writes.get("offloaded", {})
+        w_dir = writes.get("direct", {})
+        print(
+            f"  {size:>6} {workload:>10} {mode:>8} {spread(direct):>16} {spread(offloaded):>16} {ratio:>5.2f}x"
+            f"  {w_off.get(HOME, 0):.1f}+{w_off.get(FOREIGN, 0):.1f} ({w_dir.get(FOREIGN, 0):.1f})"
+        )
+    print("\n  stages, per pod, p50 / p99 seconds")
+    for (size, workload, mode), figures in results.items():
+        print(f"  {size} {workload} {mode}:")
+        for way, stages in figures.stages.items():
+            cells = ", ".join(
+                f"{stage} {percentile(values, 0.5):.2f}/{percentile(values, 0.99):.2f}"
+                for stage, values in stages.items()
+            )
+            print(f"      {way:>9}: {cells}")
+        cpu = figures.cpu_per_pod.get("offloaded", {})
+        if cpu:
+            parts = ", ".join(f"{name.removeprefix('runtime ')} {seconds * 1000:.1f}" for name, seconds in cpu.items())
+            print(f"      runtime CPU ms per offloaded pod: {parts}")
+
+
+def spread(values: list[float]) -> str:
+    """Median and the run-to-run range."""
+    return f"{statistics.median(values):.2f} ({min(values):.1f}-{max(values):.1f})"
+
+
 def report(
-    burst_results: dict[int, dict[str, list[float]]],
     single_results: dict[str, list[float]],
     rss: dict[str, float],
     rss_before: dict[str, float],
-    cpu: dict[tuple[int, str], dict[str, float]],
     idle: dict[str, Counter[str]],
     idle_seconds: float,
 ) -> None:
-    print("\n== offload overhead: time until a burst of pods is Running (target <= 1.15x at 1,000)")
-    for size, ways in burst_results.items():
-        ratio = statistics.median(ways["offloaded"]) / statistics.median(ways["direct"])
-        print(f"  {size:>5} pods: {summary('direct', ways['direct'])}")
-        print(f"  {size:>5} pods: {summary('offloaded', ways['offloaded'])}  -> ratio {ratio:.2f}x")
-    for size in burst_results:
-        used_direct, used_offloaded = cpu.get((size, "direct"), {}), cpu.get((size, "offloaded"), {})
-        total_direct, total_offloaded = sum(used_direct.values()), sum(used_offloaded.values())
-        print(
-            f"\n  CPU seconds during a {size}-pod burst (2 cores): direct {total_direct:.1f},"
-            f" offloaded {total_offloaded:.1f} -> ratio {total_offloaded / max(total_direct, 0.01):.2f}x"
-        )
-        for name in sorted(used_offloaded.keys() | used_direct.keys(), key=lambda n: -used_offloaded.get(n, 0.0))[:12]:
-            direct, offloaded = used_direct.get(name, 0.0), used_offloaded.get(name, 0.0)
-            print(f"      {name:<36} direct {direct:6.1f}  offloaded {offloaded:6.1f}")
     if single_results["direct"]:
         print("\n== single pod, time until Running (target: added latency p50 <= 150 ms, p99 <= 1 s)")
         for q, label in ((0.5, "p50"), (0.99, "p99")):
@@ -339,23 +442,26 @@ def report(
 
 async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.Namespace) -> None:
     clusters = Clusters(env)
-    sizes = [int(s) for s in args.bursts.split(",") if s]
     print("[bench] bursts ...", flush=True)
     rss: dict[str, float] = {}
     rss_before = runtime_rss_mb(runtime)
-    cpu: dict[tuple[int, str], dict[str, float]] = {}
-    burst_results = await bursts(clusters, sizes, args.rounds, runtime, rss, cpu)
+    burst_results = await bursts(clusters, runtime, args, rss)
     print("[bench] single pods ...", flush=True)
     single_results = await singles(clusters, args.singles)
     print("[bench] idle ...", flush=True)
     idle = await idle_writes(env, clusters, args.idle) if args.idle else {}
-    report(burst_results, single_results, rss, rss_before, cpu, idle, args.idle)
+    report_bursts(burst_results)
+    report(single_results, rss, rss_before, idle, args.idle)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bursts", default="100,1000", help="burst sizes, comma-separated")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per burst size and way, alternated")
+    parser.add_argument("--workload", choices=["both", "pods", "deployment"], default="both", help="what makes pods")
+    parser.add_argument(
+        "--pinning", choices=["both", "pinned", "unpinned"], default="both", help="CPU pinning per cluster, alternated"
+    )
     parser.add_argument("--singles", type=int, default=40, help="single-pod samples per way")
     parser.add_argument("--idle", type=float, default=60, help="idle seconds counted (0: skip)")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
