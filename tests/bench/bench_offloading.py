@@ -155,13 +155,22 @@ async def _running_watch(client: AsyncClient, namespace: str, burst: str, count:
     return asyncio.ensure_future(wait())
 
 
+async def delete_if_there(client: AsyncClient, name: str, namespace: str) -> None:
+    """A Deployment's pods may be gone already: its deletion takes them along."""
+    try:
+        await client.delete(Pod, name, namespace=namespace)
+    except ApiError as err:
+        if err.status.code != 404:
+            raise
+
+
 async def delete_all(clusters: Clusters, burst: str) -> None:
     """Delete a burst's pods wherever they are, and wait until none is left (remote copies included)."""
     for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT)):
         with contextlib.suppress(ApiError):  # a burst of bare pods has no Deployment
             await client.delete(Deployment, burst, namespace=namespace)
     deletes = [
-        client.delete(Pod, pod.metadata.name, namespace=namespace)  # type: ignore[union-attr, arg-type]
+        delete_if_there(client, pod.metadata.name, namespace)  # type: ignore[union-attr, arg-type]
         for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT))
         async for pod in client.list(Pod, namespace=namespace, labels={"burst": burst})
     ]
