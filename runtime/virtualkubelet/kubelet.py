@@ -20,6 +20,7 @@ from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertis
 from runtime.reflection import Reflection
 from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
+from runtime.virtualkubelet.resourcemetrics import OffloadedPod, start_times
 from runtime.virtualkubelet.translation import CidrMapping
 
 
@@ -106,6 +107,16 @@ class VirtualKubelet:
             return None
         twin = self.pods.twin_of(namespace)
         return (twin, name) if twin else None
+
+    def offloaded_pods(self) -> list[OffloadedPod]:
+        """The pods of this node whose twin namespace is Ready, for the kubelet API's resource metrics."""
+        found = []
+        for pod in list(self.pods.pods.store.values()):
+            twin = self.pods.twin_of(pod.metadata.namespace)
+            if twin:
+                name = pod.metadata.name
+                found.append(OffloadedPod(pod.metadata.namespace, name, twin, name, start_times(pod.to_dict())))
+        return found
 
     def _on_virtual_node(self, _: Event) -> None:
         """A changed remapping shows at home at once: every pod's status is reconciled again; changed
