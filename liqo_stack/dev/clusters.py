@@ -506,7 +506,8 @@ class DevEnvironment:
             with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
                 self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
             self._apply_kwok_usage(cluster_id)
-            self.metrics_server(cluster_id).ensure(self.client(cluster_id))
+            port = self.metrics_server(cluster_id).ensure(self.client(cluster_id))
+            progress(f"{cluster_id}: metrics-server (kubectl top) on 127.0.0.1:{port}")
             shape = layout.node
             progress(
                 f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "
@@ -519,6 +520,7 @@ class DevEnvironment:
         """Delete every dev cluster and stop all of their processes."""
         for cluster_id in self.existing_clusters():
             progress(f"{cluster_id}: deleting ...")
+            self.metrics_server(cluster_id).stop()  # not kwokctl's: it would otherwise wait for the reaper
             self._kwokctl("delete", "cluster", "--name", cluster_id)
             self.kubeconfig(cluster_id).unlink(missing_ok=True)
         self._reap()

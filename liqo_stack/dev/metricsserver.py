@@ -11,8 +11,9 @@ certificate, signed by the cluster CA), which metrics-server authenticates as a 
 It scrapes every Node's kubelet port (kwok's fake nodes at the path their
 `metrics.k8s.io/resource-metrics-path` annotation names; a virtual node's kubelet API at
 `/metrics/resource`) as the cluster's admin client certificate, and verifies the kubelets' serving
-certificates against the cluster CA (kwok serves with kwokctl's admin certificate, valid for
-127.0.0.1; the virtual kubelets with one the cluster's signer issued).
+certificates against the cluster CA (kwok's nodes have only the Hostname `localhost` and kwok
+serves with kwokctl's admin certificate, valid for it; the virtual kubelets have an InternalIP and a
+certificate the cluster's signer issued for it).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def command(binary: Path, kubeconfig: Path, pki: Path, port: int) -> list[str]:
         f"--authorization-kubeconfig={kubeconfig}",
         f"--tls-cert-file={pki / 'admin.crt'}",
         f"--tls-private-key-file={pki / 'admin.key'}",
-        "--kubelet-preferred-address-types=InternalIP",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",  # kwok's nodes have only a Hostname: localhost
         "--kubelet-use-node-status-port",
         f"--kubelet-certificate-authority={pki / 'ca.crt'}",
         f"--kubelet-client-certificate={pki / 'admin.crt'}",
