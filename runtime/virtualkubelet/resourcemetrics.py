@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from lightkube.utils.quantity import parse_quantity
@@ -78,16 +77,6 @@ def usage_from_pod_metrics(twin: str, listing: Mapping[str, Any]) -> dict[tuple[
                 quantity(usage.get("cpu", "0")), int(quantity(usage.get("memory", "0")))
             )
     return found
-
-
-def start_times(pod: Mapping[str, Any]) -> dict[str, float]:
-    """Container name -> when its running state began (unix seconds), from a home pod's status."""
-    started = {}
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        since = ((status.get("state") or {}).get("running") or {}).get("startedAt")
-        if since:
-            started[status["name"]] = datetime.fromisoformat(str(since).replace("Z", "+00:00")).timestamp()
-    return started
 
 
 def _labels(**labels: str) -> str:

@@ -9,7 +9,6 @@ from runtime.virtualkubelet.resourcemetrics import (
     ContainerUsage,
     OffloadedPod,
     ResourceMetrics,
-    start_times,
     usage_from_pod_metrics,
 )
 
@@ -73,12 +72,6 @@ def test_label_values_are_escaped() -> None:
     pod = OffloadedPod("ns", "p", "t", "p", {})
     text = ResourceMetrics().render([pod], {("t", "p"): {'a"b\\c': ContainerUsage(0.0, 1)}}, error=False, now=1.0)
     assert 'container="a\\"b\\\\c"' in text
-
-
-def test_start_times_come_from_the_running_state() -> None:
-    running = {"running": {"startedAt": "1970-01-01T00:01:40Z"}}
-    pod = {"status": {"containerStatuses": [{"name": "main", "state": running}, {"name": "new", "state": {}}]}}
-    assert start_times(pod) == {"main": 100.0}
 
 
 def test_resource_metrics_are_authorized_as_nodes_metrics() -> None:
