@@ -61,8 +61,9 @@ TOKEN_TTL = 120.0
 ALLOWED_TTL = 300.0
 DENIED_TTL = 30.0
 
-# metrics-server's default --kubelet-request-timeout is 10s: answer (perhaps partly) before it gives up
-METRICS_TIMEOUT = 5.0
+# below metrics-server's --kubelet-request-timeout (10s by default, 5s in the dev clusters): answer,
+# perhaps partly, before it gives up
+METRICS_TIMEOUT = 4.0
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # what the kubelet answers, what metrics-server parses
 LOG_PARAMS = ("follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes", "stream")
 # The kubelet's stream parameters -> the API server's pods/exec|attach ones.
@@ -379,22 +380,26 @@ class KubeletApiServer:
         return web.Response(text="ok")
 
     async def _metrics_resource(self, request: web.Request) -> web.Response:
-        """The kubelet's resource metrics of this node's pods, from the foreign metrics API."""
+        """The kubelet's resource metrics of this node's pods, from the foreign metrics API (each
+        twin namespace read at once: one slow namespace must not make the whole answer late)."""
         pods = self.pods_on_node()
-        usage: dict[tuple[str, str], Any] = {}
-        error = False
-        for twin in sorted({pod.twin for pod in pods}):
-            url = f"{self.foreign.server}/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods"
-            try:
-                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=METRICS_TIMEOUT)) as upstream:
-                    if upstream.status != 200:
-                        raise RuntimeError(f"HTTP {upstream.status}: {(await upstream.text())[:200]}")
-                    usage.update(usage_from_pod_metrics(twin, await upstream.json()))
-            except Exception as err:  # the others' figures are still worth serving; scrape_error says it
-                log.warning("foreign pod metrics of %s: %s", twin, err)
-                error = True
-        text = self.resource_metrics.render(pods, usage, error=error)
+        twins = sorted({pod.twin for pod in pods})
+        read = await asyncio.gather(*(self._foreign_pod_metrics(twin) for twin in twins))
+        usage = {key: value for found in read if found is not None for key, value in found.items()}
+        text = self.resource_metrics.render(pods, usage, error=any(found is None for found in read))
         return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
+
+    async def _foreign_pod_metrics(self, twin: str) -> dict[tuple[str, str], Any] | None:
+        """metrics.k8s.io pods of one twin namespace; None (said by scrape_error) if unreadable now."""
+        url = f"{self.foreign.server}/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods"
+        try:
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=METRICS_TIMEOUT)) as upstream:
+                if upstream.status != 200:
+                    raise RuntimeError(f"HTTP {upstream.status}: {(await upstream.text())[:200]}")
+                return dict(usage_from_pod_metrics(twin, await upstream.json()))
+        except Exception as err:  # the other namespaces' figures are still worth serving
+            log.warning("foreign pod metrics of %s: %s", twin, err)
+            return None
 
     def _remote(self, request: web.Request) -> tuple[str, str]:
         namespace, pod = request.match_info["namespace"], request.match_info["pod"]
