@@ -384,6 +384,8 @@ HOME_IN_TWIN_NAMESPACE_RULES: list[Manifest] = [
     # the kubelet API of the virtual node relays kubectl logs, exec, attach and port-forward here
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["create", "get"]},
+    # and serves the pods' resource metrics (kubectl top) from the foreign cluster's metrics API
+    {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get", "list"]},
     {
         "apiGroups": [""],
         "resources": ["configmaps", "secrets", "services", "serviceaccounts", "persistentvolumeclaims", "events"],

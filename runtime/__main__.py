@@ -109,6 +109,7 @@ async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: P
         ForeignEndpoint.from_kubeconfig(kubeconfig),
         node_name=kubelet.node.node_name,
         remote_of=kubelet.remote_of,
+        pods_on_node=kubelet.offloaded_pods,
         address=args.node_address,
         port=args.kubelet_port,
         tls=certificate.ssl_context(),

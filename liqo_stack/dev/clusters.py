@@ -28,17 +28,29 @@ from typing import cast
 
 import yaml
 from lightkube import ApiError, Client, KubeConfig
+from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from liqo_stack.dev import paths
+from liqo_stack.dev.metricsserver import MetricsServer
 from liqo_stack.dev.progress import Heartbeat
 from runtime.api import format_duration
 
 HOME_CLUSTER_ID = "home"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages only Nodes with this = "fake"
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")  # what etcd and kwok outlive
-REQUIRED_BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+REQUIRED_BINARIES = (
+    "kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "metrics-server"
+)  # fmt: skip
+# kwok serves its fake nodes' resource metrics at this path (the Metric below); metrics-server reads
+# a node's path from this annotation
+RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
+KWOK_RESOURCE_METRICS_PATH = "/metrics/nodes/{nodeName}/metrics/resource"
+# a fake pod's usage: these annotations (a quantity each), else 1m of cpu and 1Mi of memory per container
+USAGE_CPU_ANNOTATION = "kwok.x-k8s.io/usage-cpu"
+USAGE_MEMORY_ANNOTATION = "kwok.x-k8s.io/usage-memory"
+KWOK_USAGE_KINDS = {"ClusterResourceUsage": "clusterresourceusages", "Metric": "metrics"}  # kind -> plural
 
 Progress = Callable[[str], None]
 
@@ -76,7 +88,7 @@ def kwokctl_config(
         {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
-            "options": {"bindAddress": "127.0.0.1"},
+            "options": {"bindAddress": "127.0.0.1", "enableCRDs": list(KWOK_USAGE_KINDS)},
             "componentsPatches": [
                 {
                     "name": "kwok-controller",
@@ -116,6 +128,48 @@ def kwok_debugging(pod_logs: Path) -> list[dict[str, object]]:
         {**meta, "kind": "ClusterAttach", "spec": {"attaches": [{"logsFile": logs}]}},
         {**meta, "kind": "ClusterPortForward", "spec": {"forwards": [{"command": ["cat"]}]}},
     ]
+
+
+def kwok_usage() -> list[dict[str, object]]:
+    """kwok's resource usage of every fake pod (ClusterResourceUsage, from its annotations) served
+    as the kubelet's resource metrics (Metric) for metrics-server. Created as objects (kwokctl's
+    `enableCRDs`): kwokctl passes these kinds from its --config only to a metrics-server it runs
+    itself, and ours runs beside it (liqo_stack/dev/metricsserver.py)."""
+    meta = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "metadata": {"name": "liqo-stack-dev"}}
+    return [
+        {**meta, "kind": "ClusterResourceUsage", "spec": {"usages": [{"usage": KWOK_USAGE}]}},
+        {**meta, "kind": "Metric", "spec": {"path": KWOK_RESOURCE_METRICS_PATH, "metrics": KWOK_RESOURCE_METRICS}},
+    ]
+
+
+def _usage(annotation: str, default: str) -> dict[str, str]:
+    """A CEL expression of kwok: the annotation's quantity, else the default."""
+    expression = f'"{annotation}" in pod.metadata.annotations ? Quantity(pod.metadata.annotations["{annotation}"])'
+    return {"expression": f'{expression} : Quantity("{default}")'}
+
+
+KWOK_USAGE = {"cpu": _usage(USAGE_CPU_ANNOTATION, "1m"), "memory": _usage(USAGE_MEMORY_ANNOTATION, "1Mi")}
+
+
+def _metric(name: str, dimension: str, kind: str, value: str) -> dict[str, object]:
+    """One series of the kubelet's /metrics/resource as kwok computes it (kwok's own metrics-resource.yaml)."""
+    metric: dict[str, object] = {"name": name, "dimension": dimension, "kind": kind, "help": name, "value": value}
+    if dimension == "container":
+        metric["labels"] = [
+            {"name": "container", "value": "container.name"},
+            {"name": "namespace", "value": "pod.metadata.namespace"},
+            {"name": "pod", "value": "pod.metadata.name"},
+        ]
+    return metric
+
+
+KWOK_RESOURCE_METRICS = [
+    _metric("container_start_time_seconds", "container", "gauge", "pod.SinceSecond()"),
+    _metric("container_cpu_usage_seconds_total", "container", "counter", 'pod.CumulativeUsage("cpu", container.name)'),
+    _metric("container_memory_working_set_bytes", "container", "gauge", 'pod.Usage("memory", container.name)'),
+    _metric("node_cpu_usage_seconds_total", "node", "counter", 'node.CumulativeUsage("cpu")'),
+    _metric("node_memory_working_set_bytes", "node", "gauge", 'node.Usage("memory")'),
+]
 
 
 def write_pod_logs(pod_logs: Path, cluster_id: str) -> None:
@@ -210,7 +264,11 @@ def fake_node_manifest(cluster_id: str, index: int, shape: NodeShape, pod_cidr: 
         "kind": "Node",
         "metadata": {
             "name": name,
-            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {
+                KWOK_NODE_ANNOTATION: "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                RESOURCE_METRICS_PATH_ANNOTATION: KWOK_RESOURCE_METRICS_PATH.replace("{nodeName}", name),
+            },
             "labels": {
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
@@ -309,6 +367,15 @@ class DevEnvironment:
         """kwokctl's CA and admin certificate of the cluster (the API server's client CA)."""
         return self.kwok_workdir / "clusters" / cluster_id / "pki"
 
+    def metrics_server(self, cluster_id: str) -> MetricsServer:
+        """The cluster's metrics-server (`kubectl top`), a process beside its control plane."""
+        return MetricsServer(
+            self.bin_dir / "metrics-server",
+            self.kwok_workdir / "clusters" / cluster_id,
+            self.kubeconfig(cluster_id),
+            self.pki_dir(cluster_id),
+        )
+
     def pod_logs(self, cluster_id: str) -> Path:
         """The files kwok serves as the logs of the cluster's fake containers (`POD_LOG`, ...)."""
         return self.kwok_workdir / "pod-logs" / cluster_id
@@ -379,6 +446,27 @@ class DevEnvironment:
             if existing.status is None or existing.status.capacity != manifest["status"]["capacity"]:  # type: ignore[index]
                 client.patch(Node.Status, name, {"status": manifest["status"]}, patch_type=PatchType.MERGE)
 
+    def _apply_kwok_usage(self, cluster_id: str) -> None:
+        client = self.client(cluster_id)
+        for manifest in kwok_usage():
+            kind = str(manifest["kind"])
+            resource = create_global_resource("kwok.x-k8s.io", "v1alpha1", kind, KWOK_USAGE_KINDS[kind])
+            deadline = time.monotonic() + 30  # a CRD just created is served a moment later
+            while True:
+                try:
+                    client.apply(resource.from_dict(manifest), force=True)
+                    break
+                except ApiError as err:
+                    if err.status.code != 404:
+                        raise
+                    if time.monotonic() < deadline:
+                        time.sleep(0.5)
+                        continue
+                    raise DevEnvironmentError(
+                        f"{cluster_id}: kwok's {kind} kind is not served: the cluster predates it; "
+                        "`liqo-stack dev down` and `liqo-stack dev up` recreate it"
+                    ) from err
+
     def _wait_nodes_ready(self, cluster_id: str, expected: int, timeout: float = 120) -> None:
         client = self.client(cluster_id)
         deadline = time.monotonic() + timeout
@@ -417,6 +505,9 @@ class DevEnvironment:
             self._register_nodes(cluster_id, layout)
             with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
                 self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
+            self._apply_kwok_usage(cluster_id)
+            port = self.metrics_server(cluster_id).ensure(self.client(cluster_id))
+            progress(f"{cluster_id}: metrics-server (kubectl top) on 127.0.0.1:{port}")
             shape = layout.node
             progress(
                 f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "
@@ -429,6 +520,7 @@ class DevEnvironment:
         """Delete every dev cluster and stop all of their processes."""
         for cluster_id in self.existing_clusters():
             progress(f"{cluster_id}: deleting ...")
+            self.metrics_server(cluster_id).stop()  # not kwokctl's: it would otherwise wait for the reaper
             self._kwokctl("delete", "cluster", "--name", cluster_id)
             self.kubeconfig(cluster_id).unlink(missing_ok=True)
         self._reap()

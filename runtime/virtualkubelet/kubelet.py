@@ -20,6 +20,7 @@ from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertis
 from runtime.reflection import Reflection
 from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
+from runtime.virtualkubelet.resourcemetrics import OffloadedPod
 from runtime.virtualkubelet.translation import CidrMapping
 
 
@@ -106,6 +107,22 @@ class VirtualKubelet:
             return None
         twin = self.pods.twin_of(namespace)
         return (twin, name) if twin else None
+
+    def offloaded_pods(self) -> list[OffloadedPod]:
+        """The pods of this node whose twin namespace is Ready, for the kubelet API's resource metrics."""
+        found = []
+        for pod in list(self.pods.pods.store.values()):
+            twin = self.pods.twin_of(pod.metadata.namespace)
+            if not twin:
+                continue
+            started = {
+                status.name: status.state.running.startedAt.timestamp()
+                for status in (pod.status.containerStatuses if pod.status else None) or []
+                if status.state and status.state.running and status.state.running.startedAt
+            }
+            name = pod.metadata.name
+            found.append(OffloadedPod(pod.metadata.namespace, name, twin, name, started))
+        return found
 
     def _on_virtual_node(self, _: Event) -> None:
         """A changed remapping shows at home at once: every pod's status is reconciled again; changed

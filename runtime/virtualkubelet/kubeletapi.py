@@ -6,9 +6,9 @@ Secured like the kubelet's own port: TLS; the caller is authenticated by an x509
 certificate signed by the home cluster's client CA (the API server's `--kubelet-client-certificate`)
 or by a bearer token (TokenReview at home), and authorised by a SubjectAccessReview at home on
 `nodes/<subresource>` of this node, with the kubelet's mapping (`/containerLogs`, `/exec`,
-`/attach`, `/portForward`: `proxy`; `/metrics`: `metrics`; `/stats`: `stats`; `/logs`: `log`;
-`/healthz`: `healthz`, else `proxy`). Nobody: 401; not allowed: 403. Answers are cached as the
-kubelet's webhook authenticator and authorizer do.
+`/attach`, `/portForward`: `proxy`; `/metrics`: `metrics`, e.g. `/metrics/resource` (resourcemetrics.py);
+`/stats`: `stats`; `/logs`: `log`; `/healthz`: `healthz`, else `proxy`). Nobody: 401; not allowed:
+403. Answers are cached as the kubelet's webhook authenticator and authorizer do.
 
 Streams (exec, attach, port-forward) are WebSockets only: a 1.36 API server passes the client's
 WebSocket through to a Node that declares `ExtendWebSocketsToKubelet` (see node.py), and its frames
@@ -46,6 +46,8 @@ from lightkube.resources.authorization_v1 import SubjectAccessReview
 from lightkube.resources.core_v1 import ConfigMap
 from multidict import MultiMapping
 
+from runtime.virtualkubelet.resourcemetrics import OffloadedPod, ResourceMetrics, usage_from_pod_metrics
+
 log = logging.getLogger(__name__)
 
 # What the kube-apiserver reads to know whom it trusts for client certificates (readable by the
@@ -59,6 +61,10 @@ TOKEN_TTL = 120.0
 ALLOWED_TTL = 300.0
 DENIED_TTL = 30.0
 
+# below metrics-server's --kubelet-request-timeout (10s by default, 5s in the dev clusters): answer,
+# perhaps partly, before it gives up
+METRICS_TIMEOUT = 4.0
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # what the kubelet answers, what metrics-server parses
 LOG_PARAMS = ("follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes", "stream")
 # The kubelet's stream parameters -> the API server's pods/exec|attach ones.
 STREAM_PARAMS = {"input": "stdin", "output": "stdout", "error": "stderr", "tty": "tty"}
@@ -209,6 +215,8 @@ class ForeignEndpoint:
 
 # (namespace, pod name) at home -> (twin namespace, remote name), or None when not on this node
 RemoteLookup = Callable[[str, str], tuple[str, str] | None]
+# the pods on this node that run in the foreign cluster now
+PodsOnNode = Callable[[], list[OffloadedPod]]
 
 
 class _TtlCache:
@@ -239,10 +247,12 @@ class KubeletApiServer:
         address: str,
         port: int,
         tls: ssl.SSLContext,
+        pods_on_node: PodsOnNode = list,
     ) -> None:
         """`tls`: the serving context; the client CA is added to it by `start()`."""
         self.home, self.foreign, self.node_name = home, foreign, node_name
-        self.remote_of = remote_of
+        self.remote_of, self.pods_on_node = remote_of, pods_on_node
+        self.resource_metrics = ResourceMetrics()
         self.address, self.port, self.tls = address, port, tls
         self._tokens = _TtlCache()
         self._decisions = _TtlCache()
@@ -252,6 +262,7 @@ class KubeletApiServer:
         self.app.add_routes(
             [
                 web.get("/healthz", self._healthz),
+                web.get("/metrics/resource", self._metrics_resource),
                 web.get("/containerLogs/{namespace}/{pod}/{container}", self._container_logs),
                 web.route("*", "/exec/{namespace}/{pod}/{container}", self._exec),
                 web.route("*", "/attach/{namespace}/{pod}/{container}", self._attach),
@@ -367,6 +378,28 @@ class KubeletApiServer:
     # -- handlers ----------------------------------------------------------------------------------
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _metrics_resource(self, request: web.Request) -> web.Response:
+        """The kubelet's resource metrics of this node's pods, from the foreign metrics API (each
+        twin namespace read at once: one slow namespace must not make the whole answer late)."""
+        pods = self.pods_on_node()
+        twins = sorted({pod.twin for pod in pods})
+        read = await asyncio.gather(*(self._foreign_pod_metrics(twin) for twin in twins))
+        usage = {key: value for found in read if found is not None for key, value in found.items()}
+        text = self.resource_metrics.render(pods, usage, error=any(found is None for found in read))
+        return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
+
+    async def _foreign_pod_metrics(self, twin: str) -> dict[tuple[str, str], Any] | None:
+        """metrics.k8s.io pods of one twin namespace; None (said by scrape_error) if unreadable now."""
+        url = f"{self.foreign.server}/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods"
+        try:
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=METRICS_TIMEOUT)) as upstream:
+                if upstream.status != 200:
+                    raise RuntimeError(f"HTTP {upstream.status}: {(await upstream.text())[:200]}")
+                return dict(usage_from_pod_metrics(twin, await upstream.json()))
+        except Exception as err:  # the other namespaces' figures are still worth serving
+            log.warning("foreign pod metrics of %s: %s", twin, err)
+            return None
 
     def _remote(self, request: web.Request) -> tuple[str, str]:
         namespace, pod = request.match_info["namespace"], request.match_info["pod"]

@@ -19,6 +19,7 @@ def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
         env.up(ClusterLayout(foreign=0, nodes_per_cluster=1), progress=lambda m: None)
         assert env.existing_clusters() == ["home"]
         assert len(env.processes()) >= 5, "etcd, kube-apiserver, controller-manager, scheduler and kwok run"
+        assert env.metrics_server("home").pid() in env.processes(), "and metrics-server, beside them"
     finally:
         env.down(progress=lambda m: None)
     assert env.processes() == []

@@ -96,7 +96,8 @@ def test_kwokctl_config_sets_the_cluster_ranges_and_keeps_kwok_off_virtual_nodes
     assert patches["kube-apiserver"]["service-cluster-ip-range"] == "10.201.0.0/16"
     assert patches["kwok-controller"]["cidr"] == "10.101.0.0/16"
     assert patches["kwok-controller"]["manage-all-nodes"] == "false"
-    assert config["options"] == {"bindAddress": "127.0.0.1"}
+    # kwok's usage kinds as objects (kwokctl drops them from --config without its own metrics-server)
+    assert config["options"] == {"bindAddress": "127.0.0.1", "enableCRDs": ["ClusterResourceUsage", "Metric"]}
 
 
 def test_dev_cli_refuses_a_bad_range_naming_the_flag() -> None:
