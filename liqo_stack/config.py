@@ -14,7 +14,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from lightkube.utils.quantity import parse_quantity
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -48,6 +47,7 @@ from runtime.api.network import (
     parse_network,
     remapped_pod_cidrs,
 )
+from runtime.api.quantities import parse_quantity
 
 CONFIG_NAMESPACE = "liqo"
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")

@@ -6,11 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
 
-from lightkube.utils.quantity import parse_quantity
-
 from runtime.api import names
 from runtime.api.core import NodeSelector, Taint
 from runtime.api.namespaceoffloading import NamespaceMappingStrategy
+from runtime.api.quantities import parse_quantity
 from runtime.api.selectors import selector_matches
 
 

@@ -19,9 +19,9 @@ from lightkube import ApiError, AsyncClient
 from lightkube.operators import exists
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
-from lightkube.utils.quantity import parse_quantity
 
 from runtime.api import names
+from runtime.api.quantities import parse_quantity
 from runtime.kube import Informer, WorkQueue
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import ResourceAdvertisementResource

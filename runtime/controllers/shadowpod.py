@@ -39,9 +39,9 @@ from lightkube import ApiError, AsyncClient
 from lightkube.operators import exists
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
-from lightkube.utils.quantity import parse_quantity
 
 from runtime.api import names
+from runtime.api.quantities import parse_quantity
 from runtime.api.shadowpod import CREATE_FAILED_REASON
 from runtime.kube import Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube.utils.quantity import parse_quantity
+from runtime.api.quantities import parse_quantity
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,7 @@ HELP = {
 
 
 def quantity(text: str) -> float:
-    """A Kubernetes quantity as a number; metrics.k8s.io writes cpu in nanocores ("250000000n"),
-    which lightkube's parser does not know (it stops at milli)."""
-    text = str(text).strip()
-    for suffix, scale in (("n", 1e-9), ("u", 1e-6)):
-        if text.endswith(suffix) and text[:-1].replace(".", "", 1).isdigit():
-            return float(text[:-1]) * scale
+    """A Kubernetes quantity as a number (metrics.k8s.io writes cpu in nanocores, "250000000n")."""
     return float(parse_quantity(text) or 0)
 
 
