@@ -402,6 +402,7 @@ class TokenReflector:
                 {
                     "apiVersion": "authentication.k8s.io/v1",
                     "kind": "TokenRequest",
+                    "metadata": {"name": account, "namespace": namespace},
                     "spec": {
                         "audiences": [projection.audience] if projection.audience else [],
                         "expirationSeconds": projection.expiration_seconds,
