@@ -79,7 +79,7 @@ def home_api_server(dev_env: DevEnvironment) -> tuple[str, int]:
 
 
 def test_a_reflected_token_authenticates_at_home_as_the_pods_service_account_until_the_pod_goes(
-    offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+    offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment, runtime: ExternalRuntime
 ) -> None:
     client, twin = foreign["foreign-1"], twin_of(offloaded)
     home.create(ServiceAccount(metadata=ObjectMeta(name="robot", namespace=offloaded)))
@@ -135,8 +135,19 @@ def test_a_reflected_token_authenticates_at_home_as_the_pods_service_account_unt
     assert vault_status.authenticated and vault_status.audiences == ["vault"]
     assert not review(home, data["vault-token.token"]).authenticated, "the audience the pod asked for, only"
 
-    # a restart renews nothing still fresh
-    version = secret.metadata.resourceVersion
+    # a restarted virtual kubelet renews nothing still fresh
+    runtime.kill("kubelet-foreign-1")
+    runtime.start("kubelet-foreign-1")
+    home.create(pod_on("foreign-1", "token-user-2", offloaded))
+    wait_until(
+        lambda: get_or_none(client, Secret, names.token_secret_name("token-user-2"), twin),
+        60,
+        "the restarted virtual kubelet reflecting tokens",
+    )
+    again: Any = client.get(Secret, secret_name, namespace=twin)
+    assert again.metadata.resourceVersion == secret.metadata.resourceVersion, "not rewritten by the restart"
+    assert again.metadata.uid == secret.metadata.uid
+
     home.delete(Pod, "token-user", namespace=offloaded)
     wait_until(lambda: get_or_none(client, Secret, secret_name, twin) is None, 60, "token Secret deleted with the pod")
     wait_until(
@@ -144,7 +155,7 @@ def test_a_reflected_token_authenticates_at_home_as_the_pods_service_account_unt
         60,
         "the token no longer authenticates once the home pod is gone",
     )
-    assert version
+    home.delete(Pod, "token-user-2", namespace=offloaded)
 
 
 @pytest.fixture
