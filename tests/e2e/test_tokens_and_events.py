@@ -277,3 +277,26 @@ def test_foreign_events_come_back_to_the_home_object_once_and_count_in_place(
     everywhere = list(home.list(Event, namespace=offloaded))
     assert not [e for e in everywhere if e.reason == "Orphan"], "an event about a foreign-only object stays there"
     home.delete(Pod, "eventful", namespace=offloaded)
+
+
+def test_a_foreign_secret_of_the_token_secrets_name_that_is_not_ours_is_left_alone_and_reported(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    client, twin = foreign["foreign-1"], twin_of(offloaded)
+    theirs = names.token_secret_name("squatted")
+    client.create(Secret(metadata=ObjectMeta(name=theirs, namespace=twin), stringData={"token": "theirs"}))
+    home.create(pod_on("foreign-1", "squatted", offloaded))
+    pod, _ = running_remotely(home, client, offloaded, "squatted")
+
+    def warning() -> Any:
+        events = home.list(Event, namespace=offloaded, fields={"involvedObject.uid": pod.metadata.uid})
+        return next((e for e in events if e.reason == "ReflectionConflict"), None)
+
+    event: Any = wait_until(warning, 30, "a ReflectionConflict event on the home pod")
+    assert event.type == "Warning" and f"Secret {twin}/{theirs}" in event.message
+    untouched: Any = client.get(Secret, theirs, namespace=twin)
+    assert base64.b64decode(untouched.data["token"]).decode() == "theirs"
+    assert names.ORIGIN_LABEL not in (untouched.metadata.labels or {})
+    home.delete(Pod, "squatted", namespace=offloaded)
+    wait_until(lambda: get_or_none(home, Pod, "squatted", offloaded) is None, 60, "home pod gone")
+    assert get_or_none(client, Secret, theirs, twin) is not None, "never deleted: not ours"
