@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -48,6 +49,7 @@ from runtime.api.network import (
     remapped_pod_cidrs,
 )
 from runtime.api.quantities import parse_quantity
+from runtime.api.virtualnode import ApiServerAddress
 
 CONFIG_NAMESPACE = "liqo"
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -237,10 +239,33 @@ class ReflectionConfig(ConfigModel):
         return {name: self.resources.get(name, ReflectorConfig()) for name in REFLECTED_RESOURCES}
 
 
+def parse_api_server_address(value: str) -> ApiServerAddress:
+    """`https://host:port`, `host:port`, `[ipv6]:port` or a bare host (port 443), as a kubeconfig's
+    `server` or a pod's KUBERNETES_SERVICE_HOST/PORT would say it."""
+    text = value.strip()
+    url = urlsplit(text if "://" in text else f"https://{text}")
+    try:
+        port = url.port or 443
+    except ValueError:
+        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535") from None
+    if url.scheme != "https" or not url.hostname or url.path not in ("", "/") or url.query or url.username:
+        raise ValueError(f"{value!r} is not an API server address: write host:port or https://host:port")
+    return ApiServerAddress(host=url.hostname, port=port)
+
+
+def _api_server_address(value: Any) -> Any:
+    if isinstance(value, str):
+        parse_api_server_address(value)
+    return value
+
+
 class VirtualKubeletConfig(ConfigModel):
     health_check_interval_seconds: Annotated[int, _whole_seconds(1, 3600)] = 10
     failure_threshold: int = Field(default=3, ge=1, le=100)
+    # seed 002: offloaded pods get tokens of the home API server (off: no token leaves home) ...
     api_server_token_support: bool = True
+    # ... and reach it here from the foreign clusters; default: the server of the home kubeconfig
+    home_api_server_address: Annotated[str, AfterValidator(_api_server_address)] | None = None
 
 
 class RuntimeMode(StrEnum):
@@ -269,6 +294,30 @@ class StackConfig(ConfigModel):
     def _pod_networks_fit(self) -> Self:
         self.remapped_pod_cidrs()  # raises with the config path of what to change
         return self
+
+    def home_api_server(self) -> ApiServerAddress | None:
+        """Where offloaded pods reach the home API server: the address set in the config, else the
+        server of the home kubeconfig (None when it names none)."""
+        if self.virtual_kubelet.home_api_server_address is not None:
+            return parse_api_server_address(self.virtual_kubelet.home_api_server_address)
+        import yaml
+
+        kubeconfig = yaml.safe_load(self.home.kubeconfig_text())
+        if not isinstance(kubeconfig, dict):
+            return None  # not a kubeconfig: connecting to the home cluster reports it
+        contexts = {c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or []}
+        current = contexts.get(kubeconfig.get("current-context")) or {}
+        clusters = {c.get("name"): c.get("cluster") or {} for c in kubeconfig.get("clusters") or []}
+        cluster = clusters.get(current.get("cluster")) or next(iter(clusters.values()), {})
+        server = cluster.get("server")
+        if not server:
+            return None
+        try:
+            return parse_api_server_address(server)
+        except ValueError as err:
+            raise ConfigError(
+                f"liqo:home: the kubeconfig's server {err}; set liqo:virtualKubelet.homeApiServerAddress"
+            ) from None
 
     def remapped_pod_cidrs(self) -> dict[str, str | None]:
         """Per foreign cluster id: the range its pod IPs are shown in at home (None: unchanged)."""

@@ -300,6 +300,8 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    # seed 002: tokens of offloaded pods' ServiceAccounts, bound to the home pod (apiServerTokenSupport)
+    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
     {"apiGroups": [_GROUP], "resources": ["virtualnodes", "namespaceoffloadings"], "verbs": ["get", "list", "watch"]},
     {
         "apiGroups": ["coordination.k8s.io"],

@@ -36,6 +36,7 @@ def virtual_node_spec(config: StackConfig, foreign: ForeignCluster) -> VirtualNo
             interval_seconds=vk.health_check_interval_seconds, failure_threshold=vk.failure_threshold
         ),
         api_server_token_support=vk.api_server_token_support,
+        home_api_server=config.home_api_server(),
         pod_cidr=foreign.pod_cidr,
         remapped_pod_cidr=config.remapped_pod_cidrs()[foreign.cluster_id],
     )

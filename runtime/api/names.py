@@ -5,6 +5,7 @@ Names follow the seeds' system (Liqo), so manifests written for it keep working.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 
@@ -31,6 +32,13 @@ DESTINATION_LABEL: Final = "offloading.liqo.io/destination"
 # endpointslice.kubernetes.io/managed-by of reflected EndpointSlices: not the foreign controller's
 REFLECTED_ENDPOINT_SLICE_MANAGER: Final = "reflection.liqo.io"
 
+# A foreign Secret holding a home ServiceAccount token for one offloaded pod: the token reflector's
+# alone (the Secret reflector, which has no home Secret of that name, must leave it be).
+SERVICE_ACCOUNT_TOKEN_LABEL: Final = "offloading.liqo.io/service-account-token"
+# On a home Event copied from a foreign one: the foreign cluster it came from (the reflector's
+# informer selects its own copies with it).
+EVENT_REFLECTED_FROM_LABEL: Final = "offloading.liqo.io/reflected-from"
+
 # -- Annotations ----------------------------------------------------------------------------
 SKIP_REFLECTION_ANNOTATION: Final = "liqo.io/skip-reflection"
 ALLOW_REFLECTION_ANNOTATION: Final = "liqo.io/allow-reflection"
@@ -41,6 +49,12 @@ FORCE_REMOTE_NODE_PORT_ANNOTATION: Final = "liqo.io/force-remote-node-port"
 # VirtualNode leaves the Node while labels and taints of anyone else (administrators, the node
 # lifecycle controller) stay.
 VIRTUAL_NODE_APPLIED_ANNOTATION: Final = "liqo.io/virtual-node-applied"
+# On a reflected token Secret: the home pod it is bound to (name, UID), what was asked for, and when
+# it is due for renewal, so a restarted virtual kubelet renews nothing still fresh.
+TOKEN_POD_ANNOTATION: Final = "offloading.liqo.io/token-pod"
+TOKEN_POD_UID_ANNOTATION: Final = "offloading.liqo.io/token-pod-uid"
+TOKEN_REQUEST_ANNOTATION: Final = "offloading.liqo.io/token-request"
+TOKEN_REFRESH_AT_ANNOTATION: Final = "offloading.liqo.io/token-refresh-at"
 
 # -- Taints, RuntimeClass -------------------------------------------------------------------
 VIRTUAL_NODE_TAINT_KEY: Final = "virtual-node.liqo.io/not-allowed"
@@ -95,6 +109,21 @@ def virtual_kubelet_name(foreign_cluster_id: str) -> str:
 def credentials_secret_name(foreign_cluster_id: str) -> str:
     """Home-side Secret holding the kubeconfig of the home identity in that foreign cluster."""
     return f"liqo-credentials-{foreign_cluster_id}"
+
+
+def token_secret_name(pod_name: str) -> str:
+    """The foreign Secret holding the home ServiceAccount token(s) of one offloaded pod."""
+    name = f"liqo-token-{pod_name}"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(pod_name.encode()).hexdigest()[:10]
+    return f"{name[: 253 - 11]}-{digest}"
+
+
+def reflected_event_name(object_name: str, foreign_event_uid: str) -> str:
+    """A home Event copied from a foreign one: stable per foreign event, so a restart never makes a second."""
+    digest = hashlib.sha256(foreign_event_uid.encode()).hexdigest()[:16]
+    return f"{object_name[: 253 - 17]}.{digest}"
 
 
 # -- Object names -------------------------------------------------------------------------------

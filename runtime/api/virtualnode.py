@@ -35,6 +35,13 @@ class SecretReference(ApiModel):
     name: str
 
 
+class ApiServerAddress(ApiModel):
+    """Where pods reach an API server (their KUBERNETES_SERVICE_HOST/PORT)."""
+
+    host: str = Field(min_length=1)
+    port: int = Field(ge=1, le=65535)
+
+
 class VirtualNodeSpec(ApiModel):
     cluster_id: str = Field(alias="clusterID")
     kubeconfig_secret_ref: SecretReference | None = None
@@ -46,7 +53,9 @@ class VirtualNodeSpec(ApiModel):
     offloading_patch: OffloadingPatch = Field(default_factory=OffloadingPatch)
     reflection: dict[str, ReflectorSettings] = Field(default_factory=dict)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
+    # seed 002: offloaded pods get tokens of the home API server, and reach it at home_api_server
     api_server_token_support: bool = True
+    home_api_server: ApiServerAddress | None = Field(default=None, alias="homeAPIServer")
     # the foreign cluster's pod range, and where the home cluster shows it when it overlaps (seed 002)
     pod_cidr: str | None = Field(default=None, alias="podCIDR")
     remapped_pod_cidr: str | None = Field(default=None, alias="remappedPodCIDR")

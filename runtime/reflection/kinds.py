@@ -26,6 +26,8 @@ class ReflectedKind:
     # the kind whose policy and annotations this one follows, and which of its objects: (kind, name-of)
     follows: tuple[str, Callable[[Mapping[str, Any]], str | None]] | None = None
     labels: Callable[[Mapping[str, str]], dict[str, str]] = dict  # the copy's labels from the filtered home ones
+    # foreign objects of this kind another reflector writes (never this kind's to update or delete)
+    foreign_excluded: Callable[[Mapping[str, Any]], bool] = lambda obj: False
 
 
 def _fields(*keys: str) -> Content:
@@ -48,6 +50,8 @@ SECRETS = ReflectedKind(
     Secret,
     _fields("data", "type", "immutable"),
     reflectable=lambda obj: obj.get("type") != SERVICE_ACCOUNT_TOKEN,
+    # the home tokens of offloaded pods (runtime/reflection/tokens.py) have no home Secret of their name
+    foreign_excluded=lambda obj: names.SERVICE_ACCOUNT_TOKEN_LABEL in ((obj.get("metadata") or {}).get("labels") or {}),
 )
 
 

@@ -267,7 +267,11 @@ class Reflector:
             and self.kind.reflectable(home)
             and self._allowed(home, settings)
         )
-        ours = remote is not None and is_owned(remote, self.home_cluster_id, self.foreign_cluster_id)
+        ours = (
+            remote is not None
+            and is_owned(remote, self.home_cluster_id, self.foreign_cluster_id)
+            and not self.kind.foreign_excluded(remote)
+        )
         if not wanted or home is None:
             if remote is not None and ours and not (remote.get("metadata") or {}).get("deletionTimestamp"):
                 self._count_write("delete")

@@ -46,7 +46,7 @@ class Reflection:
         self.foreign_cluster_id = foreign_cluster_id
         self.offloadings = offloadings
         self.virtual_node_spec = virtual_node_spec
-        events = HomeEvents(home, f"liqo-reflection-{foreign_cluster_id}")
+        self.events = events = HomeEvents(home, f"liqo-reflection-{foreign_cluster_id}")
         stats = ReflectionMetrics(metrics.registry) if metrics is not None else None
         self.reflectors = [
             Reflector(

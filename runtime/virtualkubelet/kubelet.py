@@ -12,12 +12,15 @@ from typing import Any
 
 import yaml
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Secret
+from lightkube.resources.core_v1 import PersistentVolumeClaim, Secret
 
 from runtime.api import VirtualNodeSpec, names
-from runtime.kube import EngineMetrics, Event, Informer, WorkQueue
+from runtime.kube import EngineMetrics, Event, Informer, WorkQueue, unless_gone
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
-from runtime.reflection import Reflection
+from runtime.reflection import Reflection, ReflectionSettings
+from runtime.reflection.events import EventReflector
+from runtime.reflection.forging import is_owned
+from runtime.reflection.tokens import TokenReflector
 from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.resourcemetrics import OffloadedPod
@@ -80,6 +83,7 @@ class VirtualKubelet:
             foreign_cluster_id=foreign_cluster_id,
             offloadings=self.offloadings,
             node_address=node_address,
+            virtual_node_spec=self.node.spec,
         )
         self.reflection = Reflection(
             home,
@@ -91,6 +95,29 @@ class VirtualKubelet:
             metrics=metrics,
         )
         self.offloadings.add_handler(self.reflection.on_offloading)
+        # seed 002: ServiceAccount tokens of the pods on this node, and events back from the twins
+        self.tokens = TokenReflector(
+            home,
+            foreign,
+            home_cluster_id=home_cluster_id,
+            foreign_cluster_id=foreign_cluster_id,
+            pods=self.pods.pods,
+            virtual_node_spec=self.node.spec,
+            events=self.reflection.events,
+            metrics=metrics,
+        )
+        self.events = EventReflector(
+            home,
+            foreign=foreign,
+            foreign_cluster_id=foreign_cluster_id,
+            home_object=self.home_object_of_event,
+            settings=lambda: self.reflection.settings_of("event"),
+            metrics=metrics,
+        )
+        self._event_settings: ReflectionSettings | None = None
+        self.home = home
+        self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
+        self.offloadings.add_handler(self._follow_twins)
         self.virtual_nodes.add_handler(self._on_virtual_node)
         self.informers = [
             self.virtual_nodes,
@@ -124,10 +151,46 @@ class VirtualKubelet:
             found.append(OffloadedPod(pod.metadata.namespace, name, twin, name, started))
         return found
 
+    def _follow_twins(self, _: Event) -> None:
+        if self.reflection.started:
+            twins = self.reflection.twins()
+            self.tokens.follow(twins)
+            self.events.follow(twins)
+
+    async def home_object_of_event(
+        self, kind: str, namespace: str, name: str, foreign_uid: str | None
+    ) -> dict[str, Any] | None:
+        """The home object a foreign event in the twin of `namespace` is about, if it has one and the
+        foreign object is ours."""
+        if kind == "Pod":
+            pod = self.pods.pods.store.get(f"{namespace}/{name}")  # the pods on this virtual node
+            return {"apiVersion": "v1", "kind": "Pod", **pod.to_dict()} if pod is not None else None
+        reflector = self.reflection.by_kind.get(kind.lower())
+        if reflector is not None:
+            watch = reflector.watches.get(namespace)
+            if watch is None:
+                return None
+            remote = watch.foreign.store.get(f"{watch.twin}/{name}")
+            if remote is not None and not is_owned(remote.to_dict(), self.home_cluster_id, self.foreign_cluster_id):
+                return None  # about a foreign object of that name that is not ours
+            found = reflector.home_object(namespace, name)
+            api_version = reflector.kind.resource._api_info.resource.api_version
+            return {"apiVersion": api_version, "kind": kind, **found} if found is not None else None
+        if kind == "PersistentVolumeClaim":
+            with unless_gone():
+                claim: Any = await self.home.get(PersistentVolumeClaim, name, namespace=namespace)
+                return {"apiVersion": "v1", "kind": kind, **claim.to_dict()}
+        return None
+
     def _on_virtual_node(self, _: Event) -> None:
         """A changed remapping shows at home at once: every pod's status is reconciled again; changed
         reflection settings apply to every reflected object."""
         self.reflection.on_settings()
+        self.tokens.on_settings()
+        events = self.reflection.settings_of("event")
+        if events != self._event_settings:
+            self._event_settings = events
+            self.events.requeue_all()
         mapping = pod_cidr_mapping(self.node.spec())
         if mapping != self.pods.pod_cidr_mapping:
             self.pods.pod_cidr_mapping = mapping
@@ -160,6 +223,9 @@ class VirtualKubelet:
                 await informer.synced.wait()
             self.pods.queue.start()
             self.reflection.start()
+            self.tokens.start()
+            self.events.start()
+            self._follow_twins(Event("MODIFIED", "", None))
             self.synced.set()
             await asyncio.gather(*tasks)
         finally:
@@ -169,6 +235,8 @@ class VirtualKubelet:
             for queue in queues:
                 await queue.shutdown()
             await self.reflection.stop()
+            await self.tokens.stop()
+            await self.events.stop()
 
     async def _capacity_once_advertised(self) -> None:
         """Until the foreign advertisement is known the Node keeps the capacity it shows; once

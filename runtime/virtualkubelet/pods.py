@@ -34,7 +34,7 @@ from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
-from runtime.api import names
+from runtime.api import VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import ready_twin
 from runtime.api.shadowpod import CREATE_FAILED_REASON
 from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
@@ -43,13 +43,14 @@ from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.translation import (
     TERMINAL_PHASES,
     CidrMapping,
+    HomeApiAccess,
     TranslationError,
     home_pod_status,
     live_pod_spec,
     merge_patch,
     nothing_to_tell,
     remote_pod_metadata,
-    remote_pod_spec,
+    remote_pod_spec_with,
 )
 
 log = logging.getLogger(__name__)
@@ -139,13 +140,16 @@ class PodOffloader:
         pod_cidr_mapping: CidrMapping | None = None,
         node_address: str = NODE_ADDRESS,
         workers: int = 16,
+        virtual_node_spec: Callable[[], VirtualNodeSpec | None] = lambda: None,
     ) -> None:
+        """`virtual_node_spec`: its apiServerTokenSupport and home API server shape new remote pods."""
         self.home, self.foreign = home, foreign
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
         self.node_name = names.virtual_node_name(foreign_cluster_id)
         self.pod_cidr_mapping = pod_cidr_mapping
         self.node_address = node_address
         self.offloadings = offloadings
+        self.virtual_node_spec = virtual_node_spec
         self.pods = Informer(home, Pod, fields={"spec.nodeName": self.node_name})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="pods")
         self.pods.add_handler(self._on_pod)
@@ -272,8 +276,14 @@ class PodOffloader:
     async def _create_shadow(self, pod: Any, twin: str) -> None:
         home_pod = pod.to_dict()
         ids = {"home_cluster_id": self.home_cluster_id, "foreign_cluster_id": self.foreign_cluster_id}
+        node = self.virtual_node_spec()
+        home_api = (
+            HomeApiAccess(names.token_secret_name(pod.metadata.name), node.home_api_server)
+            if node is not None and node.api_server_token_support
+            else None
+        )
         try:
-            spec = remote_pod_spec(home_pod, **ids)
+            spec = remote_pod_spec_with(home_pod, home_api)
             meta = remote_pod_metadata(home_pod, **ids)
         except TranslationError as err:
             await self._back_off(pod, str(err))

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.api import names
+from runtime.api.virtualnode import ApiServerAddress
+from runtime.reflection.tokens import home_api_env, token_projections, token_volumes
 
 
 class TranslationError(ValueError):
@@ -88,19 +90,31 @@ def _anti_affinity(pod: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _is_home_token_volume(volume: dict[str, Any]) -> bool:
-    sources = (volume.get("projected") or {}).get("sources") or []
-    return str(volume.get("name", "")).startswith("kube-api-access-") and any(
-        "serviceAccountToken" in source for source in sources
-    )
+@dataclass(frozen=True)
+class HomeApiAccess:
+    """apiServerTokenSupport on: the pod's tokens come from this Secret in its twin namespace, and
+    its containers reach the home API server at this address (None: not declared)."""
+
+    token_secret: str
+    address: ApiServerAddress | None
 
 
 def remote_pod_spec(home_pod: dict[str, Any], *, home_cluster_id: str, foreign_cluster_id: str) -> dict[str, Any]:
-    """The PodSpec the foreign cluster runs (seed 002)."""
-    return _remote_spec(home_pod, _anti_affinity(home_pod))
+    """The PodSpec the foreign cluster runs (seed 002), with no token of the home API server."""
+    return remote_pod_spec_with(home_pod, None)
 
 
-def _remote_spec(home_pod: dict[str, Any], affinity: dict[str, Any] | None) -> dict[str, Any]:
+def remote_pod_spec_with(home_pod: dict[str, Any], home_api: HomeApiAccess | None) -> dict[str, Any]:
+    """The PodSpec the foreign cluster runs (seed 002). `home_api`: tokens for the home API server."""
+    spec = _remote_spec(home_pod, _anti_affinity(home_pod), home_api.token_secret if home_api else None)
+    if home_api is not None and home_api.address is not None and token_projections(home_pod):
+        home_api_env(spec, home_api.address)
+    return spec
+
+
+def _remote_spec(
+    home_pod: dict[str, Any], affinity: dict[str, Any] | None, token_secret: str | None = None
+) -> dict[str, Any]:
     spec = copy.deepcopy(home_pod.get("spec") or {})
     for field in HOME_SCHEDULING_FIELDS:
         spec.pop(field, None)
@@ -117,18 +131,9 @@ def _remote_spec(home_pod: dict[str, Any], affinity: dict[str, Any] | None) -> d
     else:
         spec.pop("tolerations", None)
     spec.update(hostNetwork=False, hostIPC=False, hostPID=False)
-    # The home token is for the home API server; giving the pod a token for it is reflection's job.
-    # Meanwhile the foreign cluster must not mount a token of its own into the pod.
-    dropped = {v["name"] for v in spec.get("volumes") or [] if _is_home_token_volume(v)}
-    if dropped:
-        spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in dropped]
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        if container.get("volumeMounts"):
-            container["volumeMounts"] = [m for m in container["volumeMounts"] if m.get("name") not in dropped]
-    spec.pop("serviceAccountName", None)
-    spec.pop("serviceAccount", None)
-    spec["automountServiceAccountToken"] = False
-    return spec
+    # A token is for the API server that issued it: the home one's come from the token reflector
+    # (apiServerTokenSupport), and the foreign cluster never mounts one of its own into the pod.
+    return token_volumes(spec, token_secret if token_projections(home_pod) else None)
 
 
 # What Kubernetes lets change on a live pod; everything else in a pod spec is immutable.

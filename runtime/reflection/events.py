@@ -1,0 +1,224 @@
+"""Events, the only foreign -> home direction of reflection (seed 002).
+
+A foreign event (core/v1, or events.k8s.io which the API server also serves as core/v1) in a twin
+namespace about a pod, Service, EndpointSlice, Ingress, ConfigMap, Secret or PVC shows in the home
+namespace, about the HOME object (its kind, name and UID), so `kubectl describe` at home lists it.
+One home event per foreign event, named from the foreign event's UID: when the foreign cluster
+counts a repeat (count, or series for events.k8s.io) the home event's count and lastTimestamp
+follow in place, and a restarted virtual kubelet finds its events instead of making new ones.
+Events about objects with no home counterpart (or about a foreign object that is not ours) are
+dropped; home events are never reflected to foreign clusters.
+
+`home_event` and `needs_write` are pure; the reflector decides from synced stores and writes only
+when the home event does not already say what the foreign one says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Event as CoreEvent
+
+from runtime.api import names
+from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
+from runtime.kube.serving import EngineMetrics
+from runtime.reflection.forging import ReflectionSettings, covers
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "liqo-reflection-event"
+# seed 002: the kinds whose events come back, by the kind an event names
+REFLECTED_EVENT_KINDS = ("Pod", "Service", "EndpointSlice", "Ingress", "ConfigMap", "Secret", "PersistentVolumeClaim")
+
+# kind, home namespace, name, foreign UID of the object the event is about -> the home object, or
+# None when it has no home counterpart (or the foreign one is not ours)
+HomeObjectOf = Callable[[str, str, str, str | None], Awaitable[dict[str, Any] | None]]
+
+
+def _seconds(stamp: Any) -> str | None:
+    """A Time (seconds) from a Time or MicroTime: the home event is a core/v1 one with counts."""
+    if not stamp:
+        return None
+    text = str(stamp)
+    return f"{text[:19]}Z" if len(text) >= 19 else text
+
+
+def occurrences(event: Mapping[str, Any]) -> tuple[int, str | None, str | None]:
+    """How many times the foreign event happened, first and last (series for events.k8s.io ones)."""
+    series = event.get("series") or {}
+    count = max(int(event.get("count") or 0), int(series.get("count") or 0), 1)
+    first = _seconds(event.get("firstTimestamp")) or _seconds(event.get("eventTime"))
+    last = (
+        _seconds(series.get("lastObservedTime"))
+        or _seconds(event.get("lastTimestamp"))
+        or _seconds(event.get("eventTime"))
+        or first
+    )
+    return count, first or last, last
+
+
+def home_event(
+    foreign_event: Mapping[str, Any],
+    home_object: Mapping[str, Any],
+    *,
+    foreign_cluster_id: str,
+    node_name: str,
+) -> dict[str, Any]:
+    """The home copy of a foreign event, about `home_object`."""
+    meta = foreign_event.get("metadata") or {}
+    home_meta = home_object.get("metadata") or {}
+    involved = foreign_event.get("involvedObject") or {}
+    count, first, last = occurrences(foreign_event)
+    source = foreign_event.get("source") or {}
+    component = source.get("component") or foreign_event.get("reportingComponent") or "unknown"
+    reference = {
+        "apiVersion": home_object.get("apiVersion"),
+        "kind": home_object.get("kind"),
+        "name": home_meta.get("name"),
+        "namespace": home_meta.get("namespace"),
+        "uid": home_meta.get("uid"),
+    }
+    if involved.get("fieldPath"):
+        reference["fieldPath"] = involved["fieldPath"]  # e.g. spec.containers{app}: same at home
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": names.reflected_event_name(str(home_meta.get("name")), str(meta.get("uid"))),
+            "namespace": home_meta.get("namespace"),
+            "labels": {names.EVENT_REFLECTED_FROM_LABEL: foreign_cluster_id},
+        },
+        "involvedObject": reference,
+        "reason": foreign_event.get("reason"),
+        "message": foreign_event.get("message"),
+        "type": foreign_event.get("type") or "Normal",
+        # who said it there; the host is the virtual node, where the object runs as seen from home
+        "source": {"component": component, "host": node_name},
+        "count": count,
+        "firstTimestamp": first,
+        "lastTimestamp": last,
+    }
+    return body
+
+
+def needs_write(desired: Mapping[str, Any], existing: Mapping[str, Any] | None) -> bool:
+    """The home event does not yet say what the foreign one says (a count or a time that moved)."""
+    if existing is None:
+        return True
+    fields = ("involvedObject", "reason", "message", "type", "count")
+    wanted = {k: desired.get(k) for k in fields if desired.get(k) is not None}
+    have = {k: existing.get(k) for k in fields}
+    return not covers(wanted, have) or _seconds(existing.get("lastTimestamp")) != desired.get("lastTimestamp")
+
+
+class TwinEvents:
+    """One offloaded namespace: the foreign events in its twin, and our copies at home."""
+
+    def __init__(self, home: AsyncClient, foreign: AsyncClient, namespace: str, twin: str, foreign_cluster_id: str):
+        self.namespace, self.twin = namespace, twin
+        self.foreign = Informer(foreign, CoreEvent, namespace=twin)
+        self.home = Informer(
+            home, CoreEvent, namespace=namespace, labels={names.EVENT_REFLECTED_FROM_LABEL: foreign_cluster_id}
+        )
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, on_foreign: Callable[[Event], None], on_synced: Callable[[], None]) -> None:
+        self.foreign.add_handler(on_foreign)
+        self.tasks = [asyncio.create_task(i.run()) for i in (self.foreign, self.home)]
+        self.tasks.append(asyncio.create_task(call_when_synced((self.foreign, self.home), on_synced)))
+
+    def synced(self) -> bool:
+        return self.foreign.synced.is_set() and self.home.synced.is_set()
+
+    def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+
+class EventReflector:
+    """Keyed by home namespace/foreign event name; `settings` is the `event` kind's (workers 0: off)."""
+
+    def __init__(
+        self,
+        home: AsyncClient,
+        *,
+        foreign: AsyncClient,
+        foreign_cluster_id: str,
+        home_object: HomeObjectOf,
+        settings: Callable[[], ReflectionSettings],
+        metrics: EngineMetrics | None = None,
+    ) -> None:
+        self.home, self.foreign = home, foreign
+        self.foreign_cluster_id = foreign_cluster_id
+        self.node_name = names.virtual_node_name(foreign_cluster_id)
+        self.home_object = home_object
+        self.settings = settings
+        workers = max(1, settings().workers)
+        self.queue = WorkQueue(self.reconcile, workers=workers, name="reflection-event", metrics=metrics)
+        self.watches: dict[str, TwinEvents] = {}
+
+    def follow(self, twins: Mapping[str, str]) -> None:
+        for namespace in list(self.watches):
+            if twins.get(namespace) != self.watches[namespace].twin:
+                self.watches.pop(namespace).stop()
+        for namespace, twin in twins.items():
+            if namespace not in self.watches:
+                watch = TwinEvents(self.home, self.foreign, namespace, twin, self.foreign_cluster_id)
+                watch.start(
+                    lambda event, namespace=namespace: self._on_foreign(namespace, event),  # type: ignore[misc]
+                    lambda namespace=namespace: self._requeue(namespace),  # type: ignore[misc]
+                )
+                self.watches[namespace] = watch
+
+    def _on_foreign(self, namespace: str, event: Event) -> None:
+        if event.type != "DELETED":  # a foreign event expiring there leaves ours to expire here
+            self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+
+    def _requeue(self, namespace: str) -> None:
+        watch = self.watches.get(namespace)
+        for key in watch.foreign.store if watch else ():
+            self.queue.add(f"{namespace}/{key.partition('/')[2]}")
+
+    def requeue_all(self) -> None:
+        for namespace in self.watches:
+            self._requeue(namespace)
+
+    def start(self) -> None:
+        self.queue.start()
+
+    async def stop(self) -> None:
+        for watch in self.watches.values():
+            watch.stop()
+        self.watches.clear()
+        await self.queue.shutdown()
+
+    async def reconcile(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        watch = self.watches.get(namespace)
+        if watch is None or not watch.synced() or self.settings().workers == 0:
+            return
+        found = watch.foreign.store.get(f"{watch.twin}/{name}")
+        if found is None:
+            return
+        foreign_event = found.to_dict()
+        involved = foreign_event.get("involvedObject") or {}
+        kind = involved.get("kind")
+        if kind not in REFLECTED_EVENT_KINDS or involved.get("namespace") not in (None, "", watch.twin):
+            return
+        target = await self.home_object(kind, namespace, str(involved.get("name")), involved.get("uid"))
+        if target is None:
+            return  # no home counterpart
+        desired = home_event(
+            foreign_event, target, foreign_cluster_id=self.foreign_cluster_id, node_name=self.node_name
+        )
+        existing_obj = watch.home.store.get(f"{namespace}/{desired['metadata']['name']}")
+        existing = existing_obj.to_dict() if existing_obj is not None else None
+        if not needs_write(desired, existing):
+            return
+        body: Any = CoreEvent.from_dict(desired)
+        with unless_gone():  # the home namespace may be going away
+            await self.home.apply(body, field_manager=FIELD_MANAGER, force=True)

@@ -1,0 +1,126 @@
+"""The token reflector against real API servers: a pod's token Secret is renewed when its time comes
+(80% of the shortest token's life; made seconds here), with new tokens the home API server
+issued, and deleted when the home pod goes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+from lightkube import AsyncClient, Client, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.authentication_v1 import TokenReview
+from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
+
+from liqo_stack.dev.clusters import DevEnvironment
+from runtime.api import VirtualNodeSpec, names
+from runtime.kube import Informer
+from runtime.reflection import tokens
+from runtime.reflection.reflecting import HomeEvents
+from runtime.reflection.tokens import TokenReflector
+
+pytestmark = pytest.mark.clusters
+
+
+@pytest.fixture
+def namespaces(home: Client, foreign: dict[str, Client], unique_name: str) -> Iterator[tuple[str, str]]:
+    """A home namespace and a foreign one standing for its twin."""
+    twin = f"{unique_name}-twin"
+    home.create(Namespace(metadata=ObjectMeta(name=unique_name)))
+    foreign["foreign-1"].create(Namespace(metadata=ObjectMeta(name=twin)))
+    yield unique_name, twin
+    home.delete(Namespace, unique_name)
+    foreign["foreign-1"].delete(Namespace, twin)
+
+
+def pod(namespace: str) -> Any:
+    """A pod that never runs (its node does not exist): what counts is the token it mounts."""
+    vault = {"serviceAccountToken": {"path": "vault", "audience": "vault", "expirationSeconds": 600}}
+    return Pod.from_dict(
+        {
+            "metadata": {"name": "renewed", "namespace": namespace},
+            "spec": {
+                "nodeName": "nowhere",
+                "serviceAccountName": "robot",
+                "containers": [{"name": "app", "image": "nginx", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+                "volumes": [{"name": "v", "projected": {"sources": [vault]}}],
+            },
+        }
+    )
+
+
+def decoded(secret: Any) -> dict[str, str]:
+    return {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
+
+
+def test_a_token_secret_is_renewed_when_due_and_deleted_with_the_pod(
+    dev_env: DevEnvironment,
+    home: Client,
+    foreign: dict[str, Client],
+    namespaces: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    namespace, twin = namespaces
+    home.create(ServiceAccount(metadata=ObjectMeta(name="robot", namespace=namespace)))
+    home.create(pod(namespace))
+    # 600 s is the shortest token the API server issues: renew after 1% of it (6 s) instead of 80%
+    monkeypatch.setattr(tokens, "REFRESH_AT", 0.01)
+    name = names.token_secret_name("renewed")
+    seen: list[Any] = []
+
+    async def scenario() -> None:
+        home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
+        pods = Informer(home_client, Pod, namespace=namespace)
+        reflector = TokenReflector(
+            home_client,
+            foreign_client,
+            home_cluster_id="home",
+            foreign_cluster_id="foreign-1",
+            pods=pods,
+            virtual_node_spec=lambda: VirtualNodeSpec(clusterID="foreign-1"),
+            events=HomeEvents(home_client, "test"),
+        )
+        task = asyncio.create_task(pods.run())
+        await pods.synced.wait()
+        reflector.follow({namespace: twin})
+        reflector.start()
+
+        async def secret_where(condition: Any, timeout: float) -> Any:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while asyncio.get_running_loop().time() < deadline:
+                listed = foreign["foreign-1"].list(Secret, namespace=twin, fields={"metadata.name": name})
+                found = next(iter(listed), None)
+                if condition(found):
+                    return found
+                await asyncio.sleep(0.2)
+            raise TimeoutError(f"Secret {twin}/{name}: condition not met after {timeout:.0f}s")
+
+        try:
+            seen.append(await secret_where(lambda s: s is not None, 30))
+            seen.append(await secret_where(lambda s: s is not None and decoded(s) != decoded(seen[0]), 30))
+            seen.append(review(home, decoded(seen[1])["v.token"]))
+            home.delete(Pod, "renewed", namespace=namespace, grace_period=0)
+            await secret_where(lambda s: s is None, 30)
+        finally:
+            task.cancel()
+            await reflector.stop()
+            await home_client.close()
+            await foreign_client.close()
+
+    asyncio.run(scenario())
+    first, renewed = decoded(seen[0]), decoded(seen[1])
+    assert first["v.token"] != renewed["v.token"], "a new token"
+    assert cast(Any, seen[0]).metadata.uid == cast(Any, seen[1]).metadata.uid, "the same Secret, updated in place"
+    assert renewed["namespace"] == namespace
+    status = seen[2]
+    assert status.authenticated and status.user.username == f"system:serviceaccount:{namespace}:robot"
+
+
+def review(home: Client, token: str) -> Any:
+    spec = {"token": token, "audiences": ["vault"]}
+    body: Any = TokenReview.from_dict({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec})
+    return cast(Any, home.create(body)).status
