@@ -14,6 +14,7 @@ Needs root (debootstrap, chroot) and the Debian packages debootstrap, umoci and 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -120,11 +121,19 @@ def _base_key() -> str:
 
 
 def base_rootfs(cache: Path, mirror: str, progress: Progress) -> tuple[Path, bool]:
-    """The cached Debian root (layer 1) and whether it was already there."""
+    """The cached Debian root (layer 1) and whether it was already there. Two builds at once (two
+    checkouts, a test beside a user) share it: the second waits for the first's."""
     folder = cache / f"base-{SUITE}-{_base_key()}"
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / f"{folder.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / "complete").is_file():
+            return folder / "rootfs", True
+        return _debootstrap(folder, mirror, progress), False
+
+
+def _debootstrap(folder: Path, mirror: str, progress: Progress) -> Path:
     rootfs = folder / "rootfs"
-    if (folder / "complete").is_file():
-        return rootfs, True
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     progress(f"base: debootstrap --variant=minbase {SUITE} with {', '.join(BASE_PACKAGES)} from {mirror} ...")
@@ -151,7 +160,7 @@ def base_rootfs(cache: Path, mirror: str, progress: Progress) -> tuple[Path, boo
         python.symlink_to("python3")  # the entrypoint is `python -m runtime`
     (folder / "complete").write_text(f"{time.monotonic() - started:.0f}s\n")
     progress(f"base: done in {time.monotonic() - started:.0f}s, cached in {folder}")
-    return rootfs, False
+    return rootfs
 
 
 def wheel_platforms(machine: str) -> list[str]:
@@ -213,6 +222,8 @@ def build(
     mirror: str | None = None,
 ) -> BuiltImage:
     started = time.monotonic()
+    if not (project_dir / "pyproject.toml").is_file():
+        raise ImageBuildError(f"{project_dir} is not a liqo-stack checkout (no pyproject.toml): build from one")
     version = project_version(project_dir)
     transport, target = parse_output(output, version)
     check_prerequisites()
@@ -237,8 +248,9 @@ def build(
         labels = {
             "org.opencontainers.image.title": names.RUNTIME_IMAGE_NAME,
             "org.opencontainers.image.version": version,
-            "org.opencontainers.image.description": "liqo-stack runtime: python -m runtime <component>",
-            "org.opencontainers.image.base.name": f"debian:{SUITE} (debootstrap minbase)",
+            "org.opencontainers.image.description": (
+                f"liqo-stack runtime (python -m runtime <component>) on Debian {SUITE} minbase"
+            ),
         }
         config = [
             *(f"--config.label={k}={v}" for k, v in labels.items()),
