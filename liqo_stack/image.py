@@ -175,8 +175,15 @@ def install_runtime(project_dir: Path, rootfs: Path, work: Path, progress: Progr
     """Layer 2 under `rootfs`/opt/liqo-stack (rootfs: a hard-linked copy of the base, for chroot)."""
     wheels = work / "wheels"
     progress("runtime: building the project's wheel ...")
+    # From a copy: a build in the checkout would write build/ and *.egg-info beside the sources in use.
+    source = work / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(project_dir / name, source / name)
+    for package in ("runtime", "liqo_stack"):
+        shutil.copytree(project_dir / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(project_dir)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(source)],
         "pip wheel",
     )
     (wheel,) = wheels.glob("*.whl")
