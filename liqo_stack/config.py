@@ -273,11 +273,52 @@ class RuntimeMode(StrEnum):
     EXTERNAL = "external"  # same objects, Deployments scaled to zero; the runtime runs as local processes
 
 
+# An image reference as container runtimes read it: [host[:port]/]path[:tag][@sha256:<digest>]
+_IMAGE_NAME = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"^(?P<name>(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_IMAGE_NAME}(?:/{_IMAGE_NAME})*)"
+    r"(?::(?P<tag>\w[\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _image_reference(value: str) -> str:
+    if not _IMAGE_REFERENCE.fullmatch(value):
+        raise ValueError(
+            "is not an image reference, e.g. registry.example.com/liqo-stack:0.1.0 (optionally @sha256:<64 hex digits>)"
+        )
+    return value
+
+
+def _image_digest(value: str) -> str:
+    if not _DIGEST.fullmatch(value):
+        raise ValueError("is not an image digest: sha256:<64 lowercase hex digits>")
+    return value
+
+
 class RuntimeConfig(ConfigModel):
     mode: RuntimeMode = RuntimeMode.EXTERNAL
-    image: str = Field(default="ghcr.io/liqo-stack/runtime:0.1.0", min_length=1)
+    image: Annotated[str, AfterValidator(_image_reference)] = "ghcr.io/liqo-stack/runtime:0.1.0"
+    # What `liqo-stack image build` printed (or `skopeo inspect` of the pushed image): the Deployments
+    # then run exactly that image, whatever the tag points to later.
+    image_digest: Annotated[str, AfterValidator(_image_digest)] | None = None
     # external mode: the API server calls the webhooks at https://127.0.0.1:<webhookPort>
     webhook_port: int = Field(default=9443, ge=1, le=65535, strict=True)
+
+    @model_validator(mode="after")
+    def _one_digest(self) -> Self:
+        found = _IMAGE_REFERENCE.fullmatch(self.image)
+        in_image = found.group("digest") if found else None
+        if in_image and self.image_digest and in_image != self.image_digest:
+            raise ValueError(f"imageDigest {self.image_digest} differs from the digest in image {self.image!r}")
+        return self
+
+    @property
+    def pinned_image(self) -> str:
+        """The image the Deployments run: by digest when one is given (in `image` or `imageDigest`)."""
+        if self.image_digest is None or "@" in self.image:
+            return self.image
+        return f"{self.image}@{self.image_digest}"
 
 
 class StackConfig(ConfigModel):

@@ -26,6 +26,11 @@ def namespace(name: str, component: str, extra_labels: dict[str, str] | None = N
     }
 
 
+def runtime_namespace(component: str) -> Manifest:
+    """Where the runtime's Deployments run: only pods of the `restricted` Pod Security level are admitted."""
+    return namespace(names.LIQO_NAMESPACE, component, {names.POD_SECURITY_ENFORCE_LABEL: names.POD_SECURITY_LEVEL})
+
+
 def runtime_class() -> Manifest:
     """RuntimeClass `liqo`: its pods go to virtual nodes and tolerate their taint (seed 003)."""
     return {
@@ -104,6 +109,33 @@ def binding(
     }
 
 
+# Cluster mode: /healthz and /readyz in the clear for the kubelet's probes; /metrics over TLS,
+# guarded by TokenReview + SubjectAccessReview (runtime/kube/securemetrics.py).
+PROBE_CONTAINER_PORT = 8081
+METRICS_CONTAINER_PORT = 8443
+SERVING_ARGS = [
+    "--probe-address=0.0.0.0",
+    f"--probe-port={PROBE_CONTAINER_PORT}",
+    f"--metrics-secure-port={METRICS_CONTAINER_PORT}",
+]
+
+
+def restricted_pod_security() -> tuple[Manifest, Manifest]:
+    """The pod's and the container's securityContext: Pod Security `restricted`, plus a read-only root."""
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": names.RUNTIME_USER_ID,
+        "runAsGroup": names.RUNTIME_USER_ID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    return pod, container
+
+
 def deployment(
     name: str,
     ns: str,
@@ -115,6 +147,11 @@ def deployment(
     env: list[Manifest] | None = None,
 ) -> Manifest:
     labels = {**_labels(component), "app.kubernetes.io/name": name}
+    pod_security, container_security = restricted_pod_security()
+
+    def probe(path: str) -> Manifest:
+        return {"httpGet": {"path": path, "port": "probes"}, "periodSeconds": 10}
+
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -126,18 +163,39 @@ def deployment(
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": account,
+                    "securityContext": pod_security,
                     "containers": [
                         {
                             "name": component,
                             "image": image,
-                            "args": args,
+                            "args": [*args, *SERVING_ARGS],
                             **({"env": env} if env else {}),
+                            "ports": [
+                                {"name": "probes", "containerPort": PROBE_CONTAINER_PORT},
+                                {"name": "metrics", "containerPort": METRICS_CONTAINER_PORT},
+                            ],
+                            "livenessProbe": probe("/healthz"),
+                            "readinessProbe": probe("/readyz"),
+                            "securityContext": container_security,
                             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                            # the root is read-only; Python and libraries may still want a scratch dir
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                         }
                     ],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
                 },
             },
         },
+    }
+
+
+def metrics_reader_role(component: str) -> Manifest:
+    """Bind it to whoever scrapes the runtime (e.g. Prometheus' ServiceAccount)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": names.METRICS_READER_ROLE, "labels": _labels(component)},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
     }
 
 
@@ -261,6 +319,12 @@ def webhook_service(selector_name: str) -> Manifest:
 # -- RBAC rules: the least each identity needs ------------------------------------------------
 _GROUP = names.GROUP
 
+# Cluster mode: who scrapes /metrics, and may they (TokenReview, SubjectAccessReview)
+_METRICS_REVIEWS: list[Manifest] = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
+
 CONTROLLER_MANAGER_RULES: list[Manifest] = [
     {
         "apiGroups": [_GROUP],
@@ -277,6 +341,7 @@ CONTROLLER_MANAGER_RULES: list[Manifest] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    *_METRICS_REVIEWS,
     {
         "apiGroups": ["admissionregistration.k8s.io"],
         "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
@@ -371,6 +436,7 @@ FOREIGN_AGENT_RULES: list[Manifest] = [
     },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    *_METRICS_REVIEWS,
 ]
 
 # Bound by the foreign agent in each twin namespace it creates for a home cluster.

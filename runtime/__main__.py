@@ -42,19 +42,32 @@ def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
     return AsyncClient(config, field_manager=field_manager)
 
 
-async def serve(main: Coroutine[Any, Any, None], probes: ProbeServer) -> None:
+async def serve(
+    main: Coroutine[Any, Any, None], probes: ProbeServer, client: AsyncClient, args: argparse.Namespace
+) -> None:
+    """Runs `main` with the probes; with --metrics-secure-port, /metrics over TLS for callers that
+    `client`'s cluster authenticates and authorizes (cluster mode)."""
     task = asyncio.ensure_future(main)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+    secure = None
+    if args.metrics_secure_port is not None:
+        # Imported here: aiohttp and cryptography add ~20 MB to a process (measured in the README).
+        from runtime.kube.securemetrics import SecureMetricsServer
+
+        secure = SecureMetricsServer(client, probes.metrics.registry, args.metrics_address, args.metrics_secure_port)
+        await secure.start()
     probes.start()
-    logging.info("probes on http://%s:%d (/healthz, /readyz, /metrics)", *probes.address)
+    logging.info("probes on http://%s:%d (/healthz, /readyz%s)", *probes.address, "" if secure else ", /metrics")
     try:
         await task
     except asyncio.CancelledError:
         logging.info("stopped")
     finally:
         probes.stop()
+        if secure is not None:
+            await secure.stop()
 
 
 async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
@@ -134,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__)
     parser.add_argument("--probe-address", default="127.0.0.1", help="where /healthz, /readyz, /metrics listen")
     parser.add_argument("--probe-port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument(
+        "--metrics-secure-port",
+        type=int,
+        help="serve /metrics here over TLS, to callers with a token allowed `get` on /metrics "
+        "(TokenReview + SubjectAccessReview), instead of in the clear on the probe port; 0 picks a free port",
+    )
+    parser.add_argument("--metrics-address", default="0.0.0.0", help="where the secure /metrics listens")
     parser.add_argument("--log-level", default="INFO")
     commands = parser.add_subparsers(dest="command", required=True)
     manager = commands.add_parser("controller-manager", help="home side: NamespaceOffloading")
@@ -165,19 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "virtual-kubelet" and not 0 <= args.kubelet_port <= 65535:
         parser.error(f"--kubelet-port must be between 1 and 65535 (0: no kubelet API), got {args.kubelet_port}")
+
+    if args.metrics_secure_port is not None and not 0 <= args.metrics_secure_port <= 65535:
+        parser.error(f"--metrics-secure-port must be between 0 and 65535, got {args.metrics_secure_port}")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     metrics = EngineMetrics()
-    probes = ProbeServer(metrics, args.probe_address, args.probe_port)
+    elsewhere = "" if args.metrics_secure_port is None else f"https://<pod>:{args.metrics_secure_port}/metrics"
+    probes = ProbeServer(metrics, args.probe_address, args.probe_port, metrics_elsewhere=elsewhere)
     if args.command == "controller-manager":
         home = client_from(args.kubeconfig, "liqo-controller-manager")
-        asyncio.run(serve(controller_manager(home, args, probes), probes))
+        asyncio.run(serve(controller_manager(home, args, probes), probes, home, args))
     elif args.command == "virtual-kubelet":
         home = client_from(args.kubeconfig, "liqo-virtual-kubelet")
-        asyncio.run(serve(virtual_kubelet(home, args, probes), probes))
+        asyncio.run(serve(virtual_kubelet(home, args, probes), probes, home, args))
     else:
         client = client_from(args.kubeconfig, "liqo-foreign-agent")
-        asyncio.run(serve(foreign_agent(client, args.cluster_id, probes), probes))
+        asyncio.run(serve(foreign_agent(client, args.cluster_id, probes), probes, client, args))
     return 0
 
 

@@ -6,6 +6,7 @@ import click
 
 from liqo_stack.cli.demo import demo
 from liqo_stack.cli.dev import dev
+from liqo_stack.cli.image import image
 from liqo_stack.cli.info import info
 from liqo_stack.cli.offload import offload, unoffload
 
@@ -20,3 +21,4 @@ main.add_command(demo)
 main.add_command(offload)
 main.add_command(unoffload)
 main.add_command(info)
+main.add_command(image)

@@ -42,6 +42,6 @@ def deploy_controller(
     replicas = 1 if runtime.mode is RuntimeMode.CLUSTER else 0
     return cluster.object(
         resource_name,
-        manifests.deployment(name, ns, runtime.image, args, name, replicas, component, env),
+        manifests.deployment(name, ns, runtime.pinned_image, args, name, replicas, component, env),
         pulumi.ResourceOptions(parent=parent, depends_on=[account, binding, *depends_on]),
     )

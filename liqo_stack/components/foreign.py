@@ -21,7 +21,8 @@ class ForeignAgent(pulumi.ComponentResource):
         super().__init__("liqo-stack:index:ForeignAgent", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         component = "foreign-agent"
-        self.namespace = foreign.object("namespace", manifests.namespace(names.LIQO_NAMESPACE, component), child)
+        self.namespace = foreign.object("namespace", manifests.runtime_namespace(component), child)
+        foreign.object("metrics-reader-role", manifests.metrics_reader_role(component), child)
         self.crds = [foreign.object(f"crd-{crd['metadata']['name']}", crd, child) for crd in foreign_crd_manifests()]
         # What the agent grants a home identity inside each twin namespace it creates.
         self.twin_namespace_role = foreign.object(

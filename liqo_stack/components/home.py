@@ -21,9 +21,10 @@ class HomeControlPlane(pulumi.ComponentResource):
     def __init__(self, name: str, home: Cluster, runtime: RuntimeConfig, opts: pulumi.ResourceOptions | None = None):
         super().__init__("liqo-stack:index:HomeControlPlane", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.namespace = home.object("namespace", manifests.namespace(names.LIQO_NAMESPACE, "control-plane"), child)
+        self.namespace = home.object("namespace", manifests.runtime_namespace("control-plane"), child)
         self.crds = [home.object(f"crd-{crd['metadata']['name']}", crd, child) for crd in home_crd_manifests()]
         self.runtime_class = home.object("runtimeclass", manifests.runtime_class(), child)
+        home.object("metrics-reader-role", manifests.metrics_reader_role("control-plane"), child)
 
         self.controller_manager = deploy_controller(
             home,

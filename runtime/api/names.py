@@ -81,6 +81,15 @@ OFFLOADING_VALIDATING_WEBHOOK: Final = "namespaceoffloading.validate.offloading.
 POD_MUTATION_PATH: Final = "/mutate/pod"
 OFFLOADING_VALIDATION_PATH: Final = "/validate/namespaceoffloading"
 WEBHOOK_SERVICE: Final = "liqo-webhooks"  # cluster mode: the Service in front of the controller-manager
+METRICS_READER_ROLE: Final = "liqo-metrics-reader"  # ClusterRole: who may scrape the secure /metrics
+
+# -- Cluster mode: the runtime image and Pod Security -----------------------------------------
+# The image's unprivileged user (distroless' "nonroot"); the Deployments state it, so runAsNonRoot
+# is checked by the kubelet without trusting the image config.
+RUNTIME_USER_ID: Final = 65532
+RUNTIME_IMAGE_NAME: Final = "liqo-stack"
+POD_SECURITY_ENFORCE_LABEL: Final = "pod-security.kubernetes.io/enforce"
+POD_SECURITY_LEVEL: Final = "restricted"
 
 
 def tenant_namespace(home_cluster_id: str) -> str:

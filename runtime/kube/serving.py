@@ -1,7 +1,8 @@
 """Health, readiness and Prometheus metrics over HTTP, on loopback unless told otherwise.
 
 /healthz: the process serves. /readyz: every registered readiness check passes (e.g. informers
-synced). /metrics: the engine's metrics in Prometheus' text format.
+synced). /metrics: the engine's metrics in Prometheus' text format, unless they are served over TLS
+with authentication instead (cluster mode: runtime/kube/securemetrics.py).
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class ProbeServer:
-    def __init__(self, metrics: EngineMetrics, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, metrics: EngineMetrics, host: str = "127.0.0.1", port: int = 0, *, metrics_elsewhere: str = ""
+    ) -> None:
+        """`metrics_elsewhere`: where /metrics is served instead (then this server answers 404 there)."""
         self.metrics = metrics
+        self.metrics_elsewhere = metrics_elsewhere
         self._checks: dict[str, ReadinessCheck] = {}
         self._metrics_app = make_wsgi_app(metrics.registry)
         self._server: WSGIServer = make_server(host, port, self._app, handler_class=_QuietHandler)
@@ -76,6 +81,9 @@ class ProbeServer:
             start_response(status, [("Content-Type", "text/plain")])
             body = "".join(f"not ready: {name}\n" for name in failing) or "ok\n"
             return [body.encode()]
+        if path == "/metrics" and self.metrics_elsewhere:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [f"/metrics is served at {self.metrics_elsewhere}\n".encode()]
         if path == "/metrics":
             return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
         start_response("404 Not Found", [("Content-Type", "text/plain")])

@@ -24,28 +24,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 import logging
 import re
 import ssl
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from lightkube import AsyncClient, KubeConfig
-from lightkube.models.authentication_v1 import TokenReviewSpec
-from lightkube.models.authorization_v1 import ResourceAttributes, SubjectAccessReviewSpec
-from lightkube.resources.authentication_v1 import TokenReview
-from lightkube.resources.authorization_v1 import SubjectAccessReview
+from lightkube.models.authorization_v1 import ResourceAttributes
 from lightkube.resources.core_v1 import ConfigMap
 from multidict import MultiMapping
 
+from runtime.kube.reviews import Caller, Reviewer
 from runtime.virtualkubelet.resourcemetrics import OffloadedPod, ResourceMetrics, usage_from_pod_metrics
 
 log = logging.getLogger(__name__)
@@ -54,12 +50,6 @@ log = logging.getLogger(__name__)
 # virtual kubelet's configmaps rights); kubelets are handed the same CA as --client-ca-file.
 CLIENT_CA_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 CLIENT_CA_KEY = "client-ca-file"
-
-# The kubelet's cache of webhook answers (--authentication-token-webhook-cache-ttl,
-# --authorization-webhook-cache-authorized-ttl / -unauthorized-ttl).
-TOKEN_TTL = 120.0
-ALLOWED_TTL = 300.0
-DENIED_TTL = 30.0
 
 # below metrics-server's --kubelet-request-timeout (10s by default, 5s in the dev clusters): answer,
 # perhaps partly, before it gives up
@@ -77,16 +67,6 @@ WEBSOCKET_ONLY = (
 # kwok (the dev clusters' kubelets) reports a command's exit code as an internal error; a kubelet
 # says NonZeroExitCode with the code, which is what kubectl turns into its own exit code.
 _KWOK_EXIT = re.compile(r"error executing command in container: .*?: exit status (\d+)", re.DOTALL)
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who calls, as the home API server's authenticators would say."""
-
-    user: str
-    groups: tuple[str, ...] = ()
-    uid: str = ""
-    extra: Mapping[str, list[str]] = field(default_factory=dict)
 
 
 def caller_from_certificate(peercert: Mapping[str, Any] | None) -> Caller | None:
@@ -219,23 +199,6 @@ RemoteLookup = Callable[[str, str], tuple[str, str] | None]
 PodsOnNode = Callable[[], list[OffloadedPod]]
 
 
-class _TtlCache:
-    def __init__(self) -> None:
-        self._entries: dict[Any, tuple[float, Any]] = {}
-
-    def get(self, key: Any) -> Any | None:
-        entry = self._entries.get(key)
-        if entry is None or entry[0] < time.monotonic():
-            self._entries.pop(key, None)
-            return None
-        return entry[1]
-
-    def put(self, key: Any, value: Any, ttl: float) -> None:
-        if len(self._entries) > 10_000:  # callers are the API server and a few admins: never big
-            self._entries.clear()
-        self._entries[key] = (time.monotonic() + ttl, value)
-
-
 class KubeletApiServer:
     def __init__(
         self,
@@ -254,8 +217,7 @@ class KubeletApiServer:
         self.remote_of, self.pods_on_node = remote_of, pods_on_node
         self.resource_metrics = ResourceMetrics()
         self.address, self.port, self.tls = address, port, tls
-        self._tokens = _TtlCache()
-        self._decisions = _TtlCache()
+        self.reviews = Reviewer(home)
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self.app = web.Application(middlewares=[self._secure])
@@ -314,39 +276,13 @@ class KubeletApiServer:
         return await self._review_token(token.strip())
 
     async def _review_token(self, token: str) -> Caller | None:
-        key = hashlib.sha256(token.encode()).hexdigest()
-        cached = self._tokens.get(key)
-        if cached is not None:
-            return cached if isinstance(cached, Caller) else None
-        review = await self.home.create(TokenReview(spec=TokenReviewSpec(token=token)))
-        status = review.status
-        caller: Caller | None = None
-        if status is not None and status.authenticated and status.user is not None:
-            user = status.user
-            caller = Caller(user.username or "", tuple(user.groups or ()), user.uid or "", dict(user.extra or {}))
-        self._tokens.put(key, caller or False, TOKEN_TTL)
-        return caller
+        return await self.reviews.caller_of(token)
 
     async def authorize(self, caller: Caller, verb: str, subresource: str) -> tuple[bool, str]:
-        extra = tuple(sorted((k, tuple(v)) for k, v in caller.extra.items()))
-        key = (caller.user, caller.groups, caller.uid, extra, verb, subresource)
-        cached = self._decisions.get(key)
-        if cached is not None:
-            return cached  # type: ignore[no-any-return]
-        spec = SubjectAccessReviewSpec(
-            user=caller.user,
-            groups=list(caller.groups),
-            uid=caller.uid or None,
-            extra=dict(caller.extra) or None,
-            resourceAttributes=ResourceAttributes(
-                verb=verb, resource="nodes", subresource=subresource, name=self.node_name, version="v1"
-            ),
+        attributes = ResourceAttributes(
+            verb=verb, resource="nodes", subresource=subresource, name=self.node_name, version="v1"
         )
-        review = await self.home.create(SubjectAccessReview(spec=spec))
-        status = review.status
-        decision = (bool(status and status.allowed), (status.reason or "") if status else "")
-        self._decisions.put(key, decision, ALLOWED_TTL if decision[0] else DENIED_TTL)
-        return decision
+        return await self.reviews.allowed(caller, resource=attributes)
 
     @web.middleware
     async def _secure(

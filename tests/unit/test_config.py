@@ -293,8 +293,26 @@ BAD_CONFIGS = [
     pytest.param(
         config(runtime={"image": ""}),
         "liqo:runtime.image",
-        "at least 1 character",
+        "is not an image reference",
         id="empty-runtime-image",
+    ),
+    pytest.param(
+        config(runtime={"image": "registry.example.com/Liqo Stack:0.1"}),
+        "liqo:runtime.image",
+        "is not an image reference, e.g. registry.example.com/liqo-stack:0.1.0",
+        id="bad-runtime-image",
+    ),
+    pytest.param(
+        config(runtime={"imageDigest": "sha256:abc"}),
+        "liqo:runtime.imageDigest",
+        "is not an image digest: sha256:<64 lowercase hex digits>",
+        id="short-image-digest",
+    ),
+    pytest.param(
+        config(runtime={"image": f"r.example/liqo-stack@sha256:{'a' * 64}", "imageDigest": f"sha256:{'b' * 64}"}),
+        "liqo:runtime",
+        "differs from the digest in image",
+        id="two-different-digests",
     ),
     pytest.param(
         config(virtualKubelet={"failureThreshold": 0}),
@@ -703,3 +721,22 @@ def test_errors_never_echo_a_kubeconfig() -> None:
 def test_durations_in_the_config_read_like_kubectl_flags(interval: str | int, seconds: int) -> None:
     parsed = parse(config(virtualKubelet={"healthCheckIntervalSeconds": interval}))
     assert parsed.virtual_kubelet.health_check_interval_seconds == seconds
+
+
+@pytest.mark.parametrize(
+    ("runtime", "pinned"),
+    [
+        ({}, "ghcr.io/liqo-stack/runtime:0.1.0"),
+        (
+            {"image": "localhost:5000/team/liqo-stack:0.1.0", "imageDigest": f"sha256:{'c' * 64}"},
+            f"localhost:5000/team/liqo-stack:0.1.0@sha256:{'c' * 64}",
+        ),
+        ({"image": f"liqo-stack@sha256:{'d' * 64}"}, f"liqo-stack@sha256:{'d' * 64}"),
+        (
+            {"image": f"liqo-stack:1@sha256:{'d' * 64}", "imageDigest": f"sha256:{'d' * 64}"},
+            f"liqo-stack:1@sha256:{'d' * 64}",
+        ),
+    ],
+)
+def test_the_runtime_image_is_pinned_by_digest_when_one_is_given(runtime: dict[str, str], pinned: str) -> None:
+    assert parse(config(runtime=runtime)).runtime.pinned_image == pinned

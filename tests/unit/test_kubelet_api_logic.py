@@ -10,8 +10,8 @@ import pytest
 from multidict import MultiDict
 
 from liqo_stack.dev.clusters import kwokctl_config
+from runtime.kube.reviews import Caller
 from runtime.virtualkubelet.kubeletapi import (
-    Caller,
     caller_from_certificate,
     close_code,
     exit_status_frame,

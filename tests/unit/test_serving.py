@@ -77,3 +77,15 @@ def test_metrics_report_queue_depth_and_reconciles(server: ProbeServer) -> None:
 def test_unknown_paths_say_what_exists(server: ProbeServer) -> None:
     status, body = get(server, "/")
     assert status == 404 and "/readyz" in body
+
+
+def test_metrics_leave_the_probe_port_when_served_securely() -> None:
+    probes = ProbeServer(EngineMetrics(), metrics_elsewhere="https://<pod>:8443/metrics")
+    probes.start()
+    try:
+        status, body = get(probes, "/metrics")
+        assert status == 404
+        assert body == "/metrics is served at https://<pod>:8443/metrics\n"
+        assert get(probes, "/healthz") == (200, "ok\n")
+    finally:
+        probes.stop()

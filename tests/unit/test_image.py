@@ -1,0 +1,43 @@
+"""The image recipe's pure parts: what goes in (runtime dependencies only), where it goes (--output)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from liqo_stack.image import ImageBuildError, parse_output, project_version, runtime_requirements, wheel_platforms
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def test_the_image_gets_the_runtime_dependencies_without_the_install_time_ones() -> None:
+    requirements = runtime_requirements(PROJECT)
+    packages = {r.split("==")[0].lower() for r in requirements}
+    assert {"lightkube", "pydantic", "aiohttp", "cryptography", "prometheus-client", "msgspec"} <= packages
+    assert not packages & {"pulumi", "click"}
+    assert all("==" in r for r in requirements)  # pinned as in pyproject.toml
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ("oci-archive:dist/liqo-stack.tar", ("oci-archive", Path("dist/liqo-stack.tar"))),
+        ("oci:/tmp/layout", ("oci", Path("/tmp/layout"))),
+    ],
+)
+def test_outputs(output: str, expected: tuple[str, Path]) -> None:
+    assert parse_output(output, "0.1.0") == expected
+
+
+@pytest.mark.parametrize("output", ["docker://registry/liqo-stack:1", "liqo.tar", "oci-archive:"])
+def test_a_bad_output_names_the_flag_and_the_forms(output: str) -> None:
+    with pytest.raises(ImageBuildError, match=r"--output: .* is not oci-archive:FILE or oci:DIR"):
+        parse_output(output, project_version(PROJECT))
+
+
+def test_wheels_for_every_glibc_up_to_the_images() -> None:
+    tags = wheel_platforms("x86_64")
+    assert tags[0] == "manylinux_2_36_x86_64"
+    assert {"manylinux_2_17_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64"} <= set(tags)
+    assert "manylinux_2_38_x86_64" not in tags
