@@ -24,6 +24,7 @@ class HomeControlPlane(pulumi.ComponentResource):
         self.namespace = home.object("namespace", manifests.namespace(names.LIQO_NAMESPACE, "control-plane"), child)
         self.crds = [home.object(f"crd-{crd['metadata']['name']}", crd, child) for crd in home_crd_manifests()]
         self.runtime_class = home.object("runtimeclass", manifests.runtime_class(), child)
+        self.storage_class = home.object("storageclass", manifests.storage_class(), child)
 
         self.controller_manager = deploy_controller(
             home,

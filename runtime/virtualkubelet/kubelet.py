@@ -18,6 +18,8 @@ from runtime.api import VirtualNodeSpec, names
 from runtime.kube import EngineMetrics, Event, Informer, WorkQueue
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
 from runtime.reflection import Reflection
+from runtime.reflection.reflecting import HomeEvents
+from runtime.reflection.storage import StorageProvisioner
 from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.translation import CidrMapping
@@ -90,6 +92,17 @@ class VirtualKubelet:
             metrics=metrics,
         )
         self.offloadings.add_handler(self.reflection.on_offloading)
+        self.storage = StorageProvisioner(
+            home,
+            foreign,
+            home_cluster_id=home_cluster_id,
+            foreign_cluster_id=foreign_cluster_id,
+            virtual_node_spec=self.node.spec,
+            settings_of=self.reflection.settings_of,
+            events=HomeEvents(home, f"liqo-storage-{foreign_cluster_id}"),
+            metrics=metrics,
+        )
+        self.offloadings.add_handler(self._follow_storage)
         self.virtual_nodes.add_handler(self._on_virtual_node)
         self.informers = [
             self.virtual_nodes,
@@ -106,6 +119,10 @@ class VirtualKubelet:
             return None
         twin = self.pods.twin_of(namespace)
         return (twin, name) if twin else None
+
+    def _follow_storage(self, _: Event) -> None:
+        if self.synced.is_set():
+            self.storage.follow(self.reflection.twins())
 
     def _on_virtual_node(self, _: Event) -> None:
         """A changed remapping shows at home at once: every pod's status is reconciled again; changed
@@ -143,6 +160,7 @@ class VirtualKubelet:
                 await informer.synced.wait()
             self.pods.queue.start()
             self.reflection.start()
+            self.storage.start(self.reflection.twins())
             self.synced.set()
             await asyncio.gather(*tasks)
         finally:
@@ -152,6 +170,7 @@ class VirtualKubelet:
             for queue in queues:
                 await queue.shutdown()
             await self.reflection.stop()
+            await self.storage.stop()
 
     async def _capacity_once_advertised(self) -> None:
         """Until the foreign advertisement is known the Node keeps the capacity it shows; once
