@@ -24,7 +24,7 @@ from tests.e2e.harness import VIRTUAL_NODES, get_or_none, remote_pod, wait_until
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 FOREIGN_CLASS = "local-static"
-STATIC_VOLUMES = 4  # per foreign cluster: each test's claim takes one (a released static PV is not reused)
+STATIC_VOLUMES = 5  # per foreign cluster: each test's claim takes one (a released static PV is not reused)
 
 
 def twin_of(namespace: str) -> str:
@@ -202,7 +202,12 @@ def test_a_restarted_virtual_kubelet_recreates_and_rewrites_no_volume(
     def state() -> tuple[Any, ...]:
         remote: Any = foreign[cluster_id].get(PersistentVolumeClaim, "kept", namespace=twin)
         volume: Any = home.get(PersistentVolume, f"pvc-{uid}")
-        return (remote.metadata.uid, remote.metadata.resourceVersion, volume.metadata.uid)
+        return (
+            remote.metadata.uid,
+            remote.metadata.resourceVersion,
+            volume.metadata.uid,
+            volume.metadata.resourceVersion,
+        )
 
     before = state()
     runtime.kill(f"kubelet-{cluster_id}")
@@ -213,10 +218,35 @@ def test_a_restarted_virtual_kubelet_recreates_and_rewrites_no_volume(
     running(home, offloaded, "after", timeout=120)
     bound(foreign[cluster_id], "after", twin)
     time.sleep(2)
-    assert state() == before, "the remote claim was not rewritten and no volume was recreated"
-    # the PV's own resourceVersion moves with the PV controller's status writes; its spec must not
-    volume: Any = home.get(PersistentVolume, f"pvc-{uid}")
-    assert volume.metadata.annotations[names.PROVISIONED_BY_ANNOTATION] == names.STORAGE_PROVISIONER
+    assert state() == before, "neither the remote claim nor the home PV was rewritten or recreated"
+
+
+def test_a_retained_volume_keeps_the_remote_claim_until_the_home_volume_is_deleted(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    home.create(claim("archive", offloaded))
+    home.create(pod_with("archiver", offloaded, "archive"))
+    cluster_id = running(home, offloaded, "archiver").spec.nodeName.removeprefix("liqo-")
+    twin = twin_of(offloaded)
+    uid = bound(home, "archive", offloaded).metadata.uid
+    remote_uid = bound(foreign[cluster_id], "archive", twin).metadata.uid
+    wait_until(lambda: home_volume(home, uid), 30, "home PV")
+    home.patch(PersistentVolume, f"pvc-{uid}", {"spec": {"persistentVolumeReclaimPolicy": "Retain"}})
+    home.delete(Pod, "archiver", namespace=offloaded, grace_period=0)
+    home.delete(PersistentVolumeClaim, "archive", namespace=offloaded)
+    wait_until(
+        lambda: (v := home_volume(home, uid)) is not None and v.status.phase == "Released", 90, "home PV Released"
+    )
+    time.sleep(3)
+    kept: Any = get_or_none(foreign[cluster_id], PersistentVolumeClaim, "archive", twin)
+    assert kept is not None and kept.metadata.uid == remote_uid and kept.metadata.deletionTimestamp is None
+    # the administrator lets the data go: deleting the home PV deletes the remote claim
+    home.delete(PersistentVolume, f"pvc-{uid}")
+    wait_until(
+        lambda: get_or_none(foreign[cluster_id], PersistentVolumeClaim, "archive", twin) is None,
+        60,
+        "remote claim gone with the retained home PV",
+    )
 
 
 def test_a_foreign_claim_that_is_not_ours_is_left_alone_and_reported(
