@@ -175,6 +175,19 @@ def _select_context(text: str, context: str, cluster_id: str) -> str:
     return str(yaml.safe_dump(config))
 
 
+def _dns_subdomain(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError("must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.'")
+    return value
+
+
+class StorageClassConfig(ConfigModel):
+    """A StorageClass of the foreign cluster that home claims of class `liqo` get there (seed 002)."""
+
+    storage_class_name: Annotated[str, AfterValidator(_dns_subdomain)]
+    default: bool = False
+
+
 class ForeignCluster(ClusterAccess):
     labels: Labels = Field(default_factory=dict)
     sharing_percentage: Percentage | None = None
@@ -182,6 +195,20 @@ class ForeignCluster(ClusterAccess):
     taints: list[Taint] = Field(default_factory=list)
     # where the home cluster shows this cluster's pod IPs; default: allocated when podCIDR overlaps
     remapped_pod_cidr: Cidr | None = Field(default=None, alias="remappedPodCIDR")
+    # the classes negotiated for the peering; none: the foreign cluster's default class
+    storage_classes: list[StorageClassConfig] = Field(default_factory=list)
+
+    @field_validator("storage_classes")
+    @classmethod
+    def _one_default(cls, classes: list[StorageClassConfig]) -> list[StorageClassConfig]:
+        names_ = [c.storage_class_name for c in classes]
+        repeated = sorted({n for n in names_ if names_.count(n) > 1})
+        if repeated:
+            raise ValueError(f"each storageClassName may be listed once; repeated: {repeated}")
+        defaults = [c.storage_class_name for c in classes if c.default]
+        if len(defaults) > 1:
+            raise ValueError(f"at most one storage class may be the default; these are: {defaults}")
+        return classes
 
 
 class NetworkConfig(ConfigModel):

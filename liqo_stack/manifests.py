@@ -52,6 +52,19 @@ def runtime_class() -> Manifest:
     }
 
 
+def storage_class() -> Manifest:
+    """StorageClass `liqo` (seed 002): binding waits for the first pod, so a claim goes where that pod goes;
+    on a virtual node its virtual kubelet provisions it in the foreign cluster."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": names.STORAGE_CLASS_NAME, "labels": _labels("storage-class")},
+        "provisioner": names.STORAGE_PROVISIONER,
+        "reclaimPolicy": names.STORAGE_RECLAIM_POLICY,
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+
+
 def service_account(name: str, ns: str, component: str) -> Manifest:
     return {
         "apiVersion": "v1",
@@ -367,6 +380,12 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     # seed 002: tokens of offloaded pods' ServiceAccounts, bound to the home pod (apiServerTokenSupport)
     {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+    # the home PVs standing for the claims it provisions in the foreign cluster (runtime/reflection/storage.py)
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumes"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
     {"apiGroups": [_GROUP], "resources": ["virtualnodes", "namespaceoffloadings"], "verbs": ["get", "list", "watch"]},
     {
         "apiGroups": ["coordination.k8s.io"],

@@ -25,6 +25,7 @@ class HomeControlPlane(pulumi.ComponentResource):
         self.crds = [home.object(f"crd-{crd['metadata']['name']}", crd, child) for crd in home_crd_manifests()]
         self.runtime_class = home.object("runtimeclass", manifests.runtime_class(), child)
         home.object("metrics-reader-role", manifests.metrics_reader_role("control-plane"), child)
+        self.storage_class = home.object("storageclass", manifests.storage_class(), child)
 
         self.controller_manager = deploy_controller(
             home,

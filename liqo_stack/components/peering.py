@@ -12,7 +12,7 @@ from liqo_stack.components.home import HomeControlPlane
 from liqo_stack.config import ForeignCluster, StackConfig
 from liqo_stack.resources.token_kubeconfig import TokenKubeconfig
 from runtime.api import ReflectorSettings, VirtualNodeSpec, names
-from runtime.api.virtualnode import HealthCheck, OffloadingPatch, SecretReference
+from runtime.api.virtualnode import HealthCheck, OffloadingPatch, SecretReference, StorageType
 
 
 def virtual_node_spec(config: StackConfig, foreign: ForeignCluster) -> VirtualNodeSpec:
@@ -39,6 +39,9 @@ def virtual_node_spec(config: StackConfig, foreign: ForeignCluster) -> VirtualNo
         home_api_server=config.home_api_server(),
         pod_cidr=foreign.pod_cidr,
         remapped_pod_cidr=config.remapped_pod_cidrs()[foreign.cluster_id],
+        storage_classes=[
+            StorageType(storage_class_name=s.storage_class_name, default=s.default) for s in foreign.storage_classes
+        ],
     )
 
 

@@ -42,6 +42,9 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             return out
     out = {}
     for key, value in node.items():
+        if key == "properties":  # field names, not schema keywords: a field may be called `default`
+            out[key] = {name: _structural(field, defs) for name, field in value.items()}
+            continue
         if key in _DROPPED_KEYS:
             continue
         if key == "default" and value is None:

@@ -63,6 +63,19 @@ VIRTUAL_NODE_TAINT_EFFECT: Final = "NoExecute"
 RUNTIME_CLASS_NAME: Final = "liqo"
 RUNTIME_CLASS_HANDLER: Final = "liqo"
 
+# -- Storage (seed 002's storage fabric) ------------------------------------------------------
+# The home StorageClass whose claims follow their first pod to a virtual node; provisioner name as Liqo's.
+STORAGE_CLASS_NAME: Final = "liqo"
+STORAGE_PROVISIONER: Final = "liqo.io/storage"
+STORAGE_RECLAIM_POLICY: Final = "Delete"
+# Set by the scheduler on a WaitForFirstConsumer claim: the node its first pod goes to.
+SELECTED_NODE_ANNOTATION: Final = "volume.kubernetes.io/selected-node"
+# On a provisioned PV: who deletes it once released (the PV controller leaves it to us).
+PROVISIONED_BY_ANNOTATION: Final = "pv.kubernetes.io/provisioned-by"
+# On a remote claim: the UID of the home claim it serves (a new claim of the same name is another volume).
+HOME_CLAIM_UID_ANNOTATION: Final = "offloading.liqo.io/home-claim-uid"
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+
 # -- Finalizers -----------------------------------------------------------------------------
 NAMESPACE_OFFLOADING_FINALIZER: Final = "namespaceoffloading.offloading.liqo.io/finalizer"
 VIRTUAL_NODE_FINALIZER: Final = "virtualnode.offloading.liqo.io/finalizer"

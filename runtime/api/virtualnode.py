@@ -42,6 +42,13 @@ class ApiServerAddress(ApiModel):
     port: int = Field(ge=1, le=65535)
 
 
+class StorageType(ApiModel):
+    """A StorageClass of the foreign cluster that claims of the home `liqo` class may use there."""
+
+    storage_class_name: str
+    default: bool = False
+
+
 class VirtualNodeSpec(ApiModel):
     cluster_id: str = Field(alias="clusterID")
     kubeconfig_secret_ref: SecretReference | None = None
@@ -59,6 +66,13 @@ class VirtualNodeSpec(ApiModel):
     # the foreign cluster's pod range, and where the home cluster shows it when it overlaps (seed 002)
     pod_cidr: str | None = Field(default=None, alias="podCIDR")
     remapped_pod_cidr: str | None = Field(default=None, alias="remappedPodCIDR")
+    # negotiated for the peering (seed 002): the class a `liqo` claim gets in the foreign cluster
+    storage_classes: list[StorageType] = Field(default_factory=list)
+
+    def remote_storage_class(self) -> str | None:
+        """The default negotiated class (else the first); None: the foreign cluster's default class."""
+        chosen = next((s for s in self.storage_classes if s.default), None) or next(iter(self.storage_classes), None)
+        return chosen.storage_class_name if chosen else None
 
 
 class VirtualNodeStatus(ApiModel):

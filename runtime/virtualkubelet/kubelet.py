@@ -20,6 +20,8 @@ from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertis
 from runtime.reflection import Reflection, ReflectionSettings
 from runtime.reflection.events import EventReflector
 from runtime.reflection.forging import is_owned
+from runtime.reflection.reflecting import HomeEvents
+from runtime.reflection.storage import StorageProvisioner
 from runtime.reflection.tokens import TokenReflector
 from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
@@ -114,6 +116,17 @@ class VirtualKubelet:
             settings=lambda: self.reflection.settings_of("event"),
             metrics=metrics,
         )
+        # seed 002's storage fabric: claims of class liqo whose pod landed on this node
+        self.storage = StorageProvisioner(
+            home,
+            foreign,
+            home_cluster_id=home_cluster_id,
+            foreign_cluster_id=foreign_cluster_id,
+            virtual_node_spec=self.node.spec,
+            settings_of=self.reflection.settings_of,
+            events=HomeEvents(home, f"liqo-storage-{foreign_cluster_id}"),
+            metrics=metrics,
+        )
         self._event_settings: ReflectionSettings | None = None
         self.home = home
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
@@ -156,6 +169,7 @@ class VirtualKubelet:
             twins = self.reflection.twins()
             self.tokens.follow(twins)
             self.events.follow(twins)
+            self.storage.follow(twins)
 
     async def home_object_of_event(
         self, kind: str, namespace: str, name: str, foreign_uid: str | None
@@ -225,6 +239,7 @@ class VirtualKubelet:
             self.reflection.start()
             self.tokens.start()
             self.events.start()
+            self.storage.start(self.reflection.twins())
             self._follow_twins(Event("MODIFIED", "", None))
             self.synced.set()
             await asyncio.gather(*tasks)
@@ -237,6 +252,7 @@ class VirtualKubelet:
             await self.reflection.stop()
             await self.tokens.stop()
             await self.events.stop()
+            await self.storage.stop()
 
     async def _capacity_once_advertised(self) -> None:
         """Until the foreign advertisement is known the Node keeps the capacity it shows; once

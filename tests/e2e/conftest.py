@@ -16,6 +16,9 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.kube.resources import NamespaceOffloadingResource
 from tests.e2e.harness import VIRTUAL_NODES, free_port, node_ready, offload, wait_phase, wait_until
 
+# negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
+STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local-static", "default": True}]
+
 
 @pytest.fixture(scope="session")
 def webhook_port() -> int:
@@ -46,12 +49,14 @@ def installed(
                 "kubeconfigPath": str(dev_env.kubeconfig("foreign-1")),
                 "labels": {"region": "europe"},
                 "podCIDR": session_layout.pod_cidr("foreign-1"),
+                "storageClasses": STORAGE_CLASSES,
             },
             {
                 "clusterId": "foreign-2",
                 "kubeconfigPath": str(dev_env.kubeconfig("foreign-2")),
                 "labels": {"region": "us-west", "staging": "true"},
                 "podCIDR": session_layout.pod_cidr("foreign-2"),
+                "storageClasses": STORAGE_CLASSES,
             },
         ],
         "runtime": {"mode": "external", "webhookPort": webhook_port},

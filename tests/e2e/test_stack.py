@@ -20,6 +20,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount
 from lightkube.resources.node_v1 import RuntimeClass
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding, Role, RoleBinding
+from lightkube.resources.storage_v1 import StorageClass
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
@@ -91,7 +92,7 @@ def liqo_owned(client: Client) -> list[str]:
     lister: Any = client  # one loop over kinds of both scopes
     selector = {names.MANAGED_BY_LABEL: names.MANAGED_BY}
     found = [f"CRD {c.metadata.name}" for c in lister.list(CustomResourceDefinition) if names.GROUP in c.metadata.name]
-    cluster_scoped: list[Any] = [Namespace, ClusterRole, ClusterRoleBinding, RuntimeClass]
+    cluster_scoped: list[Any] = [Namespace, ClusterRole, ClusterRoleBinding, RuntimeClass, StorageClass]
     namespaced: list[Any] = [ServiceAccount, Secret, Role, RoleBinding, Deployment]
     for kind in cluster_scoped:
         found += [f"{kind.__name__} {o.metadata.name}" for o in lister.list(kind, labels=selector)]
@@ -104,6 +105,8 @@ def test_up_creates_every_object_in_its_cluster(stack: auto.Stack, home: Client,
     result = stack.up(on_output=print)
     assert result.summary.result == "succeeded"
     assert home.get(RuntimeClass, names.RUNTIME_CLASS_NAME).handler == "liqo"
+    storage_class: Any = home.get(StorageClass, names.STORAGE_CLASS_NAME)
+    assert (storage_class.provisioner, storage_class.volumeBindingMode) == ("liqo.io/storage", "WaitForFirstConsumer")
     controller_manager: Any = home.get(Deployment, names.CONTROLLER_MANAGER, namespace="liqo")
     assert controller_manager.spec.replicas == 0
     node = home.get(VirtualNodeResource, "liqo-foreign-1", namespace="liqo")

@@ -81,6 +81,7 @@ def test_each_cluster_gets_its_objects(mocks: RecordingMocks) -> None:
     home = {(m["kind"], m["metadata"]["name"]) for m in mocks.in_cluster("home")}
     assert ("Namespace", names.LIQO_NAMESPACE) in home
     assert ("RuntimeClass", names.RUNTIME_CLASS_NAME) in home
+    assert ("StorageClass", names.STORAGE_CLASS_NAME) in home
     assert ("CustomResourceDefinition", "namespaceoffloadings.offloading.liqo.io") in home
     assert ("CustomResourceDefinition", "virtualnodes.offloading.liqo.io") in home
     assert ("CustomResourceDefinition", "shadowpods.offloading.liqo.io") not in home

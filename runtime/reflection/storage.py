@@ -1,0 +1,346 @@
+"""Seed 002's storage fabric: claims of the home StorageClass `liqo` follow their first pod.
+
+The class binds WaitForFirstConsumer, so the scheduler picks the first pod's node and writes it on
+the claim (`volume.kubernetes.io/selected-node`). When that node is this virtual kubelet's:
+- the claim is created in the twin namespace of the foreign cluster, with the storage class
+  negotiated for the peering (VirtualNode `spec.storageClasses`) instead of `liqo`;
+- a home PV stands for it: bound in advance to the home claim (claimRef), of class `liqo`, with node
+  affinity to the virtual node, so the home PV controller binds them, the scheduler lets the pod onto
+  the virtual node, and every later pod mounting the claim goes to the same node. Its size and access
+  modes are the remote claim's once bound there (its status: no foreign PV, a cluster-scoped object,
+  is ever read). It is created as soon as the remote claim exists, not once that is bound: a foreign
+  class that itself waits for a first consumer binds only when the offloaded pod arrives, and that
+  pod is offloaded only once the home claim is bound.
+- the pod's volume names the claim, and the remote claim has the same name in the twin namespace:
+  the offloaded pod mounts it as it is.
+Reclaim follows the home PV's policy (the StorageClass's, Delete): once the home claim is gone the
+remote claim and the home PV are deleted; with Retain both stay. Decisions come from the synced
+stores of both clusters only, so a restart recreates and deletes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim
+
+from runtime.api import VirtualNodeSpec, names
+from runtime.kube import Event, Informer, WorkQueue, unless_gone
+from runtime.kube.serving import EngineMetrics
+from runtime.reflection.forging import ReflectionSettings, is_owned, ownership_labels, reflected_object, up_to_date
+from runtime.reflection.reflecting import HomeEvents, NamespaceWatch
+
+log = logging.getLogger(__name__)
+
+KIND = "persistentvolumeclaim"  # not configurable (seed 002); only the VirtualNode's skip lists apply
+FIELD_MANAGER = "liqo-storage"
+# A home PV only stands for the remote volume: nothing mounts it at home (its node is virtual), but a
+# PV needs a source; Liqo's virtual storage uses the same placeholder.
+PLACEHOLDER_PATH = "/tmp/liqo-placeholder"
+# Written by the home PV controller and scheduler about the home claim: meaningless in the foreign
+# cluster (a selected node there would name a home node).
+_HOME_ONLY_ANNOTATION_PREFIXES = ("volume.kubernetes.io/", "volume.beta.kubernetes.io/", "pv.kubernetes.io/")
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def volume_name(claim: Mapping[str, Any]) -> str:
+    """The home PV of a claim, named after its UID as dynamically provisioned volumes are."""
+    return f"pvc-{_meta(claim)['uid']}"
+
+
+def provisions_here(claim: Mapping[str, Any], node_name: str) -> bool:
+    """A `liqo` claim whose first pod was scheduled on this virtual node, and not bound to another volume."""
+    spec = claim.get("spec") or {}
+    bound_to = spec.get("volumeName")
+    return (
+        spec.get("storageClassName") == names.STORAGE_CLASS_NAME
+        and (_meta(claim).get("annotations") or {}).get(names.SELECTED_NODE_ANNOTATION) == node_name
+        and (not bound_to or bound_to == volume_name(claim))
+    )
+
+
+def remote_claim(
+    home: Mapping[str, Any],
+    *,
+    twin: str,
+    storage_class: str | None,
+    home_cluster_id: str,
+    foreign_cluster_id: str,
+    settings: ReflectionSettings,
+) -> dict[str, Any]:
+    """The claim in the foreign cluster: the home one verbatim (seed 002) but for its storage class
+    (`storage_class`; None leaves the foreign default), what only the home cluster set on it, and
+    its selector and volume (home PVs)."""
+    spec = home.get("spec") or {}
+    remote_spec: dict[str, Any] = {
+        "accessModes": list(spec.get("accessModes") or []),
+        "resources": copy.deepcopy(spec.get("resources") or {}),
+        "volumeMode": spec.get("volumeMode") or "Filesystem",
+    }
+    if storage_class:
+        remote_spec["storageClassName"] = storage_class
+    meta = dict(_meta(home))
+    meta["annotations"] = {
+        key: value
+        for key, value in (meta.get("annotations") or {}).items()
+        if not key.startswith(_HOME_ONLY_ANNOTATION_PREFIXES)
+    }
+    body = reflected_object(
+        {**home, "metadata": meta},
+        {"spec": remote_spec},
+        twin=twin,
+        home_cluster_id=home_cluster_id,
+        foreign_cluster_id=foreign_cluster_id,
+        settings=settings,
+    )
+    body["metadata"]["annotations"][names.HOME_CLAIM_UID_ANNOTATION] = str(meta["uid"])
+    return body
+
+
+def home_volume(
+    home: Mapping[str, Any],
+    remote: Mapping[str, Any] | None,
+    *,
+    node_name: str,
+    home_cluster_id: str,
+    foreign_cluster_id: str,
+) -> dict[str, Any]:
+    """The home PV of a claim provisioned in the foreign cluster: pre-bound to the home claim, on the
+    virtual node only. Size and access modes are the remote claim's once bound there, else the request."""
+    spec = home.get("spec") or {}
+    meta = _meta(home)
+    status = (remote or {}).get("status") or {}
+    bound = status.get("phase") == "Bound"
+    capacity = (status.get("capacity") or {}).get("storage") if bound else None
+    requested = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    access_modes = (status.get("accessModes") if bound else None) or spec.get("accessModes") or []
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": volume_name(home),
+            "labels": ownership_labels(home_cluster_id, foreign_cluster_id),
+            "annotations": {names.PROVISIONED_BY_ANNOTATION: names.STORAGE_PROVISIONER},
+        },
+        "spec": {
+            "capacity": {"storage": capacity or requested},
+            "accessModes": list(access_modes),
+            "volumeMode": spec.get("volumeMode") or "Filesystem",
+            "storageClassName": names.STORAGE_CLASS_NAME,
+            "persistentVolumeReclaimPolicy": names.STORAGE_RECLAIM_POLICY,
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
+            "hostPath": {"path": PLACEHOLDER_PATH},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": names.HOSTNAME_LABEL, "operator": "In", "values": [node_name]}]}
+                    ]
+                }
+            },
+        },
+    }
+
+
+def volume_outdated(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
+    """What the remote claim says of the volume changed (it got bound, or resized)."""
+    want, have = desired["spec"], actual.get("spec") or {}
+    return bool(want["capacity"] != (have.get("capacity") or {}) or want["accessModes"] != have.get("accessModes"))
+
+
+class StorageProvisioner:
+    """Per foreign cluster: the `liqo` claims scheduled on its virtual node, in every namespace offloaded there."""
+
+    def __init__(
+        self,
+        home: AsyncClient,
+        foreign: AsyncClient,
+        *,
+        home_cluster_id: str,
+        foreign_cluster_id: str,
+        virtual_node_spec: Callable[[], VirtualNodeSpec | None],
+        settings_of: Callable[[str], ReflectionSettings],
+        events: HomeEvents,
+        metrics: EngineMetrics | None = None,
+    ) -> None:
+        self.home, self.foreign = home, foreign
+        self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
+        self.node_name = names.virtual_node_name(foreign_cluster_id)
+        self.virtual_node_spec = virtual_node_spec
+        self.settings_of = settings_of
+        self.events = events
+        self.queue = WorkQueue(self.reconcile, workers=2, name="storage", metrics=metrics)
+        self.watches: dict[str, NamespaceWatch] = {}
+        # the home PVs this virtual kubelet made (its ownership labels), keyed back to their claims
+        self.volumes = Informer(home, PersistentVolume, labels=ownership_labels(home_cluster_id, foreign_cluster_id))
+        self.volumes.add_handler(self._on_volume)
+        self._volumes_task: asyncio.Task[None] | None = None
+
+    # -- what is watched ----------------------------------------------------------------------------
+    def start(self, twins: Mapping[str, str]) -> None:
+        self._volumes_task = asyncio.create_task(self.volumes.run())
+        self.queue.start()
+        self.follow(twins)
+
+    def follow(self, twins: Mapping[str, str]) -> None:
+        """Watch exactly these offloaded namespaces (home namespace -> twin in this foreign cluster)."""
+        for namespace in list(self.watches):
+            if twins.get(namespace) != self.watches[namespace].twin:
+                self.watches.pop(namespace).stop()
+        for namespace, twin in twins.items():
+            if namespace not in self.watches:
+                watch = NamespaceWatch(_CLAIMS, self.home, self.foreign, namespace, twin)
+                watch.start(self._on_claim, self._on_remote(namespace), self.requeue_all)
+                self.watches[namespace] = watch
+
+    def _on_claim(self, event: Event) -> None:
+        self.queue.add(event.key)
+
+    def _on_remote(self, namespace: str) -> Callable[[Event], None]:
+        return lambda event: self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+
+    def _on_volume(self, event: Event) -> None:
+        claim_ref = event.obj.spec.claimRef if event.obj.spec is not None else None
+        if claim_ref is not None:
+            self.queue.add(f"{claim_ref.namespace}/{claim_ref.name}")
+
+    def requeue_all(self) -> None:
+        for namespace, watch in self.watches.items():
+            found = {key.partition("/")[2] for key in (*watch.home.store, *watch.foreign.store)}
+            for name in found:
+                self.queue.add(f"{namespace}/{name}")
+
+    async def stop(self) -> None:
+        for watch in self.watches.values():
+            watch.stop()
+        self.watches.clear()
+        if self._volumes_task is not None:
+            self._volumes_task.cancel()
+        await self.queue.shutdown()
+
+    # -- reconcile ----------------------------------------------------------------------------------
+    def _volume_of(self, namespace: str, name: str) -> dict[str, Any] | None:
+        for volume in self.volumes.store.values():
+            ref = volume.spec.claimRef if volume.spec is not None else None
+            if ref is not None and ref.namespace == namespace and ref.name == name:
+                found: dict[str, Any] = volume.to_dict()
+                return found
+        return None
+
+    async def reconcile(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        watch = self.watches.get(namespace)
+        if watch is None or not watch.synced() or not self.volumes.synced.is_set():
+            return  # decided only on what both clusters are known to hold: their sync requeues all
+        found = watch.home.store.get(key)
+        home = found.to_dict() if found is not None else None
+        found = watch.foreign.store.get(f"{watch.twin}/{name}")
+        remote = found.to_dict() if found is not None else None
+        volume = self._volume_of(namespace, name)
+        ours = remote is not None and is_owned(remote, self.home_cluster_id, self.foreign_cluster_id)
+        home_uid = _meta(home).get("uid")
+        volume_uid = ((volume or {}).get("spec") or {}).get("claimRef", {}).get("uid")
+        deleting = bool(_meta(home).get("deletionTimestamp"))
+        serves_claim = volume is not None and home_uid is not None and volume_uid == home_uid
+        wanted = home is not None and (serves_claim or (not deleting and provisions_here(home, self.node_name)))
+
+        if volume is not None and not serves_claim:
+            # the claim it was bound to is gone (or is another claim now): reclaim as the volume says
+            if (volume.get("spec") or {}).get("persistentVolumeReclaimPolicy") == "Retain":
+                return
+            if ours and (_meta(remote).get("annotations") or {}).get(names.HOME_CLAIM_UID_ANNOTATION) in (
+                None,
+                volume_uid,
+            ):
+                await self._delete_remote(watch.twin, name, remote)
+            with unless_gone():
+                await self.home.delete(PersistentVolume, _meta(volume)["name"])
+            return
+        if home is None or not wanted:
+            if ours and remote is not None and volume is None:
+                await self._delete_remote(watch.twin, name, remote)  # no home claim here needs it any more
+            return
+        if remote is not None and not ours:
+            await self.events.warn(
+                home,
+                "ProvisioningConflict",
+                f"{self.foreign_cluster_id} already holds a PersistentVolumeClaim {watch.twin}/{name} that liqo "
+                "did not create: it is left untouched and this claim is not provisioned there",
+            )
+            return
+        if remote is not None and (_meta(remote).get("annotations") or {}).get(names.HOME_CLAIM_UID_ANNOTATION) != str(
+            home_uid
+        ):
+            await self._delete_remote(watch.twin, name, remote)  # a former claim's volume: never this one's
+            return
+        if remote is None and deleting:
+            return  # being deleted at home: nothing is provisioned for it any more
+        remote = await self._ensure_remote(home, remote, watch.twin)
+        desired_volume = home_volume(
+            home,
+            remote,
+            node_name=self.node_name,
+            home_cluster_id=self.home_cluster_id,
+            foreign_cluster_id=self.foreign_cluster_id,
+        )
+        if volume is None or volume_outdated(desired_volume, volume):
+            volume_obj: Any = PersistentVolume.from_dict(desired_volume)
+            await self.home.apply(volume_obj, field_manager=FIELD_MANAGER, force=True)
+
+    async def _ensure_remote(self, home: dict[str, Any], remote: dict[str, Any] | None, twin: str) -> dict[str, Any]:
+        spec = self.virtual_node_spec()
+        # the class of a claim that exists stays: a claim's class cannot change
+        storage_class = (
+            (remote.get("spec") or {}).get("storageClassName")
+            if remote is not None
+            else (spec.remote_storage_class() if spec else None)
+        )
+        desired = remote_claim(
+            home,
+            twin=twin,
+            storage_class=storage_class,
+            home_cluster_id=self.home_cluster_id,
+            foreign_cluster_id=self.foreign_cluster_id,
+            settings=self.settings_of(KIND),
+        )
+        if remote is not None and up_to_date(desired, remote):
+            return remote
+        claim: Any = PersistentVolumeClaim.from_dict(desired)
+        try:
+            applied = await self.foreign.apply(claim, field_manager=FIELD_MANAGER, force=True)
+        except ApiError as err:
+            if err.status.code in (400, 403, 404, 409, 422):  # refused as it is: say so at home, retry later
+                await self.events.warn(
+                    home, "ProvisioningFailed", f"{self.foreign_cluster_id} refused the claim: {err.status.message}"
+                )
+            raise
+        result: dict[str, Any] = applied.to_dict()
+        return result
+
+    async def _delete_remote(self, twin: str, name: str, remote: Mapping[str, Any] | None) -> None:
+        if remote is None or _meta(remote).get("deletionTimestamp"):
+            return
+        with unless_gone():
+            await self.foreign.delete(PersistentVolumeClaim, name, namespace=twin)
+
+
+class _ClaimKind:
+    """What NamespaceWatch needs of a kind: its resource."""
+
+    resource = PersistentVolumeClaim
+
+
+_CLAIMS: Any = _ClaimKind()
