@@ -139,6 +139,7 @@ class Reflector:
         settings_of: SettingsOf,
         events: HomeEvents,
         lookup: HomeLookup | None = None,
+        synced_in: Callable[[str, str], bool] | None = None,
         metrics: EngineMetrics | None = None,
         reflection_metrics: ReflectionMetrics | None = None,
     ) -> None:
@@ -152,6 +153,8 @@ class Reflector:
         self.queue = WorkQueue(self.reconcile, workers=workers, name=f"reflection-{kind.name}", metrics=metrics)
         self.watches: dict[str, NamespaceWatch] = {}  # home namespace -> its watch
         self.lookup = lookup
+        self.synced_in = synced_in  # (kind, namespace): that kind's stores there are known
+        self.on_synced: list[Callable[[], None]] = []  # kinds following this one: requeued once it knows
         self.on_home_change: list[Callable[[str, str], None]] = []  # (namespace, name): kinds following this one
         self.stats = reflection_metrics
         if reflection_metrics is not None:
@@ -203,11 +206,16 @@ class Reflector:
         for namespace, twin in twins.items():
             if namespace not in self.watches:
                 watch = NamespaceWatch(self.kind, self.home, self.foreign, namespace, twin)
-                watch.start(self._on_home, self._on_foreign(namespace), self.requeue_all)
+                watch.start(self._on_home, self._on_foreign(namespace), self._synced)
                 self.watches[namespace] = watch
 
     def _on_foreign(self, namespace: str) -> Callable[[Event], None]:
         return lambda event: self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+
+    def _synced(self) -> None:
+        self.requeue_all()
+        for notify in self.on_synced:
+            notify()
 
     def requeue_all(self) -> None:
         for namespace, watch in self.watches.items():
@@ -254,6 +262,8 @@ class Reflector:
             return
         if not watch.synced():
             return  # decided only on what both sides are known to hold: their sync requeues all
+        if self.kind.follows is not None and self.synced_in and not self.synced_in(self.kind.follows[0], namespace):
+            return  # what decides for it is not known yet (a restart): its sync requeues this kind
         settings = self.settings_of(self.kind.name)
         if settings.workers == 0:
             return  # disabled: nothing is reflected, and nothing already reflected is removed

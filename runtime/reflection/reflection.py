@@ -58,6 +58,7 @@ class Reflection:
                 settings_of=self.settings_of,
                 events=events,
                 lookup=self.home_object,
+                synced_in=self.synced_in,
                 metrics=metrics,
                 reflection_metrics=stats,
             )
@@ -67,12 +68,18 @@ class Reflection:
         for reflector in self.reflectors:
             if reflector.kind.follows is not None and reflector.kind.follows[0] in self.by_kind:
                 self.by_kind[reflector.kind.follows[0]].on_home_change.append(reflector.requeue_following)
+                self.by_kind[reflector.kind.follows[0]].on_synced.append(reflector.requeue_all)
         self.started = False
         self._applied: dict[str, ReflectionSettings] = {}  # the settings each kind last reconciled with
 
     def home_object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         reflector = self.by_kind.get(kind)
         return reflector.home_object(namespace, name) if reflector is not None else None
+
+    def synced_in(self, kind: str, namespace: str) -> bool:
+        reflector = self.by_kind.get(kind)
+        watch = reflector.watches.get(namespace) if reflector is not None else None
+        return watch is not None and watch.synced()
 
     def settings_of(self, kind: str) -> ReflectionSettings:
         return settings_from(self.virtual_node_spec(), kind)
