@@ -114,17 +114,38 @@ def deployment(
     component: str,
     env: list[Manifest] | None = None,
 ) -> Manifest:
+    """With more than one replica (they elect a leader): at most one per node (a node failure takes
+    one replica, never both), and a rollout replaces them one by one, since with one per node a
+    surge pod would find no node."""
     labels = {**_labels(component), "app.kubernetes.io/name": name}
+    selector = {"matchLabels": {"app.kubernetes.io/name": name}}
+    spread: Manifest = {}
+    if replicas > 1:
+        spread = {
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
+                    ]
+                }
+            }
+        }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "selector": selector,
+            **(
+                {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}
+                if replicas > 1
+                else {}
+            ),
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    **spread,
                     "serviceAccountName": account,
                     "containers": [
                         {
@@ -138,6 +159,17 @@ def deployment(
                 },
             },
         },
+    }
+
+
+def pod_disruption_budget(name: str, ns: str, component: str) -> Manifest:
+    """One replica of a component stays up through voluntary disruptions (drains): the stand-by
+    takes over from a leader being evicted."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": ns, "labels": _labels(component)},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}}},
     }
 
 

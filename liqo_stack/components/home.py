@@ -39,6 +39,7 @@ class HomeControlPlane(pulumi.ComponentResource):
                 f"--webhook-port={manifests.WEBHOOK_CONTAINER_PORT}",
             ],
             runtime=runtime,
+            replicas=runtime.replicas.controller_manager,
             depends_on=[self.namespace, *self.crds],
         )
         after_manager = pulumi.ResourceOptions(parent=self, depends_on=[self.controller_manager])

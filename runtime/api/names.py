@@ -68,6 +68,18 @@ POD_MUTATION_PATH: Final = "/mutate/pod"
 OFFLOADING_VALIDATION_PATH: Final = "/validate/namespaceoffloading"
 WEBHOOK_SERVICE: Final = "liqo-webhooks"  # cluster mode: the Service in front of the controller-manager
 
+# Leader election: each writing component's Lease (coordination.k8s.io), in the namespace it runs in
+# (home: controller-manager and virtual kubelets; foreign: the agent). Not the virtual node's
+# heartbeat Lease, which stays in kube-node-lease under the Node's name.
+LEADER_ELECTION_NAMESPACE: Final = LIQO_NAMESPACE
+CONTROLLER_MANAGER_LEASE: Final = CONTROLLER_MANAGER
+FOREIGN_AGENT_LEASE: Final = FOREIGN_AGENT
+
+
+def virtual_kubelet_lease(foreign_cluster_id: str) -> str:
+    """One leader per foreign cluster: its virtual kubelet replicas compete for this Lease."""
+    return virtual_kubelet_name(foreign_cluster_id)
+
 
 def tenant_namespace(home_cluster_id: str) -> str:
     """The namespace a foreign cluster dedicates to one home cluster."""

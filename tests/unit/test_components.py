@@ -158,3 +158,85 @@ def test_bad_config_fails_before_any_resource(mocks: RecordingMocks, tmp_path: P
     with pytest.raises(Exception, match=r"liqo:foreignClusters\[1\]\.sharingPercentage: .*less than or equal to 100"):
         run_program()
     assert mocks.resources == []
+
+
+def deployment_named(mocks: RecordingMocks, cluster_id: str, name: str) -> dict[str, Any]:
+    [found] = [m for m in mocks.in_cluster(cluster_id) if m["kind"] == "Deployment" and m["metadata"]["name"] == name]
+    return found
+
+
+def test_every_component_runs_with_the_configured_leader_election(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"leaderElection": {"leaseDurationSeconds": 30, "renewDeadlineSeconds": 20}})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+
+    deployments = [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "Deployment"]
+    assert len(deployments) == 5
+    for deployment in deployments:
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["args"][-3:] == [
+            "--leader-elect-lease-duration=30",
+            "--leader-elect-renew-deadline=20",
+            "--leader-elect-retry-period=2",
+        ]
+
+
+def test_one_replica_has_no_disruption_budget_nor_anti_affinity(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"mode": "cluster"})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+
+    assert [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "PodDisruptionBudget"] == []
+    deployment = deployment_named(mocks, "home", names.CONTROLLER_MANAGER)
+    assert deployment["spec"]["replicas"] == 1
+    assert "affinity" not in deployment["spec"]["template"]["spec"]
+
+
+def test_two_replicas_get_a_disruption_budget_and_land_on_different_nodes(
+    mocks: RecordingMocks, tmp_path: Path
+) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"mode": "cluster", "replicas": {"virtualKubelet": 2, "foreignAgent": 2}})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+
+    budgets = {
+        (r.inputs["cluster_id"], m["metadata"]["name"]): m
+        for r in mocks.objects()
+        if (m := r.inputs["manifest"])["kind"] == "PodDisruptionBudget"
+    }
+    assert set(budgets) == {
+        ("home", "liqo-virtual-kubelet-foreign-1"),
+        ("home", "liqo-virtual-kubelet-foreign-2"),
+        ("foreign-1", names.FOREIGN_AGENT),
+        ("foreign-2", names.FOREIGN_AGENT),
+    }
+    budget = budgets[("home", "liqo-virtual-kubelet-foreign-1")]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"] == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "liqo-virtual-kubelet-foreign-1"}},
+    }
+    kubelet = deployment_named(mocks, "home", "liqo-virtual-kubelet-foreign-1")
+    assert kubelet["spec"]["replicas"] == 2
+    [term] = kubelet["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term == {
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "liqo-virtual-kubelet-foreign-1"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    # one per node: a rollout must free a node before the new pod can land
+    assert kubelet["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert deployment_named(mocks, "home", names.CONTROLLER_MANAGER)["spec"]["replicas"] == 1
+
+
+def test_replicas_in_external_mode_still_run_no_pod(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"replicas": {"controllerManager": 2}})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+
+    assert deployment_named(mocks, "home", names.CONTROLLER_MANAGER)["spec"]["replicas"] == 0

@@ -703,3 +703,58 @@ def test_errors_never_echo_a_kubeconfig() -> None:
 def test_durations_in_the_config_read_like_kubectl_flags(interval: str | int, seconds: int) -> None:
     parsed = parse(config(virtualKubelet={"healthCheckIntervalSeconds": interval}))
     assert parsed.virtual_kubelet.health_check_interval_seconds == seconds
+
+
+# -- replicas and leader election (issue 16) ------------------------------------------------------
+def test_one_replica_of_each_component_and_client_go_leader_election_by_default() -> None:
+    runtime = parse(config()).runtime
+    assert (runtime.replicas.controller_manager, runtime.replicas.virtual_kubelet, runtime.replicas.foreign_agent) == (
+        1,
+        1,
+        1,
+    )
+    election = runtime.leader_election
+    assert (election.lease_duration_seconds, election.renew_deadline_seconds, election.retry_period_seconds) == (
+        15,
+        10,
+        2,
+    )
+
+
+def test_two_replicas_and_leader_election_settings_are_kept() -> None:
+    runtime = parse(
+        config(
+            runtime={
+                "replicas": {"controllerManager": 2, "virtualKubelet": 2, "foreignAgent": 2},
+                "leaderElection": {"leaseDurationSeconds": "30s", "renewDeadlineSeconds": 20, "retryPeriodSeconds": 4},
+            }
+        )
+    ).runtime
+    assert runtime.replicas.virtual_kubelet == 2
+    assert runtime.leader_election.args() == [
+        "--leader-elect-lease-duration=30",
+        "--leader-elect-renew-deadline=20",
+        "--leader-elect-retry-period=4",
+    ]
+
+
+@pytest.mark.parametrize("replicas", [0, 3, "2", 1.5])
+def test_bad_replicas_name_the_path(replicas: Any) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(config(runtime={"replicas": {"virtualKubelet": replicas}}))
+    assert problem_at(caught.value, "liqo:runtime.replicas.virtualKubelet")
+
+
+def test_unknown_component_in_replicas_is_rejected() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(config(runtime={"replicas": {"webhooks": 2}}))
+    assert "not a known setting" in problem_at(caught.value, "liqo:runtime.replicas.webhooks")
+
+
+def test_leader_election_timing_must_be_consistent_and_names_the_settings() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(config(runtime={"leaderElection": {"leaseDurationSeconds": 10, "renewDeadlineSeconds": 10}}))
+    [problem] = problems(caught.value)
+    assert problem.startswith("liqo:runtime.leaderElection: ")
+    assert "runtime.leaderElection.leaseDurationSeconds (10) must be greater than" in problem
+    assert "runtime.leaderElection.renewDeadlineSeconds (10)" in problem
