@@ -170,6 +170,7 @@ async def virtual_kubelet(
     """The virtual node, its pods, the reflection of what they use (runtime.reflection) and its kubelet API."""
     kubeconfig = await foreign_kubeconfig(home, args.foreign_cluster_id)
     foreign = AsyncClient(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
+    probes.metrics.count_requests(foreign, args.foreign_cluster_id)
     kubelet = VirtualKubelet(
         home,
         foreign,
@@ -270,15 +271,18 @@ def main(argv: list[str] | None = None) -> int:
     probes = ProbeServer(metrics, args.probe_address, args.probe_port)
     if args.command == "controller-manager":
         home = client_from(args.kubeconfig, "liqo-controller-manager")
+        metrics.count_requests(home, args.home_cluster_id)
         elector = elector_for(home, args, names.CONTROLLER_MANAGER_LEASE)
         asyncio.run(serve(controller_manager(home, args, probes), probes, elector))
     elif args.command == "virtual-kubelet":
         home = client_from(args.kubeconfig, "liqo-virtual-kubelet")
+        metrics.count_requests(home, args.home_cluster_id)
         elector = elector_for(home, args, names.virtual_kubelet_lease(args.foreign_cluster_id))
         leads = elector.is_leader.is_set if elector else lambda: True
         asyncio.run(serve(virtual_kubelet(home, args, probes, leads), probes, elector))
     else:
         client = client_from(args.kubeconfig, "liqo-foreign-agent")
+        metrics.count_requests(client, args.cluster_id)
         elector = elector_for(client, args, names.FOREIGN_AGENT_LEASE)
         asyncio.run(serve(foreign_agent(client, args.cluster_id, probes), probes, elector))
     return 0

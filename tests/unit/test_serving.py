@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime.kube import EngineMetrics, ProbeServer, WorkQueue
+from runtime.kube.serving import resource_of
 
 
 @pytest.fixture
@@ -77,3 +78,19 @@ def test_metrics_report_queue_depth_and_reconciles(server: ProbeServer) -> None:
 def test_unknown_paths_say_what_exists(server: ProbeServer) -> None:
     status, body = get(server, "/")
     assert status == 404 and "/readyz" in body
+
+
+@pytest.mark.parametrize(
+    ("path", "resource"),
+    [
+        ("/api/v1/namespaces/a/pods/b/status", "pods/status"),
+        ("/api/v1/namespaces/a/pods", "pods"),
+        ("/api/v1/namespaces/a", "namespaces"),
+        ("/api/v1/nodes/n", "nodes"),
+        ("/apis/coordination.k8s.io/v1/namespaces/liqo/leases/x", "leases"),
+        ("/apis/offloading.liqo.io/v1beta1/shadowpods", "shadowpods"),
+        ("/version", "version"),
+    ],
+)
+def test_requests_are_counted_by_resource(path: str, resource: str) -> None:
+    assert resource_of(path) == resource
