@@ -261,6 +261,12 @@ class ReplicasConfig(ConfigModel):
     foreign_agent: Replicas = 1
 
 
+def _same_replicas_for_all(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"controllerManager": value, "virtualKubelet": value, "foreignAgent": value}
+    return value
+
+
 class LeaderElectionConfig(ConfigModel):
     """client-go's leader election settings (and defaults), for every component."""
 
@@ -293,7 +299,8 @@ class RuntimeConfig(ConfigModel):
     image: str = Field(default="ghcr.io/liqo-stack/runtime:0.1.0", min_length=1)
     # external mode: the API server calls the webhooks at https://127.0.0.1:<webhookPort>
     webhook_port: int = Field(default=9443, ge=1, le=65535, strict=True)
-    replicas: ReplicasConfig = Field(default_factory=ReplicasConfig)
+    # a number is every component's count: `replicas: 2`
+    replicas: Annotated[ReplicasConfig, BeforeValidator(_same_replicas_for_all)] = Field(default_factory=ReplicasConfig)
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
 
 

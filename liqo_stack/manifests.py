@@ -316,6 +316,11 @@ CONTROLLER_MANAGER_RULES: list[Manifest] = [
     },
 ]
 
+# Bound in the liqo namespace only. Secrets cannot be limited by name on create; a namespace limits it.
+CONTROLLER_MANAGER_NAMESPACE_RULES: list[Manifest] = [
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+]
+
 VIRTUAL_KUBELET_RULES: list[Manifest] = [
     {
         "apiGroups": [""],

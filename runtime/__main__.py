@@ -142,11 +142,12 @@ def elector_for(client: AsyncClient, args: argparse.Namespace, lease_name: str) 
 async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
     """The NamespaceOffloading controller and the admission webhooks, which read its informer."""
     # Imported here: aiohttp and cryptography add ~18 MB to a process; only this one serves TLS.
-    from runtime.webhooks import WebhookServer, issue_certificate
+    from runtime.webhooks import WebhookServer, issue_with, shared_ca
 
     offloading = NamespaceOffloadingController(home, args.home_cluster_id)
     service = f"{names.WEBHOOK_SERVICE}.{names.LIQO_NAMESPACE}.svc"
-    certificate = issue_certificate([args.webhook_address, "127.0.0.1", "localhost", service])
+    # one CA for every replica: the webhook Service may reach any of them (not only the leader)
+    certificate = issue_with(await shared_ca(home), [args.webhook_address, "127.0.0.1", "localhost", service])
     ca_bundle = CaBundleController(home, certificate.ca_pem)
     webhooks = WebhookServer(
         lambda namespace: offloading.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}"),

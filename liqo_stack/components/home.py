@@ -25,6 +25,19 @@ class HomeControlPlane(pulumi.ComponentResource):
         self.crds = [home.object(f"crd-{crd['metadata']['name']}", crd, child) for crd in home_crd_manifests()]
         self.runtime_class = home.object("runtimeclass", manifests.runtime_class(), child)
 
+        # In the liqo namespace only: the first replica creates the webhook CA Secret the others read.
+        in_liqo = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        ns, manager = names.LIQO_NAMESPACE, names.CONTROLLER_MANAGER
+        ca_role = home.object(
+            "controller-manager-webhook-ca-role",
+            manifests.role(manager, ns, manifests.CONTROLLER_MANAGER_NAMESPACE_RULES, "controller-manager"),
+            in_liqo,
+        )
+        ca_binding = home.object(
+            "controller-manager-webhook-ca-binding",
+            manifests.binding("Role", manager, manager, manager, ns, "controller-manager", ns=ns),
+            pulumi.ResourceOptions(parent=self, depends_on=[ca_role]),
+        )
         self.controller_manager = deploy_controller(
             home,
             self,
@@ -40,7 +53,7 @@ class HomeControlPlane(pulumi.ComponentResource):
             ],
             runtime=runtime,
             replicas=runtime.replicas.controller_manager,
-            depends_on=[self.namespace, *self.crds],
+            depends_on=[self.namespace, ca_binding, *self.crds],
         )
         after_manager = pulumi.ResourceOptions(parent=self, depends_on=[self.controller_manager])
         url_port = runtime.webhook_port if runtime.mode is RuntimeMode.EXTERNAL else None

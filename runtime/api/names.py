@@ -67,6 +67,7 @@ OFFLOADING_VALIDATING_WEBHOOK: Final = "namespaceoffloading.validate.offloading.
 POD_MUTATION_PATH: Final = "/mutate/pod"
 OFFLOADING_VALIDATION_PATH: Final = "/validate/namespaceoffloading"
 WEBHOOK_SERVICE: Final = "liqo-webhooks"  # cluster mode: the Service in front of the controller-manager
+WEBHOOK_CA_SECRET: Final = "liqo-webhook-ca"  # the CA the controller-manager's replicas serve from
 
 # Leader election: each writing component's Lease (coordination.k8s.io), in the namespace it runs in
 # (home: controller-manager and virtual kubelets; foreign: the agent). Not the virtual node's

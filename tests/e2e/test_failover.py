@@ -11,9 +11,12 @@ figure of issue 16 was measured with 200). Failover times are printed (`-s` show
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 import re
+import socket
+import ssl
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +24,7 @@ from typing import Any
 
 import pytest
 from lightkube import Client
+from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Pod
 
@@ -35,9 +39,10 @@ pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 BURST = int(os.environ.get("LIQO_FAILOVER_BURST", "40"))
 TIMING = LeaderElectionTiming()  # the runtime's defaults: what a user gets
-# kill -> the stand-by leads: the Lease expires at most lease_duration after the last renewal the
-# stand-by saw, and it retries every (jittered) retry period; its first write follows at once
-TAKEOVER_BOUND = TIMING.lease_duration + JITTER_FACTOR * TIMING.retry_period + 3
+# kill -> the stand-by leads: it judges expiry from when it last saw the record change (its own clock,
+# as client-go), which is up to one jittered retry after the leader's last renewal; the Lease then
+# runs lease_duration, and the stand-by notices at its next retry; its first write follows at once.
+TAKEOVER_BOUND = TIMING.lease_duration + 2 * JITTER_FACTOR * TIMING.retry_period + 3
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 _REQUESTS = re.compile(r'^liqo_api_requests_total\{cluster="([^"]*)",method="([^"]*)",resource="([^"]*)"\} (\S+)$')
 
@@ -215,6 +220,18 @@ def probe_url_after_restart(runtime: ExternalRuntime, component: str) -> str:
     return url
 
 
+def serves_trusted_webhooks(home: Client, port: int) -> bool:
+    """A TLS handshake with 127.0.0.1:port verified against the pod webhook's caBundle succeeds."""
+    config = home.get(MutatingWebhookConfiguration, names.POD_MUTATING_WEBHOOK_CONFIGURATION)
+    [webhook] = config.webhooks or []
+    context = ssl.create_default_context(cadata=base64.b64decode(webhook.clientConfig.caBundle or "").decode())
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1"),
+    ):
+        return True
+
+
 def uid_of(client: Client, namespace: str) -> str | None:
     found = client.get(Namespace, namespace)
     return found.metadata.uid if found.metadata else None
@@ -226,10 +243,14 @@ def test_killing_the_leader_controller_manager_during_namespace_offloading(
 ) -> None:
     """The stand-by serves its webhooks (on a port of its own) and writes nothing; once the leader is
     killed with offloadings half done, it completes them; no twin namespace is recreated."""
-    standby = runtime.add_replica("controller-manager", ["--webhook-port", str(free_port())])
+    standby_port = free_port()
+    standby = runtime.add_replica("controller-manager", ["--webhook-port", str(standby_port)])
     runtime.start(standby)
     url = probe_url(runtime, standby)
     wait_until(lambda: "standing by" in runtime.log(standby).read_text(errors="replace"), 60, "stand-by campaigning")
+    # its webhooks serve, with a certificate the API server trusts (the caBundle the leader keeps)
+    wait_until(functools.partial(ready, url), 60, "stand-by ready (its CA is the one in the webhook configurations)")
+    assert serves_trusted_webhooks(home, standby_port)
     time.sleep(3 * TIMING.retry_period)
     assert holder(home, names.CONTROLLER_MANAGER_LEASE) == runtime.identity("controller-manager")
     assert writes(requests_of(url)) == 0

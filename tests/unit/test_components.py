@@ -240,3 +240,27 @@ def test_replicas_in_external_mode_still_run_no_pod(mocks: RecordingMocks, tmp_p
     run_program()
 
     assert deployment_named(mocks, "home", names.CONTROLLER_MANAGER)["spec"]["replicas"] == 0
+
+
+def test_the_controller_manager_may_create_secrets_in_the_liqo_namespace_only(mocks: RecordingMocks) -> None:
+    """Its replicas share the webhook CA through a Secret the first one creates."""
+    run_program()
+
+    [role] = [
+        m for m in mocks.in_cluster("home") if m["kind"] == "Role" and m["metadata"]["name"] == names.CONTROLLER_MANAGER
+    ]
+    assert role["metadata"]["namespace"] == names.LIQO_NAMESPACE
+    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} in role["rules"]
+    [binding] = [
+        m
+        for m in mocks.in_cluster("home")
+        if m["kind"] == "RoleBinding" and m["metadata"]["name"] == names.CONTROLLER_MANAGER
+    ]
+    assert binding["metadata"]["namespace"] == names.LIQO_NAMESPACE
+    assert binding["roleRef"]["name"] == names.CONTROLLER_MANAGER
+    cluster_wide = [
+        m
+        for m in mocks.in_cluster("home")
+        if m["kind"] == "ClusterRole" and m["metadata"]["name"] == names.CONTROLLER_MANAGER
+    ]
+    assert not any("create" in r["verbs"] and "secrets" in r["resources"] for r in cluster_wide[0]["rules"])

@@ -74,8 +74,8 @@ BAD_CONFIGS = [
         id="unknown-key-in-foreign-cluster",
     ),
     pytest.param(
-        config(runtime={"mode": "cluster", "replicas": 2}),
-        "liqo:runtime.replicas",
+        config(runtime={"mode": "cluster", "replica": 2}),
+        "liqo:runtime.replica",
         "is not a known setting",
         id="unknown-key-in-runtime",
     ),
@@ -743,6 +743,14 @@ def test_bad_replicas_name_the_path(replicas: Any) -> None:
     with pytest.raises(ConfigError) as caught:
         parse(config(runtime={"replicas": {"virtualKubelet": replicas}}))
     assert problem_at(caught.value, "liqo:runtime.replicas.virtualKubelet")
+
+
+def test_one_number_of_replicas_is_every_components() -> None:
+    replicas = parse(config(runtime={"replicas": 2})).runtime.replicas
+    assert (replicas.controller_manager, replicas.virtual_kubelet, replicas.foreign_agent) == (2, 2, 2)
+    with pytest.raises(ConfigError) as caught:
+        parse(config(runtime={"replicas": 3}))
+    assert "less than or equal to 2" in problem_at(caught.value, "liqo:runtime.replicas.controllerManager")
 
 
 def test_unknown_component_in_replicas_is_rejected() -> None:
