@@ -144,6 +144,10 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
     # Imported here: aiohttp and cryptography add ~18 MB to a process; only this one serves TLS.
     from runtime.webhooks import WebhookServer, issue_with, shared_ca
 
+    # registered before the first await: /readyz answers from the start, and must not pass before
+    # the webhooks listen (the Service sends admission calls to ready replicas)
+    serving = asyncio.Event()
+    probes.add_readiness("webhooks serving", serving.is_set)
     offloading = NamespaceOffloadingController(home, args.home_cluster_id)
     service = f"{names.WEBHOOK_SERVICE}.{names.LIQO_NAMESPACE}.svc"
     # one CA for every replica: the webhook Service may reach any of them (not only the leader)
@@ -159,6 +163,7 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
     probes.add_readiness("informers synced", offloading.offloadings.synced.is_set)
     probes.add_readiness("webhook CA in the webhook configurations", ca_bundle.synced)
     await webhooks.start()
+    serving.set()
     try:
         await asyncio.gather(offloading.run(), ca_bundle.run())
     finally:
@@ -169,6 +174,8 @@ async def virtual_kubelet(
     home: AsyncClient, args: argparse.Namespace, probes: ProbeServer, leads: Callable[[], bool]
 ) -> None:
     """The virtual node, its pods, the reflection of what they use (runtime.reflection) and its kubelet API."""
+    started = asyncio.Event()  # /readyz answers from the start: not ready before the real checks exist
+    probes.add_readiness("started", started.is_set)
     kubeconfig = await foreign_kubeconfig(home, args.foreign_cluster_id)
     foreign = AsyncClient(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
     probes.metrics.count_requests(foreign, args.foreign_cluster_id)
@@ -183,6 +190,7 @@ async def virtual_kubelet(
     )
     # a stand-by is ready once its home informers are warm (a rollout waits on it; it must not hang)
     probes.add_readiness("informers synced", lambda: kubelet.synced.is_set() or (not leads() and kubelet.warm()))
+    started.set()
     if not args.kubelet_port:
         await kubelet.run()
         return
