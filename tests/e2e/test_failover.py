@@ -29,6 +29,7 @@ from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfigur
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Pod
 
+from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
@@ -91,6 +92,13 @@ def holder(home: Client, lease: str) -> str | None:
 
 # -- fixtures ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
+def patient(dev_env: DevEnvironment, foreign_ids: list[str]) -> dict[str, Client]:
+    """Clients that wait a minute for an answer: listing a burst of pods from API servers sharing 2
+    cores with the burst itself can take longer than lightkube's default 10 s."""
+    return {c: dev_env.client(c, timeout=httpx2.Timeout(60)) for c in ["home", *foreign_ids]}
+
+
+@pytest.fixture(scope="module")
 def standby_kubelets(runtime: ExternalRuntime) -> Iterator[dict[str, str]]:
     """A second virtual kubelet per foreign cluster, with a kubelet API port of its own."""
     replicas = {
@@ -152,12 +160,9 @@ def shadow_pods(foreign: dict[str, Client], twin: str) -> dict[str, str]:
 
 
 def test_killing_the_leader_virtual_kubelets_during_a_burst(
-    offloaded: str,
-    home: Client,
-    foreign: dict[str, Client],
-    runtime: ExternalRuntime,
-    standby_kubelets: dict[str, str],
+    offloaded: str, patient: dict[str, Client], runtime: ExternalRuntime, standby_kubelets: dict[str, str]
 ) -> None:
+    home, foreign = patient["home"], {c: client for c, client in patient.items() if c != "home"}
     twin, app = f"{offloaded}-home", "burst"
     urls = {cluster_id: probe_url(runtime, replica) for cluster_id, replica in standby_kubelets.items()}
     for url in urls.values():
