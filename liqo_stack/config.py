@@ -41,6 +41,7 @@ from runtime.api import (
     parse_duration,
     parse_selector,
 )
+from runtime.api.leaderelection import LeaderElectionTiming
 from runtime.api.network import (
     DEFAULT_REMAPPING_POOL,
     ForeignPodNetwork,
@@ -323,6 +324,51 @@ def _image_digest(value: str) -> str:
     return value
 
 
+# Two replicas: one leads, one stands by with warm informers (more only add load on the API servers).
+Replicas = Annotated[int, Field(ge=1, le=2, strict=True)]
+
+
+class ReplicasConfig(ConfigModel):
+    """Replicas of each runtime component (cluster mode); they elect a leader on a Lease."""
+
+    controller_manager: Replicas = 1
+    virtual_kubelet: Replicas = 1  # of each foreign cluster's virtual kubelet
+    foreign_agent: Replicas = 1
+
+
+def _same_replicas_for_all(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"controllerManager": value, "virtualKubelet": value, "foreignAgent": value}
+    return value
+
+
+class LeaderElectionConfig(ConfigModel):
+    """client-go's leader election settings (and defaults), for every component."""
+
+    lease_duration_seconds: Annotated[int, _whole_seconds(1, 3600)] = 15
+    renew_deadline_seconds: Annotated[int, _whole_seconds(1, 3600)] = 10
+    retry_period_seconds: Annotated[int, _whole_seconds(1, 3600)] = 2
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        timing = LeaderElectionTiming(
+            self.lease_duration_seconds, self.renew_deadline_seconds, self.retry_period_seconds
+        )
+        settings = ("leaseDurationSeconds", "renewDeadlineSeconds", "retryPeriodSeconds")
+        problems = timing.problems(tuple(f"runtime.leaderElection.{s}" for s in settings))  # type: ignore[arg-type]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def args(self) -> list[str]:
+        """The runtime's flags for these settings."""
+        return [
+            f"--leader-elect-lease-duration={self.lease_duration_seconds}",
+            f"--leader-elect-renew-deadline={self.renew_deadline_seconds}",
+            f"--leader-elect-retry-period={self.retry_period_seconds}",
+        ]
+
+
 class RuntimeConfig(ConfigModel):
     mode: RuntimeMode = RuntimeMode.EXTERNAL
     image: Annotated[str, AfterValidator(_image_reference)] = "ghcr.io/liqo-stack/runtime:0.1.0"
@@ -331,6 +377,9 @@ class RuntimeConfig(ConfigModel):
     image_digest: Annotated[str, AfterValidator(_image_digest)] | None = None
     # external mode: the API server calls the webhooks at https://127.0.0.1:<webhookPort>
     webhook_port: int = Field(default=9443, ge=1, le=65535, strict=True)
+    # a number is every component's count: `replicas: 2`
+    replicas: Annotated[ReplicasConfig, BeforeValidator(_same_replicas_for_all)] = Field(default_factory=ReplicasConfig)
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
 
     @model_validator(mode="after")
     def _one_digest(self) -> Self:

@@ -159,29 +159,51 @@ def deployment(
     component: str,
     env: list[Manifest] | None = None,
 ) -> Manifest:
+    """With more than one replica (they elect a leader): at most one per node (a node failure takes
+    one replica, never both), and a rollout replaces them one by one, since with one per node a
+    surge pod would find no node."""
     labels = {**_labels(component), "app.kubernetes.io/name": name}
     pod_security, container_security = restricted_pod_security()
 
     def probe(path: str) -> Manifest:
         return {"httpGet": {"path": path, "port": "probes"}, "periodSeconds": 10}
 
+    selector = {"matchLabels": {"app.kubernetes.io/name": name}}
+    spread: Manifest = {}
+    if replicas > 1:
+        spread = {
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
+                    ]
+                }
+            }
+        }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "selector": selector,
+            **(
+                {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}
+                if replicas > 1
+                else {}
+            ),
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    **spread,
                     "serviceAccountName": account,
                     "securityContext": pod_security,
                     "containers": [
                         {
                             "name": component,
                             "image": image,
-                            "args": [*args, *SERVING_ARGS],
+                            # the serving flags are the runtime's own, before the component's command
+                            "args": [*SERVING_ARGS, *args],
                             **({"env": env} if env else {}),
                             "ports": [
                                 {"name": "probes", "containerPort": PROBE_CONTAINER_PORT},
@@ -209,6 +231,17 @@ def metrics_reader_role(component: str) -> Manifest:
         "kind": "ClusterRole",
         "metadata": {"name": names.METRICS_READER_ROLE, "labels": _labels(component)},
         "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }
+
+
+def pod_disruption_budget(name: str, ns: str, component: str) -> Manifest:
+    """One replica of a component stays up through voluntary disruptions (drains): the stand-by
+    takes over from a leader being evicted."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": ns, "labels": _labels(component)},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}}},
     }
 
 
@@ -360,6 +393,11 @@ CONTROLLER_MANAGER_RULES: list[Manifest] = [
         "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
         "verbs": ["get", "list", "watch", "patch"],
     },
+]
+
+# Bound in the liqo namespace only. Secrets cannot be limited by name on create; a namespace limits it.
+CONTROLLER_MANAGER_NAMESPACE_RULES: list[Manifest] = [
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
 ]
 
 VIRTUAL_KUBELET_RULES: list[Manifest] = [

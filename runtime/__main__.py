@@ -1,7 +1,9 @@
 """Run a runtime component: `python -m runtime controller-manager|foreign-agent ...`.
 
 In `cluster` mode this is the container's command; in `external` mode (dev env, tests) the same
-command runs as a local process. SIGTERM/SIGINT stop it gracefully (queued work drains).
+command runs as a local process. SIGTERM/SIGINT stop it gracefully (queued work drains, then the
+leader Lease is released). With leader election (the default) replicas of a component stand by with
+warm informers (and serve webhooks, probes) while one leads; a leader that loses its Lease exits.
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
 
 from runtime.api import names
+from runtime.api.leaderelection import LeaderElectionTiming
 from runtime.controllers import (
     AdvertisementController,
     CaBundleController,
@@ -26,6 +30,8 @@ from runtime.controllers import (
     ShadowPodController,
 )
 from runtime.kube import EngineMetrics, ProbeServer
+from runtime.kube.controlling import gate_on, leading
+from runtime.kube.leaderelection import LeaderElector, default_identity
 from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_kubeconfig
 from runtime.virtualkubelet.node import FIELD_MANAGER, KUBELET_PORT, NODE_ADDRESS
 
@@ -42,12 +48,26 @@ def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
     return AsyncClient(config, field_manager=field_manager)
 
 
+def _exit_on_lost_leadership() -> None:
+    # At once, without draining queues or running finalizers: the new leader may already write.
+    logging.critical("lost the leader Lease: exiting so that the supervisor restarts this replica as a stand-by")
+    logging.shutdown()
+    os._exit(1)
+
+
 async def serve(
-    main: Coroutine[Any, Any, None], probes: ProbeServer, client: AsyncClient, args: argparse.Namespace
+    main: Coroutine[Any, Any, None],
+    probes: ProbeServer,
+    client: AsyncClient,
+    args: argparse.Namespace,
+    elector: LeaderElector | None = None,
 ) -> None:
-    """Runs `main` with the probes; with --metrics-secure-port, /metrics over TLS for callers that
-    `client`'s cluster authenticates and authorizes (cluster mode)."""
+    """Runs `main` with the probes (and, with an elector, only its leader's work queues); with
+    --metrics-secure-port, /metrics over TLS for callers that `client`'s cluster authenticates and
+    authorizes (cluster mode)."""
+    gate_on(elector.is_leader if elector else None)  # before the task: it and its tasks inherit the gate
     task = asyncio.ensure_future(main)
+    campaign = asyncio.ensure_future(elector.campaign(_exit_on_lost_leadership)) if elector else None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
@@ -65,19 +85,91 @@ async def serve(
     except asyncio.CancelledError:
         logging.info("stopped")
     finally:
+        if campaign is not None and elector is not None:
+            campaign.cancel()
+            await asyncio.gather(campaign, return_exceptions=True)
+            await elector.release()  # after the queues drained: a successor starts at once
         probes.stop()
         if secure is not None:
             await secure.stop()
 
 
+LEADER_ELECTION_FLAGS = (
+    "--leader-elect-lease-duration",
+    "--leader-elect-renew-deadline",
+    "--leader-elect-retry-period",
+)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value!r}")
+    return seconds
+
+
+def add_leader_election_flags(command: argparse.ArgumentParser) -> None:
+    """client-go's leader election settings; replicas of a component compete for one Lease."""
+    defaults = LeaderElectionTiming()
+    command.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="stand by until this replica holds the component's Lease; only the leader writes",
+    )
+    lease, renew, retry = LEADER_ELECTION_FLAGS
+    command.add_argument(
+        lease,
+        type=_seconds,
+        default=defaults.lease_duration,
+        help="seconds a stand-by waits after the leader's last renewal before taking over",
+    )
+    command.add_argument(
+        renew,
+        type=_seconds,
+        default=defaults.renew_deadline,
+        help="seconds the leader keeps trying to renew before it gives up (and exits)",
+    )
+    command.add_argument(retry, type=_seconds, default=defaults.retry_period, help="seconds between attempts")
+    command.add_argument(
+        "--leader-elect-namespace", default=names.LEADER_ELECTION_NAMESPACE, help="where the Lease lives"
+    )
+    command.add_argument(
+        "--leader-elect-identity", default="", help="this replica's name in the Lease (default: hostname_uuid)"
+    )
+
+
+def elector_for(client: AsyncClient, args: argparse.Namespace, lease_name: str) -> LeaderElector | None:
+    if not args.leader_elect:
+        return None
+    timing = LeaderElectionTiming(
+        args.leader_elect_lease_duration, args.leader_elect_renew_deadline, args.leader_elect_retry_period
+    )
+    return LeaderElector(
+        client,
+        namespace=args.leader_elect_namespace,
+        name=lease_name,
+        identity=args.leader_elect_identity or default_identity(),
+        timing=timing,
+    )
+
+
 async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
     """The NamespaceOffloading controller and the admission webhooks, which read its informer."""
     # Imported here: aiohttp and cryptography add ~18 MB to a process; only this one serves TLS.
-    from runtime.webhooks import WebhookServer, issue_certificate
+    from runtime.webhooks import WebhookServer, issue_with, shared_ca
 
+    # registered before the first await: /readyz answers from the start, and must not pass before
+    # the webhooks listen (the Service sends admission calls to ready replicas)
+    serving = asyncio.Event()
+    probes.add_readiness("webhooks serving", serving.is_set)
     offloading = NamespaceOffloadingController(home, args.home_cluster_id)
     service = f"{names.WEBHOOK_SERVICE}.{names.LIQO_NAMESPACE}.svc"
-    certificate = issue_certificate([args.webhook_address, "127.0.0.1", "localhost", service])
+    # one CA for every replica: the webhook Service may reach any of them (not only the leader)
+    certificate = issue_with(await shared_ca(home), [args.webhook_address, "127.0.0.1", "localhost", service])
     ca_bundle = CaBundleController(home, certificate.ca_pem)
     webhooks = WebhookServer(
         lambda namespace: offloading.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}"),
@@ -89,16 +181,22 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
     probes.add_readiness("informers synced", offloading.offloadings.synced.is_set)
     probes.add_readiness("webhook CA in the webhook configurations", ca_bundle.synced)
     await webhooks.start()
+    serving.set()
     try:
         await asyncio.gather(offloading.run(), ca_bundle.run())
     finally:
         await webhooks.stop()
 
 
-async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
+async def virtual_kubelet(
+    home: AsyncClient, args: argparse.Namespace, probes: ProbeServer, leads: Callable[[], bool]
+) -> None:
     """The virtual node, its pods, the reflection of what they use (runtime.reflection) and its kubelet API."""
+    started = asyncio.Event()  # /readyz answers from the start: not ready before the real checks exist
+    probes.add_readiness("started", started.is_set)
     kubeconfig = await foreign_kubeconfig(home, args.foreign_cluster_id)
     foreign = AsyncClient(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
+    probes.metrics.count_requests(foreign, args.foreign_cluster_id)
     kubelet = VirtualKubelet(
         home,
         foreign,
@@ -108,7 +206,9 @@ async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: P
         node_address=args.node_address,
         kubelet_port=args.kubelet_port or None,
     )
-    probes.add_readiness("informers synced", kubelet.synced.is_set)
+    # a stand-by is ready once its home informers are warm (a rollout waits on it; it must not hang)
+    probes.add_readiness("informers synced", lambda: kubelet.synced.is_set() or (not leads() and kubelet.warm()))
+    started.set()
     if not args.kubelet_port:
         await kubelet.run()
         return
@@ -116,22 +216,30 @@ async def virtual_kubelet(home: AsyncClient, args: argparse.Namespace, probes: P
     from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer
     from runtime.virtualkubelet.servingcert import serving_certificate
 
-    certificate = await serving_certificate(home, kubelet.node.node_name, [args.node_address])
-    api = KubeletApiServer(
-        home,
-        ForeignEndpoint.from_kubeconfig(kubeconfig),
-        node_name=kubelet.node.node_name,
-        remote_of=kubelet.remote_of,
-        pods_on_node=kubelet.offloaded_pods,
-        address=args.node_address,
-        port=args.kubelet_port,
-        tls=certificate.ssl_context(),
-    )
-    await api.start()
+    running = asyncio.ensure_future(kubelet.run())  # its informers warm while this replica stands by
+    # The Node shows the leader's address: only the leader serves the kubelet API (and asks for its
+    # serving certificate, a write).
     try:
-        await kubelet.run()
+        await leading()
+        certificate = await serving_certificate(home, kubelet.node.node_name, [args.node_address])
+        api = KubeletApiServer(
+            home,
+            ForeignEndpoint.from_kubeconfig(kubeconfig),
+            node_name=kubelet.node.node_name,
+            remote_of=kubelet.remote_of,
+            pods_on_node=kubelet.offloaded_pods,
+            address=args.node_address,
+            port=args.kubelet_port,
+            tls=certificate.ssl_context(),
+        )
+        await api.start()
+        try:
+            await running
+        finally:
+            await api.stop()
     finally:
-        await api.stop()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
 
 
 async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServer) -> None:
@@ -143,7 +251,8 @@ async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServe
     await asyncio.gather(maps.run(), shadows.run(), advertisements.run())
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of every component (the stack's Deployments are checked against it)."""
     parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__)
     parser.add_argument("--probe-address", default="127.0.0.1", help="where /healthz, /readyz, /metrics listen")
     parser.add_argument("--probe-port", type=int, default=0, help="0 picks a free port")
@@ -182,12 +291,23 @@ def main(argv: list[str] | None = None) -> int:
         help="where the kubelet API (logs, exec, attach, port-forward) listens; the Node advertises it, so "
         "each virtual kubelet on a host needs its own; 0 serves no kubelet API",
     )
+    for command in (manager, agent, kubelet):
+        add_leader_election_flags(command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "virtual-kubelet" and not 0 <= args.kubelet_port <= 65535:
         parser.error(f"--kubelet-port must be between 1 and 65535 (0: no kubelet API), got {args.kubelet_port}")
-
     if args.metrics_secure_port is not None and not 0 <= args.metrics_secure_port <= 65535:
         parser.error(f"--metrics-secure-port must be between 0 and 65535, got {args.metrics_secure_port}")
+    timing = LeaderElectionTiming(
+        args.leader_elect_lease_duration, args.leader_elect_renew_deadline, args.leader_elect_retry_period
+    )
+    for problem in timing.problems(LEADER_ELECTION_FLAGS):
+        parser.error(problem)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     metrics = EngineMetrics()
@@ -195,13 +315,20 @@ def main(argv: list[str] | None = None) -> int:
     probes = ProbeServer(metrics, args.probe_address, args.probe_port, metrics_elsewhere=elsewhere)
     if args.command == "controller-manager":
         home = client_from(args.kubeconfig, "liqo-controller-manager")
-        asyncio.run(serve(controller_manager(home, args, probes), probes, home, args))
+        metrics.count_requests(home, args.home_cluster_id)
+        elector = elector_for(home, args, names.CONTROLLER_MANAGER_LEASE)
+        asyncio.run(serve(controller_manager(home, args, probes), probes, home, args, elector))
     elif args.command == "virtual-kubelet":
         home = client_from(args.kubeconfig, "liqo-virtual-kubelet")
-        asyncio.run(serve(virtual_kubelet(home, args, probes), probes, home, args))
+        metrics.count_requests(home, args.home_cluster_id)
+        elector = elector_for(home, args, names.virtual_kubelet_lease(args.foreign_cluster_id))
+        leads = elector.is_leader.is_set if elector else lambda: True
+        asyncio.run(serve(virtual_kubelet(home, args, probes, leads), probes, home, args, elector))
     else:
         client = client_from(args.kubeconfig, "liqo-foreign-agent")
-        asyncio.run(serve(foreign_agent(client, args.cluster_id, probes), probes, client, args))
+        metrics.count_requests(client, args.cluster_id)
+        elector = elector_for(client, args, names.FOREIGN_AGENT_LEASE)
+        asyncio.run(serve(foreign_agent(client, args.cluster_id, probes), probes, client, args, elector))
     return 0
 
 

@@ -22,9 +22,14 @@ def deploy_controller(
     args: list[str],
     runtime: RuntimeConfig,
     depends_on: list[pulumi.Resource],
+    replicas: int = 1,
     env: list[manifests.Manifest] | None = None,
 ) -> KubeObject:
-    """Returns the Deployment; in external mode it has no replicas (the runtime runs locally with this identity)."""
+    """Returns the Deployment; in external mode it has no replicas (the runtime runs locally with this identity).
+
+    `replicas` (cluster mode) elect a leader on the component's Lease; with more than one, a
+    PodDisruptionBudget keeps one running through node drains and anti-affinity puts them on
+    different nodes."""
     ns = names.LIQO_NAMESPACE
     account = cluster.object(
         f"{resource_name}-sa",
@@ -39,9 +44,17 @@ def deploy_controller(
         manifests.binding("ClusterRole", name, name, name, ns, component),
         pulumi.ResourceOptions(parent=parent, depends_on=[role, account]),
     )
-    replicas = 1 if runtime.mode is RuntimeMode.CLUSTER else 0
-    return cluster.object(
+    running = replicas if runtime.mode is RuntimeMode.CLUSTER else 0
+    args = [*args, *runtime.leader_election.args()]
+    deployment = cluster.object(
         resource_name,
-        manifests.deployment(name, ns, runtime.pinned_image, args, name, replicas, component, env),
+        manifests.deployment(name, ns, runtime.pinned_image, args, name, running, component, env),
         pulumi.ResourceOptions(parent=parent, depends_on=[account, binding, *depends_on]),
     )
+    if replicas > 1:
+        cluster.object(
+            f"{resource_name}-pdb",
+            manifests.pod_disruption_budget(name, ns, component),
+            pulumi.ResourceOptions(parent=parent, depends_on=[deployment]),
+        )
+    return deployment

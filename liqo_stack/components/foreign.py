@@ -41,6 +41,7 @@ class ForeignAgent(pulumi.ComponentResource):
             rules=manifests.FOREIGN_AGENT_RULES,
             args=["foreign-agent", f"--cluster-id={foreign.cluster_id}"],
             runtime=runtime,
+            replicas=runtime.replicas.foreign_agent,
             depends_on=[self.namespace, self.twin_namespace_role, *self.crds],
         )
         self.register_outputs({})

@@ -27,6 +27,19 @@ class HomeControlPlane(pulumi.ComponentResource):
         home.object("metrics-reader-role", manifests.metrics_reader_role("control-plane"), child)
         self.storage_class = home.object("storageclass", manifests.storage_class(), child)
 
+        # In the liqo namespace only: the first replica creates the webhook CA Secret the others read.
+        in_liqo = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        ns, manager = names.LIQO_NAMESPACE, names.CONTROLLER_MANAGER
+        ca_role = home.object(
+            "controller-manager-webhook-ca-role",
+            manifests.role(manager, ns, manifests.CONTROLLER_MANAGER_NAMESPACE_RULES, "controller-manager"),
+            in_liqo,
+        )
+        ca_binding = home.object(
+            "controller-manager-webhook-ca-binding",
+            manifests.binding("Role", manager, manager, manager, ns, "controller-manager", ns=ns),
+            pulumi.ResourceOptions(parent=self, depends_on=[ca_role]),
+        )
         self.controller_manager = deploy_controller(
             home,
             self,
@@ -41,7 +54,8 @@ class HomeControlPlane(pulumi.ComponentResource):
                 f"--webhook-port={manifests.WEBHOOK_CONTAINER_PORT}",
             ],
             runtime=runtime,
-            depends_on=[self.namespace, *self.crds],
+            replicas=runtime.replicas.controller_manager,
+            depends_on=[self.namespace, ca_binding, *self.crds],
         )
         after_manager = pulumi.ResourceOptions(parent=self, depends_on=[self.controller_manager])
         url_port = runtime.webhook_port if runtime.mode is RuntimeMode.EXTERNAL else None

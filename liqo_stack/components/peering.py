@@ -123,6 +123,7 @@ class Peering(pulumi.ComponentResource):
                 "--node-address=$(POD_IP)",  # seed 002: the pods' hostIP is the virtual kubelet pod's IP
             ],
             runtime=config.runtime,
+            replicas=config.runtime.replicas.virtual_kubelet,
             depends_on=[home_plane.namespace, secret],
             env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         )

@@ -4,6 +4,11 @@ foreign cluster, as local processes (`python -m runtime ...`), logs and pids in 
 The dev env and the tests run it this way; the stack installs the same objects with their
 Deployments scaled to zero. Processes outlive the CLI that started them (the demo leaves them
 running); `stop()` (and `liqo-stack dev down`) ends them.
+
+Every component runs with leader election; `add_replica` starts further replicas of one (named
+`<component>@<n>`), which stand by until the leader's Lease is released or expires. Each replica has a
+stable identity in the Lease, so a replica restarted after a crash leads again at once rather than
+waiting for its own old Lease to expire.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -45,12 +51,26 @@ class ExternalRuntime:
             raise ValueError(f"kubelet_ports: each virtual kubelet needs its own port, got {self.kubelet_ports}")
         self.folder = (state_dir or paths.state_root()) / "runtime"
         self.extra_args: dict[str, list[str]] = {}  # per component, appended to its command (tests)
+        self.replicas: list[str] = []  # further replicas, `<component>@<n>`
 
     @property
     def components(self) -> list[str]:
-        return ["controller-manager"] + [f"{kind}-{c}" for c in self.foreign_ids for kind in ("agent", "kubelet")]
+        first = ["controller-manager"] + [f"{kind}-{c}" for c in self.foreign_ids for kind in ("agent", "kubelet")]
+        return first + self.replicas
+
+    def add_replica(self, component: str, extra_args: list[str] | None = None) -> str:
+        """Another replica of `component` (not started); `extra_args` go after the component's own, e.g.
+        a port of its own for what it serves. Returns its name."""
+        if "@" in component or component not in self.components:
+            raise ValueError(f"component: not a component of this runtime: {component!r}")
+        replica = f"{component}@{sum(r.startswith(component + '@') for r in self.replicas) + 2}"
+        self.replicas.append(replica)
+        self.extra_args[replica] = [*self.extra_args.get(component, []), *(extra_args or [])]
+        return replica
 
     def command(self, component: str) -> list[str]:
+        replica = component
+        component = component.partition("@")[0]
         home = ["--kubeconfig", str(self.kubeconfigs[self.home_cluster_id]), "--home-cluster-id", self.home_cluster_id]
         if component == "controller-manager":
             args = ["controller-manager", *home, "--webhook-port", str(self.webhook_port)]
@@ -61,7 +81,12 @@ class ExternalRuntime:
             cluster_id = component.removeprefix("kubelet-")
             port = str(self.kubelet_ports[cluster_id])
             args = ["virtual-kubelet", *home, "--foreign-cluster-id", cluster_id, "--kubelet-port", port]
-        return [sys.executable, "-m", "runtime", *args, *self.extra_args.get(component, [])]
+        identity = f"--leader-elect-identity={self.identity(replica)}"
+        return [sys.executable, "-m", "runtime", *args, identity, *self.extra_args.get(replica, [])]
+
+    def identity(self, component: str) -> str:
+        """The replica's name in its component's Lease: the same across restarts of that replica."""
+        return f"{component}@{socket.gethostname()}"
 
     def log(self, component: str) -> Path:
         return self.folder / f"{component}.log"

@@ -104,6 +104,20 @@ RUNTIME_IMAGE_NAME: Final = "liqo-stack"
 POD_SECURITY_ENFORCE_LABEL: Final = "pod-security.kubernetes.io/enforce"
 POD_SECURITY_LEVEL: Final = "restricted"
 
+WEBHOOK_CA_SECRET: Final = "liqo-webhook-ca"  # the CA the controller-manager's replicas serve from
+
+# Leader election: each writing component's Lease (coordination.k8s.io), in the namespace it runs in
+# (home: controller-manager and virtual kubelets; foreign: the agent). Not the virtual node's
+# heartbeat Lease, which stays in kube-node-lease under the Node's name.
+LEADER_ELECTION_NAMESPACE: Final = LIQO_NAMESPACE
+CONTROLLER_MANAGER_LEASE: Final = CONTROLLER_MANAGER
+FOREIGN_AGENT_LEASE: Final = FOREIGN_AGENT
+
+
+def virtual_kubelet_lease(foreign_cluster_id: str) -> str:
+    """One leader per foreign cluster: its virtual kubelet replicas compete for this Lease."""
+    return virtual_kubelet_name(foreign_cluster_id)
+
 
 def tenant_namespace(home_cluster_id: str) -> str:
     """The namespace a foreign cluster dedicates to one home cluster."""

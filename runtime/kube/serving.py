@@ -32,6 +32,39 @@ class EngineMetrics:
             ["cluster", "verb", "resource"],
             registry=self.registry,
         )
+        self.requests = Counter(
+            "liqo_api_requests_total",
+            "HTTP requests this process sent to an API server, by method (the writes: POST, PUT, PATCH, DELETE)",
+            ["cluster", "method", "resource"],
+            registry=self.registry,
+        )
+
+    def count_requests(self, client: Any, cluster: str) -> None:
+        """Counts every request `client` (a lightkube AsyncClient) sends: a stand-by replica shows it
+        writes nothing. Hooked on its httpx client, the one place every call goes through."""
+        transport = client._client._client  # lightkube keeps its httpx client there (no public accessor)
+        counter = self.requests
+
+        async def count(request: Any) -> None:
+            counter.labels(cluster, request.method, resource_of(request.url.path)).inc()
+
+        transport.event_hooks = {**transport.event_hooks, "request": [*transport.event_hooks["request"], count]}
+
+
+def resource_of(path: str) -> str:
+    """The resource (and subresource) of an API path: /api/v1/namespaces/a/pods/b/status -> pods/status."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    else:
+        return parts[0] if parts else ""
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    if not parts:
+        return ""
+    return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
 
 
 class _QuietHandler(WSGIRequestHandler):

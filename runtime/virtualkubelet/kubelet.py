@@ -16,6 +16,7 @@ from lightkube.resources.core_v1 import PersistentVolumeClaim, Secret
 
 from runtime.api import VirtualNodeSpec, names
 from runtime.kube import EngineMetrics, Event, Informer, WorkQueue, unless_gone
+from runtime.kube.controlling import leading
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
 from runtime.reflection import Reflection, ReflectionSettings
 from runtime.reflection.events import EventReflector
@@ -141,6 +142,12 @@ class VirtualKubelet:
         ]
         self.synced = asyncio.Event()
 
+    def warm(self) -> bool:
+        """The home informers are synced: what a stand-by replica can be ready with."""
+        return all(
+            informer.synced.is_set() for informer in (self.virtual_nodes, self.offloadings, *self.pods.informers)
+        )
+
     def remote_of(self, namespace: str, name: str) -> tuple[str, str] | None:
         """The remote pod (twin namespace, name) of a home pod on this node, or None."""
         if self.pods.pods.store.get(f"{namespace}/{name}") is None:
@@ -219,12 +226,14 @@ class VirtualKubelet:
         eviction then applies), not as a kubelet gone silent whose node turns Unknown when its
         Lease expires. Pods start on the home informers too: each waits for its own twin
         namespace's foreign informers, and a deletion at home is never held by another cluster.
+        A stand-by replica (leader election) runs its informers only, and writes once it leads.
         """
         tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
         queues: list[WorkQueue] = [self.node.queue, self.pods.queue]
         try:
             for informer in (self.virtual_nodes, *self.node.informers):
                 await informer.synced.wait()
+            await leading()
             self.node.resume_health()
             self.node.queue.start()
             self.node.queue.add(self.node.node_name)

@@ -1,8 +1,10 @@
 """The webhooks' TLS identity: a self-signed CA and a serving certificate signed by it.
 
-The controller-manager makes a fresh pair at start and hands the CA to the API server through the
-webhook configurations' caBundle (see runtime/controllers/webhookconfig.py), so no key material
-ever sits in the stack's state.
+The controller-manager hands the CA to the API server through the webhook configurations' caBundle
+(see runtime/controllers/webhookconfig.py). Its replicas share one CA, kept in a Secret of the liqo
+namespace that the first replica creates (`shared_ca`), so whichever replica the webhook Service
+reaches is trusted; each replica issues its own serving certificate from it. No key material ever
+sits in the stack's state.
 """
 
 from __future__ import annotations
@@ -55,11 +57,16 @@ def subject_alt_names(hosts: list[str]) -> list[x509.GeneralName]:
     return names
 
 
-def issue(hosts: list[str], ca_common_name: str = "liqo-webhook-ca") -> ServingCertificate:
-    """A CA and a certificate for `hosts` (IP addresses or DNS names)."""
+@dataclass(frozen=True)
+class CertificateAuthority:
+    cert_pem: bytes
+    key_pem: bytes
+
+
+def new_ca(common_name: str = "liqo-webhook-ca") -> CertificateAuthority:
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name(ca_common_name)
+    ca_name = _name(common_name)
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -72,6 +79,26 @@ def issue(hosts: list[str], ca_common_name: str = "liqo-webhook-ca") -> ServingC
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
+    return CertificateAuthority(
+        ca.public_bytes(serialization.Encoding.PEM),
+        ca_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+
+
+def issue(hosts: list[str], ca_common_name: str = "liqo-webhook-ca") -> ServingCertificate:
+    """A new CA and a certificate for `hosts` (IP addresses or DNS names)."""
+    return issue_with(new_ca(ca_common_name), hosts)
+
+
+def issue_with(authority: CertificateAuthority, hosts: list[str]) -> ServingCertificate:
+    """A certificate for `hosts` (IP addresses or DNS names), signed by `authority`."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca = x509.load_pem_x509_certificate(authority.cert_pem)
+    ca_key = serialization.load_pem_private_key(authority.key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca_name = ca.subject
     key = ec.generate_private_key(ec.SECP256R1())
     alt_names = subject_alt_names(hosts)
     cert = (
@@ -87,7 +114,7 @@ def issue(hosts: list[str], ca_common_name: str = "liqo-webhook-ca") -> ServingC
         .sign(ca_key, hashes.SHA256())
     )
     return ServingCertificate(
-        ca_pem=ca.public_bytes(serialization.Encoding.PEM),
+        ca_pem=authority.cert_pem,
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
         key_pem=key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()

@@ -159,3 +159,130 @@ def test_bad_config_fails_before_any_resource(mocks: RecordingMocks, tmp_path: P
     with pytest.raises(Exception, match=r"liqo:foreignClusters\[1\]\.sharingPercentage: .*less than or equal to 100"):
         run_program()
     assert mocks.resources == []
+
+
+def deployment_named(mocks: RecordingMocks, cluster_id: str, name: str) -> dict[str, Any]:
+    [found] = [m for m in mocks.in_cluster(cluster_id) if m["kind"] == "Deployment" and m["metadata"]["name"] == name]
+    return found
+
+
+def test_every_component_runs_with_the_configured_leader_election(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"leaderElection": {"leaseDurationSeconds": 30, "renewDeadlineSeconds": 20}})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+
+    deployments = [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "Deployment"]
+    assert len(deployments) == 5
+    for deployment in deployments:
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["args"][-3:] == [
+            "--leader-elect-lease-duration=30",
+            "--leader-elect-renew-deadline=20",
+            "--leader-elect-retry-period=2",
+        ]
+
+
+def test_every_deployment_runs_a_command_line_the_runtime_accepts(mocks: RecordingMocks, tmp_path: Path) -> None:
+    """The containers' args are parsed by the runtime's own parser: a flag in the wrong place (a
+    top-level one after the component's command) would crash-loop every pod in cluster mode."""
+    from runtime.__main__ import build_parser
+
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"mode": "cluster", "replicas": 2})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+    deployments = [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "Deployment"]
+    assert deployments
+    for deployment in deployments:
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        env = {e["name"] for e in container.get("env") or []}
+        # the kubelet expands $(VAR) from the container's env (the downward API's pod IP)
+        expanded = [a.replace("$(POD_IP)", "10.0.0.7") if "POD_IP" in env else a for a in container["args"]]
+        args = build_parser().parse_args(expanded)
+        assert (args.probe_address, args.metrics_secure_port) == ("0.0.0.0", 8443)
+        assert args.leader_elect
+
+
+def test_one_replica_has_no_disruption_budget_nor_anti_affinity(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"mode": "cluster"})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+
+    assert [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "PodDisruptionBudget"] == []
+    deployment = deployment_named(mocks, "home", names.CONTROLLER_MANAGER)
+    assert deployment["spec"]["replicas"] == 1
+    assert "affinity" not in deployment["spec"]["template"]["spec"]
+
+
+def test_two_replicas_get_a_disruption_budget_and_land_on_different_nodes(
+    mocks: RecordingMocks, tmp_path: Path
+) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"mode": "cluster", "replicas": {"virtualKubelet": 2, "foreignAgent": 2}})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+
+    budgets = {
+        (r.inputs["cluster_id"], m["metadata"]["name"]): m
+        for r in mocks.objects()
+        if (m := r.inputs["manifest"])["kind"] == "PodDisruptionBudget"
+    }
+    assert set(budgets) == {
+        ("home", "liqo-virtual-kubelet-foreign-1"),
+        ("home", "liqo-virtual-kubelet-foreign-2"),
+        ("foreign-1", names.FOREIGN_AGENT),
+        ("foreign-2", names.FOREIGN_AGENT),
+    }
+    budget = budgets[("home", "liqo-virtual-kubelet-foreign-1")]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"] == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "liqo-virtual-kubelet-foreign-1"}},
+    }
+    kubelet = deployment_named(mocks, "home", "liqo-virtual-kubelet-foreign-1")
+    assert kubelet["spec"]["replicas"] == 2
+    [term] = kubelet["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term == {
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "liqo-virtual-kubelet-foreign-1"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    # one per node: a rollout must free a node before the new pod can land
+    assert kubelet["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert deployment_named(mocks, "home", names.CONTROLLER_MANAGER)["spec"]["replicas"] == 1
+
+
+def test_replicas_in_external_mode_still_run_no_pod(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:runtime"] = json.dumps({"replicas": {"controllerManager": 2}})
+    pulumi.runtime.set_all_config(config)
+    run_program()
+
+    assert deployment_named(mocks, "home", names.CONTROLLER_MANAGER)["spec"]["replicas"] == 0
+
+
+def test_the_controller_manager_may_create_secrets_in_the_liqo_namespace_only(mocks: RecordingMocks) -> None:
+    """Its replicas share the webhook CA through a Secret the first one creates."""
+    run_program()
+
+    [role] = [
+        m for m in mocks.in_cluster("home") if m["kind"] == "Role" and m["metadata"]["name"] == names.CONTROLLER_MANAGER
+    ]
+    assert role["metadata"]["namespace"] == names.LIQO_NAMESPACE
+    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} in role["rules"]
+    [binding] = [
+        m
+        for m in mocks.in_cluster("home")
+        if m["kind"] == "RoleBinding" and m["metadata"]["name"] == names.CONTROLLER_MANAGER
+    ]
+    assert binding["metadata"]["namespace"] == names.LIQO_NAMESPACE
+    assert binding["roleRef"]["name"] == names.CONTROLLER_MANAGER
+    cluster_wide = [
+        m
+        for m in mocks.in_cluster("home")
+        if m["kind"] == "ClusterRole" and m["metadata"]["name"] == names.CONTROLLER_MANAGER
+    ]
+    assert not any("create" in r["verbs"] and "secrets" in r["resources"] for r in cluster_wide[0]["rules"])

@@ -74,8 +74,8 @@ BAD_CONFIGS = [
         id="unknown-key-in-foreign-cluster",
     ),
     pytest.param(
-        config(runtime={"mode": "cluster", "replicas": 2}),
-        "liqo:runtime.replicas",
+        config(runtime={"mode": "cluster", "replica": 2}),
+        "liqo:runtime.replica",
         "is not a known setting",
         id="unknown-key-in-runtime",
     ),
@@ -740,3 +740,66 @@ def test_durations_in_the_config_read_like_kubectl_flags(interval: str | int, se
 )
 def test_the_runtime_image_is_pinned_by_digest_when_one_is_given(runtime: dict[str, str], pinned: str) -> None:
     assert parse(config(runtime=runtime)).runtime.pinned_image == pinned
+
+
+# -- replicas and leader election (issue 16) ------------------------------------------------------
+def test_one_replica_of_each_component_and_client_go_leader_election_by_default() -> None:
+    runtime = parse(config()).runtime
+    assert (runtime.replicas.controller_manager, runtime.replicas.virtual_kubelet, runtime.replicas.foreign_agent) == (
+        1,
+        1,
+        1,
+    )
+    election = runtime.leader_election
+    assert (election.lease_duration_seconds, election.renew_deadline_seconds, election.retry_period_seconds) == (
+        15,
+        10,
+        2,
+    )
+
+
+def test_two_replicas_and_leader_election_settings_are_kept() -> None:
+    runtime = parse(
+        config(
+            runtime={
+                "replicas": {"controllerManager": 2, "virtualKubelet": 2, "foreignAgent": 2},
+                "leaderElection": {"leaseDurationSeconds": "30s", "renewDeadlineSeconds": 20, "retryPeriodSeconds": 4},
+            }
+        )
+    ).runtime
+    assert runtime.replicas.virtual_kubelet == 2
+    assert runtime.leader_election.args() == [
+        "--leader-elect-lease-duration=30",
+        "--leader-elect-renew-deadline=20",
+        "--leader-elect-retry-period=4",
+    ]
+
+
+@pytest.mark.parametrize("replicas", [0, 3, "2", 1.5])
+def test_bad_replicas_name_the_path(replicas: Any) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(config(runtime={"replicas": {"virtualKubelet": replicas}}))
+    assert problem_at(caught.value, "liqo:runtime.replicas.virtualKubelet")
+
+
+def test_one_number_of_replicas_is_every_components() -> None:
+    replicas = parse(config(runtime={"replicas": 2})).runtime.replicas
+    assert (replicas.controller_manager, replicas.virtual_kubelet, replicas.foreign_agent) == (2, 2, 2)
+    with pytest.raises(ConfigError) as caught:
+        parse(config(runtime={"replicas": 3}))
+    assert "less than or equal to 2" in problem_at(caught.value, "liqo:runtime.replicas.controllerManager")
+
+
+def test_unknown_component_in_replicas_is_rejected() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(config(runtime={"replicas": {"webhooks": 2}}))
+    assert "not a known setting" in problem_at(caught.value, "liqo:runtime.replicas.webhooks")
+
+
+def test_leader_election_timing_must_be_consistent_and_names_the_settings() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(config(runtime={"leaderElection": {"leaseDurationSeconds": 10, "renewDeadlineSeconds": 10}}))
+    [problem] = problems(caught.value)
+    assert problem.startswith("liqo:runtime.leaderElection: ")
+    assert "runtime.leaderElection.leaseDurationSeconds (10) must be greater than" in problem
+    assert "runtime.leaderElection.renewDeadlineSeconds (10)" in problem

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime.kube import EngineMetrics, ProbeServer, WorkQueue
+from runtime.kube.serving import resource_of
 
 
 @pytest.fixture
@@ -89,3 +90,19 @@ def test_metrics_leave_the_probe_port_when_served_securely() -> None:
         assert get(probes, "/healthz") == (200, "ok\n")
     finally:
         probes.stop()
+
+
+@pytest.mark.parametrize(
+    ("path", "resource"),
+    [
+        ("/api/v1/namespaces/a/pods/b/status", "pods/status"),
+        ("/api/v1/namespaces/a/pods", "pods"),
+        ("/api/v1/namespaces/a", "namespaces"),
+        ("/api/v1/nodes/n", "nodes"),
+        ("/apis/coordination.k8s.io/v1/namespaces/liqo/leases/x", "leases"),
+        ("/apis/offloading.liqo.io/v1beta1/shadowpods", "shadowpods"),
+        ("/version", "version"),
+    ],
+)
+def test_requests_are_counted_by_resource(path: str, resource: str) -> None:
+    assert resource_of(path) == resource

@@ -1,0 +1,152 @@
+"""Leader election against a real API server: one leader, take-over after expiry or release, loss."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from lightkube import AsyncClient, Client, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Namespace
+
+from liqo_stack.dev.clusters import DevEnvironment
+from runtime.api.leaderelection import LeaderElectionTiming
+from runtime.kube.controlling import gate_on, run_controller
+from runtime.kube.informing import Informer
+from runtime.kube.leaderelection import LeaderElector
+from runtime.kube.queueing import WorkQueue
+
+pytestmark = pytest.mark.clusters
+
+# short, in client-go's proportions, so a test waits seconds rather than the default 15
+FAST = LeaderElectionTiming(lease_duration=3, renew_deadline=2, retry_period=0.5)
+
+
+@pytest.fixture
+def namespace(home: Client, unique_name: str) -> Iterator[str]:
+    home.create(Namespace(metadata=ObjectMeta(name=unique_name)))
+    yield unique_name
+    home.delete(Namespace, unique_name)
+
+
+def electors(dev_env: DevEnvironment, namespace: str, *identities: str) -> list[LeaderElector]:
+    return [
+        LeaderElector(
+            AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home"))),
+            namespace=namespace,
+            name="component",
+            identity=identity,
+            timing=FAST,
+        )
+        for identity in identities
+    ]
+
+
+def holder(home: Client, namespace: str) -> str | None:
+    spec = home.get(Lease, "component", namespace=namespace).spec
+    return spec.holderIdentity if spec else None
+
+
+def test_one_leads_and_a_crashed_leader_is_replaced_after_the_lease_expires(
+    dev_env: DevEnvironment, home: Client, namespace: str
+) -> None:
+    async def scenario() -> tuple[float, list[str]]:
+        first, second = electors(dev_env, namespace, "first", "second")
+        await first.acquire()
+        lost: list[str] = []
+        keeping = asyncio.create_task(first.campaign(lambda: lost.append("first")))
+        standing_by = asyncio.create_task(second.campaign(lambda: lost.append("second")))
+        await asyncio.sleep(3 * FAST.lease_duration)  # the leader renews: the stand-by never takes over
+        assert not second.is_leader.is_set() and first.is_leader.is_set()
+        assert holder(home, namespace) == "first"
+        keeping.cancel()  # a crash: no release
+        crashed = time.monotonic()
+        await asyncio.wait_for(second.is_leader.wait(), 3 * FAST.lease_duration)
+        took_over = time.monotonic() - crashed
+        standing_by.cancel()
+        return took_over, lost
+
+    took_over, lost = asyncio.run(scenario())
+    assert holder(home, namespace) == "second"
+    assert FAST.lease_duration - FAST.retry_period <= took_over <= FAST.lease_duration + 2 * FAST.retry_period
+    assert lost == []
+    lease = home.get(Lease, "component", namespace=namespace)
+    assert lease.spec is not None and lease.spec.leaseTransitions == 1
+
+
+def test_release_hands_over_at_once(dev_env: DevEnvironment, home: Client, namespace: str) -> None:
+    async def scenario() -> float:
+        first, second = electors(dev_env, namespace, "first", "second")
+        await first.acquire()
+        standing_by = asyncio.create_task(second.campaign(lambda: None))
+        await asyncio.sleep(FAST.retry_period * 2)
+        await first.release()
+        released = time.monotonic()
+        await asyncio.wait_for(second.is_leader.wait(), FAST.lease_duration)
+        standing_by.cancel()
+        return time.monotonic() - released
+
+    handed_over = asyncio.run(scenario())
+    assert handed_over < FAST.lease_duration / 2  # the next retry, not an expiry
+    assert holder(home, namespace) == "second"
+
+
+def test_a_leader_that_cannot_renew_gives_up_within_the_renew_deadline(
+    dev_env: DevEnvironment, home: Client, namespace: str
+) -> None:
+    async def scenario() -> float:
+        [leader] = electors(dev_env, namespace, "leader")
+        lost = asyncio.Event()
+        campaign = asyncio.create_task(leader.campaign(lost.set))
+        await asyncio.wait_for(leader.is_leader.wait(), 5)
+        # someone else takes the Lease (as after a partition): renewals are refused from now on
+        lease = home.get(Lease, "component", namespace=namespace)
+        assert lease.spec is not None
+        lease.spec.holderIdentity = "usurper"
+        home.replace(lease)
+        taken = time.monotonic()
+        await asyncio.wait_for(lost.wait(), FAST.renew_deadline + 3 * FAST.retry_period)
+        await campaign
+        return time.monotonic() - taken
+
+    gave_up = asyncio.run(scenario())
+    assert gave_up <= FAST.renew_deadline + 2 * FAST.retry_period
+    assert holder(home, namespace) == "usurper"
+
+
+def test_a_stand_by_controller_syncs_its_informers_but_reconciles_only_once_it_leads(
+    dev_env: DevEnvironment, home: Client, namespace: str
+) -> None:
+    async def scenario() -> tuple[bool, list[str], list[str]]:
+        client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        leadership = asyncio.Event()
+        gate_on(leadership)
+        reconciled: list[str] = []
+
+        async def reconcile(key: str) -> None:
+            reconciled.append(key)
+
+        informer = Informer(client, Namespace)
+        queue = WorkQueue(reconcile, workers=1, name="test")
+        informer.add_handler(lambda event: queue.add(event.key) if event.key == namespace else None)
+        running = asyncio.create_task(run_controller([informer], queue))
+        await asyncio.wait_for(informer.synced.wait(), 10)
+        await asyncio.sleep(1)
+        warm = namespace in informer.store
+        before = list(reconciled)
+        leadership.set()
+        deadline = time.monotonic() + 10
+        while not reconciled and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await client.close()
+        return warm, before, reconciled
+
+    warm, before, after = asyncio.run(scenario())
+    assert warm
+    assert before == []
+    assert after == [namespace]
