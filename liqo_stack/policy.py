@@ -384,7 +384,7 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
     will share from), or, before the first install, its nodes' allocatable minus what runs there.
     Returns also one line per cluster that could not be read (its check is skipped, never guessed)."""
     import yaml
-    from lightkube import ApiError, Client, KubeConfig
+    from lightkube import Client, KubeConfig
     from lightkube.resources.core_v1 import Node, Pod
 
     from runtime.controllers.advertisement import as_quantity, available_for
@@ -402,11 +402,17 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
                 )
                 offered[foreign.cluster_id] = dict((published.get("spec") or {}).get("resources") or {})
                 continue
-            except ApiError as err:
-                if err.status.code != 404:
+            except Exception as err:
+                if not _not_found(err):  # no advertisement yet, or no CRD yet (before the first install)
                     raise
             nodes, pods = list(client.list(Node)), list(client.list(Pod, namespace="*"))
             offered[foreign.cluster_id] = {r: as_quantity(a) for r, a in available_for(home_id, nodes, pods).items()}
         except Exception as err:  # an unreachable cluster must not hide the other checks
             unread.append(f"{_foreign_path(index)} ({foreign.cluster_id}): cannot read what it offers: {err}")
     return offered, unread
+
+
+def _not_found(err: Exception) -> bool:
+    """A 404, whether lightkube decoded a Status (ApiError) or the kind itself is unknown (no CRD yet)."""
+    response = getattr(err, "response", None)
+    return getattr(response, "status_code", None) == 404

@@ -8,6 +8,7 @@ from liqo_stack.cli.demo import demo
 from liqo_stack.cli.dev import dev
 from liqo_stack.cli.info import info
 from liqo_stack.cli.offload import offload, unoffload
+from liqo_stack.cli.preview import preview
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,3 +21,4 @@ main.add_command(demo)
 main.add_command(offload)
 main.add_command(unoffload)
 main.add_command(info)
+main.add_command(preview)
