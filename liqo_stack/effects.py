@@ -255,7 +255,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
     home_id = config.home.cluster_id
     home = clients[home_id]
     snapshot = Snapshot()
-    for offloading in home.list(NamespaceOffloadingResource, namespace="*"):
+    for offloading in _listed(home, NamespaceOffloadingResource, namespace="*"):
         status = offloading.get("status") or {}
         managed = (offloading.metadata.labels or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY
         # a cluster the selector leaves out has a condition too (OffloadingRequired False, NotSelected)
@@ -267,7 +267,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
         snapshot.offloadings[offloading.metadata.namespace] = (managed, clusters, status.get("remoteNamespaceName"))
 
     declared: dict[str, dict[str, str]] = {}
-    for vn in home.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
+    for vn in _listed(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
         spec = vn.get("spec") or {}
         declared[str(spec.get("clusterID"))] = dict(spec.get("labels") or {})
     for node in home.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}):
@@ -334,3 +334,13 @@ def _built_in(kind: str, obj: Any) -> bool:
     return (kind == "configmaps" and name == "kube-root-ca.crt") or (
         kind == "secrets" and getattr(obj, "type", "") == "kubernetes.io/service-account-token"
     )
+
+
+def _listed(client: Any, kind: Any, namespace: str) -> list[Any]:
+    """Objects of a custom kind; none before the stack's first `up` installed its CRD."""
+    try:
+        return list(client.list(kind, namespace=namespace))
+    except Exception as err:
+        if _not_found(err):
+            return []
+        raise
