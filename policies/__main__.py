@@ -3,8 +3,7 @@ into pulumi-policy and gives them the stack config, which the engine sends in it
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +66,15 @@ def _report(found: list[checks.Violation], policy: str, report: ReportViolation)
             report(violation.message, None)
 
 
+def _plain(value: Any) -> Any:
+    """pulumi-policy hands properties as read-only proxies (Mapping, Sequence): plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _objects(args: StackValidationArgs) -> list[tuple[str, Mapping[str, Any]]]:
     """The Kubernetes objects of the stack (KubeObject resources) whose manifest is known at preview."""
     objects: list[tuple[str, Mapping[str, Any]]] = []
@@ -74,7 +82,7 @@ def _objects(args: StackValidationArgs) -> list[tuple[str, Mapping[str, Any]]]:
         if not resource.resource_type.endswith("liqo:KubeObject"):
             continue
         try:
-            manifest = json.loads(json.dumps(resource.props["manifest"], default=dict))
+            manifest = _plain(resource.props["manifest"])
             cluster_id = str(resource.props["cluster_id"])
         except Exception:  # computed from outputs not known yet: not an RBAC object (those are literal)
             continue
