@@ -167,26 +167,6 @@ def plain_kubeconfigs(config: StackConfig, is_secret: Callable[[str], bool]) -> 
     ]
 
 
-def secret_paths(stack_file_config: Mapping[str, Any]) -> set[str]:
-    """The config paths holding `secure:` values in a Pulumi.<stack>.yaml `config:` mapping."""
-    found: set[str] = set()
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, Mapping):
-            if set(value) == {"secure"}:
-                found.add(path)
-                return
-            for key, item in value.items():
-                walk(item, f"{path}.{key}")
-        elif isinstance(value, list):
-            for index, item in enumerate(value):
-                walk(item, f"{path}[{index}]")
-
-    for key, value in stack_file_config.items():
-        walk(value, str(key))
-    return found
-
-
 def is_secret_in(paths: Iterable[str]) -> Callable[[str], bool]:
     """A path is secret when it or a value containing it is (`liqo:foreignClusters` set whole as a secret)."""
     secrets = set(paths)

@@ -4,10 +4,8 @@ into pulumi-policy and gives them the stack config, which the engine sends in it
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pulumi_policy import (
     EnforcementLevel,
     Policy,
@@ -45,15 +43,9 @@ def _stack_config() -> stack_config.StackConfig | None:
 
 
 def _is_secret() -> Callable[[str], bool]:
-    """Per path, from Pulumi.<stack>.yaml beside the program (a `secure:` value), else per top-level key."""
-    paths = set(_STACK["secret_keys"])
-    stack_file = Path.cwd() / f"Pulumi.{_STACK['stack']}.yaml"
-    if _STACK["stack"] and stack_file.is_file():
-        document = yaml.safe_load(stack_file.read_text()) or {}
-        paths = checks.secret_paths(document.get("config") or {}) | {
-            k for k in paths if not isinstance((document.get("config") or {}).get(k), Mapping | list)
-        }
-    return checks.is_secret_in(paths)
+    """The engine names the secret config keys at the top level (`liqo:foreignClusters` holds a secret when
+    any value in it is one); the pack's working directory is the pack, so Pulumi.<stack>.yaml is not at hand."""
+    return checks.is_secret_in(_STACK["secret_keys"])
 
 
 def _settings(args: StackValidationArgs) -> checks.PolicySettings:

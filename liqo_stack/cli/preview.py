@@ -75,7 +75,9 @@ class PreviewReport:
     changes: dict[str, int]
 
     def exit_code(self) -> int:
-        if self.preview_failed and not self.effects.policy_violations:
+        """1 when the preview itself failed (a mandatory policy denied it, a bad config): `up` would fail too;
+        the report still lists the violations and the effects."""
+        if self.preview_failed:
             return 1
         return 2 if self.effects.any() else 0
 
@@ -216,6 +218,6 @@ def preview(stack_name: str, output: str, work_dir: Path, policy_pack: Path) -> 
         click.echo(f"liqo-stack preview: {err}", err=True)
         sys.exit(1)
     click.echo(render(report, output), nl=False)
-    if report.preview_failed and output == "text":
-        click.echo("the Pulumi preview failed (see the policy violations above)", err=True)
+    if report.preview_failed and not report.effects.policy_violations:
+        click.echo(f"the Pulumi preview failed:\n{report.preview_failed}", err=True)
     sys.exit(report.exit_code())

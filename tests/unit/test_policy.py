@@ -64,12 +64,13 @@ def test_plain_kubeconfig_content_is_denied_and_a_secret_passes() -> None:
             {"clusterId": "foreign-2", "kubeconfig": "apiVersion: v1"},
         ]
     )
-    secrets = policy.secret_paths(
-        {"liqo:foreignClusters": [{"clusterId": "foreign-1", "kubeconfig": {"secure": "v1:abc"}}, {"clusterId": "x"}]}
-    )
+    secrets = {"liqo:home"}  # as the engine names them: top-level keys
     found = policy.plain_kubeconfigs(config, policy.is_secret_in(secrets))
-    assert [v.message.split(" ")[0] for v in found] == ["liqo:foreignClusters[1].kubeconfig"]
-    assert "pulumi config set --secret --path 'liqo:foreignClusters[1].kubeconfig'" in found[0].message
+    assert [v.message.split(" ")[0] for v in found] == [
+        "liqo:foreignClusters[0].kubeconfig",
+        "liqo:foreignClusters[1].kubeconfig",
+    ]
+    assert "pulumi config set --secret --path 'liqo:foreignClusters[1].kubeconfig'" in found[1].message
     # the whole key set as a secret covers every cluster in it; paths (kubeconfigPath) need nothing
     assert policy.plain_kubeconfigs(config, policy.is_secret_in({"liqo:foreignClusters"})) == []
     assert policy.plain_kubeconfigs(stack(), policy.is_secret_in(set())) == []
