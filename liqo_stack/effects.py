@@ -17,7 +17,7 @@ from typing import Any
 from lightkube.utils.quantity import parse_quantity
 
 from liqo_stack.config import StackConfig
-from liqo_stack.policy import _not_found
+from liqo_stack.policy import is_not_found
 from runtime.api import names
 from runtime.api.plan import selected_clusters, shared_resources, twin_namespace_name, virtual_node_labels
 
@@ -302,7 +302,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
             published = client.get(ResourceAdvertisementResource, cluster_id, namespace=names.tenant_namespace(home_id))
             snapshot.offered[cluster_id] = dict((published.get("spec") or {}).get("resources") or {})
         except Exception as err:
-            if not _not_found(err):
+            if not is_not_found(err):
                 raise
         for twin in wanted:
             try:
@@ -341,6 +341,6 @@ def _listed(client: Any, kind: Any, namespace: str) -> list[Any]:
     try:
         return list(client.list(kind, namespace=namespace))
     except Exception as err:
-        if _not_found(err):
+        if is_not_found(err):
             return []
         raise

@@ -383,7 +383,7 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
                 offered[foreign.cluster_id] = dict((published.get("spec") or {}).get("resources") or {})
                 continue
             except Exception as err:
-                if not _not_found(err):  # no advertisement yet, or no CRD yet (before the first install)
+                if not is_not_found(err):  # no advertisement yet, or no CRD yet (before the first install)
                     raise
             nodes, pods = list(client.list(Node)), list(client.list(Pod, namespace="*"))
             offered[foreign.cluster_id] = {r: as_quantity(a) for r, a in available_for(home_id, nodes, pods).items()}
@@ -392,7 +392,7 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
     return offered, unread
 
 
-def _not_found(err: Exception) -> bool:
+def is_not_found(err: Exception) -> bool:
     """A 404, whether lightkube decoded a Status (ApiError) or the kind itself is unknown (no CRD yet)."""
     response = getattr(err, "response", None)
     return getattr(response, "status_code", None) == 404

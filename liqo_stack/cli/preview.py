@@ -92,7 +92,9 @@ def preview_stack(stack: auto.Stack, policy_pack: Path | None, policy_config: Pa
             policy_pack_configs=[str(policy_config)] if policy_config else None,
         )
         output = result.stdout
-        changes = {str(op.value): count for op, count in result.change_summary.items() if op != auto.OpType.SAME}
+        # the summary's keys are the engine's operation names ("create", "same", ...), as text
+        summary = {str(getattr(op, "value", op)): count for op, count in result.change_summary.items()}
+        changes = {op: count for op, count in summary.items() if op != "same"}
     except auto.CommandError as err:
         output, failed = str(err), str(err)
     raw = {key: value.value for key, value in stack.get_all_config().items()}
