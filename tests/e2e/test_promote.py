@@ -20,7 +20,7 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.policy import is_not_found
 from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource, VirtualNodeResource
-from tests.conftest import test_state_root
+from tests import conftest
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -29,7 +29,7 @@ STAGING_LAYOUT = ClusterLayout(foreign=1, nodes_per_cluster=1)
 
 @pytest.fixture(scope="module")
 def staging_env() -> Iterator[DevEnvironment]:
-    env = DevEnvironment(state_dir=test_state_root() / "staging-clusters")
+    env = DevEnvironment(state_dir=conftest.test_state_root() / "staging-clusters")
     env.down(progress=lambda message: None)
     try:
         env.up(STAGING_LAYOUT, progress=lambda message: print(f"[staging] {message}", flush=True))
