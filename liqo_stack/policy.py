@@ -340,22 +340,6 @@ def advisories(config: StackConfig, max_sharing_percentage: int = DEFAULT_MAX_SH
     return found
 
 
-def config_violations(
-    config: StackConfig,
-    settings: PolicySettings,
-    *,
-    is_secret: Callable[[str], bool],
-    available: Mapping[str, Mapping[str, str]],
-) -> list[Violation]:
-    """Every check that needs only the stack config (and what the foreign clusters offer)."""
-    return [
-        *extended_resources_rounding_to_zero(config, available),
-        *plain_kubeconfigs(config, is_secret),
-        *reserved_namespace_names(config, settings.reserved_namespaces),
-        *advisories(config, settings.max_sharing_percentage),
-    ]
-
-
 # -- what the foreign clusters offer (live): the only input not in the stack config ------------------
 
 
