@@ -9,6 +9,8 @@ from liqo_stack.cli.dev import dev
 from liqo_stack.cli.image import image
 from liqo_stack.cli.info import info
 from liqo_stack.cli.offload import offload, unoffload
+from liqo_stack.cli.preview import preview
+from liqo_stack.cli.promote import promote
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,3 +24,5 @@ main.add_command(offload)
 main.add_command(unoffload)
 main.add_command(info)
 main.add_command(image)
+main.add_command(preview)
+main.add_command(promote)

@@ -1,0 +1,225 @@
+"""`liqo-stack preview`: the Pulumi preview with the policy pack, then what it will do to running workloads.
+
+Exit code: 0 no effect, 2 effects present (CI gates on it), 1 error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import yaml
+from lightkube import Client, KubeConfig
+from pulumi import automation as auto
+
+from liqo_stack import config as stack_config
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from liqo_stack.effects import Effects, Snapshot, effects
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_POLICY_PACK = REPO / "policies"
+# `- [mandatory]  liqo-reserved-namespace-same-name  (pulumi:pulumi:Stack: ...)`, then its description, then the message
+_VIOLATION = re.compile(r"^\s*- \[(mandatory|advisory)\]\s+(\S+)\s+\(")
+
+
+def workspace_options(work_dir: Path) -> auto.LocalWorkspaceOptions:
+    """The pinned engine; the offline dev backend unless the caller has a backend of its own."""
+    env = PulumiEnvironment.default()
+    options = env.workspace_options(work_dir)
+    if os.environ.get("PULUMI_BACKEND_URL"):
+        own = {k: v for k, v in env.env_vars().items() if k not in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE")}
+        own["PULUMI_BACKEND_URL"] = os.environ["PULUMI_BACKEND_URL"]
+        options.env_vars = own
+        options.pulumi_home = os.environ.get("PULUMI_HOME")
+    return options
+
+
+def select_stack(stack: str, work_dir: Path) -> auto.Stack:
+    return auto.select_stack(stack_name=stack, work_dir=str(work_dir), opts=workspace_options(work_dir))
+
+
+def policy_violations(output: str) -> list[dict[str, str]]:
+    lines = output.splitlines()
+    found = []
+    for index, line in enumerate(lines):
+        match = _VIOLATION.match(line)
+        if match and index + 2 < len(lines):
+            found.append({"enforcement": match[1], "policy": match[2], "message": lines[index + 2].strip()})
+    return found
+
+
+def stack_policy_config(policy_pack: Path, stack: str) -> Path | None:
+    """`policies/config.<stack>.json`, the per-stack settings of the policy pack, when there is one."""
+    candidate = policy_pack / f"config.{stack}.json"
+    return candidate if candidate.is_file() else None
+
+
+def clients_for(config: stack_config.StackConfig) -> dict[str, Client]:
+    clients = {}
+    for cluster in [config.home, *config.foreign_clusters]:
+        kubeconfig = KubeConfig.from_dict(yaml.safe_load(cluster.kubeconfig_text()))
+        clients[cluster.cluster_id] = Client(kubeconfig)
+    return clients
+
+
+@dataclass
+class PreviewReport:
+    stack: str
+    effects: Effects
+    preview_failed: str | None  # the engine's error (a mandatory policy, a bad config), if any
+    changes: dict[str, int]
+
+    def exit_code(self) -> int:
+        """1 when the preview itself failed (a mandatory policy denied it, a bad config): `up` would fail too;
+        the report still lists the violations and the effects."""
+        if self.preview_failed:
+            return 1
+        return 2 if self.effects.any() else 0
+
+
+def preview_stack(stack: auto.Stack, policy_pack: Path | None, policy_config: Path | None) -> PreviewReport:
+    """Pulumi preview (with the policy pack), then the effects from the stack's config and the live clusters."""
+    failed: str | None = None
+    changes: dict[str, int] = {}
+    try:
+        result = stack.preview(
+            policy_packs=[str(policy_pack)] if policy_pack else None,
+            policy_pack_configs=[str(policy_config)] if policy_config else None,
+        )
+        output = result.stdout
+        # the summary's keys are the engine's operation names ("create", "same", ...), as text
+        summary = {str(getattr(op, "value", op)): count for op, count in result.change_summary.items()}
+        changes = {op: count for op, count in summary.items() if op != "same"}
+    except auto.CommandError as err:
+        output, failed = str(err), str(err)
+    raw = {key: value.value for key, value in stack.get_all_config().items()}
+    config = stack_config.from_pulumi_config(raw)  # raises ConfigError naming the field
+    found = effects(config, Snapshot.read(config, clients_for(config)))
+    found.policy_violations = policy_violations(output)
+    return PreviewReport(stack=stack.name, effects=found, preview_failed=failed, changes=changes)
+
+
+# -- output -----------------------------------------------------------------------------------------
+
+
+def _objects(objects: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in objects.items()) or "no objects"
+
+
+def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
+    """(section title, lines) for the text and markdown outputs."""
+    e = report.effects
+    sections: list[tuple[str, list[str]]] = []
+    if e.twins_deleted:
+        sections.append(
+            (
+                "Twin namespaces to be deleted",
+                [
+                    f"{'DATA AT RISK: ' if t['dataAtRisk'] else ''}{t['cluster']}: {t['twin']} "
+                    f"(namespace {t['namespace']}, {t['why']}): {t['pods']} pods, {_objects(t['objects'])}"
+                    for t in e.twins_deleted
+                ],
+            )
+        )
+    if e.pods_losing_node:
+        sections.append(
+            ("Pods losing their virtual node", [f"{p['pod']} on {p['node']} ({p['why']})" for p in e.pods_losing_node])
+        )
+    if e.nodes_shrunk:
+        sections.append(
+            (
+                "Virtual nodes shrinking below their pods' requests",
+                [
+                    f"{n['node']} at {n['sharingPercentage']}%: "
+                    + "; ".join(
+                        f"{r} requested {v['requested']} > new capacity {v['newCapacity']}"
+                        for r, v in n["resources"].items()
+                    )
+                    + f"; pods that no longer fit: {', '.join(n['podsNotFitting']) or 'none individually'}"
+                    for n in e.nodes_shrunk
+                ],
+            )
+        )
+    if e.twins_created:
+        sections.append(
+            (
+                "New twin namespaces",
+                [f"{t['cluster']}: {t['twin']} (namespace {t['namespace']})" for t in e.twins_created],
+            )
+        )
+    if e.naming_conflicts:
+        sections.append(("Naming conflicts (will fail)", [c["why"] for c in e.naming_conflicts]))
+    if e.policy_violations:
+        sections.append(
+            ("Policy violations", [f"[{v['enforcement']}] {v['policy']}: {v['message']}" for v in e.policy_violations])
+        )
+    return sections
+
+
+def render(report: PreviewReport, output: str) -> str:
+    if output == "json":
+        return json.dumps(
+            {
+                "stack": report.stack,
+                "effects": report.effects.as_dict(),
+                "resourceChanges": report.changes,
+                "previewFailed": report.preview_failed is not None,
+                "exitCode": report.exit_code(),
+            },
+            indent=2,
+        )
+    sections = lines_of(report)
+    changes = ", ".join(f"{n} to {op}" for op, n in sorted(report.changes.items())) or "no resource changes"
+    if output == "markdown":
+        text = [f"### liqo-stack preview of `{report.stack}`", "", f"Resources: {changes}.", ""]
+        if not sections:
+            text.append("No effect on running workloads.")
+        for title, items in sections:
+            text += [f"**{title}**", "", *[f"- {item}" for item in items], ""]
+        return "\n".join(text).rstrip() + "\n"
+    text = [f"liqo-stack preview of {report.stack}: {changes}"]
+    if not sections:
+        text.append("no effect on running workloads")
+    for title, items in sections:
+        text += [f"{title}:", *[f"  {item}" for item in items]]
+    return "\n".join(text) + "\n"
+
+
+@click.command()
+@click.option("--stack", "stack_name", required=True, help="the Pulumi stack to preview, e.g. dev")
+@click.option(
+    "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="report format"
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="the Pulumi project (Pulumi.yaml, __main__.py)",
+)
+@click.option(
+    "--policy-pack",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=DEFAULT_POLICY_PACK,
+    show_default=True,
+    help="policy pack to run with the preview (its config: <pack>/config.<stack>.json when present)",
+)
+def preview(stack_name: str, output: str, work_dir: Path, policy_pack: Path) -> None:
+    """Preview a stack: resource changes, policy violations, and what they do to running workloads.
+
+    Exit code 0: no effect; 2: effects present; 1: error."""
+    try:
+        stack = select_stack(stack_name, work_dir.resolve())
+        report = preview_stack(stack, policy_pack.resolve(), stack_policy_config(policy_pack, stack_name))
+    except (stack_config.ConfigError, auto.CommandError, OSError) as err:
+        click.echo(f"liqo-stack preview: {err}", err=True)
+        sys.exit(1)
+    click.echo(render(report, output), nl=False)
+    if report.preview_failed and not report.effects.policy_violations:
+        click.echo(f"the Pulumi preview failed:\n{report.preview_failed}", err=True)
+    sys.exit(report.exit_code())

@@ -1,0 +1,346 @@
+"""What a stack change will do to running workloads: `liqo-stack preview` and `liqo-stack promote`.
+
+A resource diff says "NamespaceOffloading updated"; this says which twin namespace will be deleted with
+how many pods and objects in it, which pods lose their virtual node or no longer fit a shrunk one, which
+twins are new and which of those will fail on a name conflict. The new state comes from the stack config
+through the same plan functions the runtime uses (liqo_stack/plan.py, runtime/api/plan.py); the current
+state is read from the live clusters (`Snapshot.read`), so the computation itself is pure (`effects`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from lightkube.utils.quantity import parse_quantity
+
+from liqo_stack.config import StackConfig
+from liqo_stack.policy import is_not_found
+from runtime.api import names
+from runtime.api.plan import selected_clusters, shared_resources, twin_namespace_name, virtual_node_labels
+
+# Kinds counted in a twin namespace that is about to be deleted (besides its pods): what reflection put
+# there and what the remote pods wrote; PersistentVolumeClaims are data.
+COUNTED_KINDS = ("configmaps", "secrets", "services", "persistentvolumeclaims")
+
+
+@dataclass(frozen=True)
+class TwinState:
+    """A twin namespace in a foreign cluster, as it is now."""
+
+    exists: bool
+    ours: bool  # carries our origin label for this home cluster
+    pods: int = 0
+    objects: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PodOnNode:
+    namespace: str
+    name: str
+    requests: dict[str, str]
+
+
+@dataclass
+class Snapshot:
+    """The live state the effects are computed against."""
+
+    # namespace -> (managed by the stack, clusters it is offloaded to now, twin name)
+    offloadings: dict[str, tuple[bool, list[str], str | None]] = field(default_factory=dict)
+    # cluster id -> labels of its virtual Node at home that the stack did not declare (an admin's)
+    extra_node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    # cluster id -> what it advertises (before the sharing percentage)
+    offered: dict[str, dict[str, str]] = field(default_factory=dict)
+    # cluster id -> pods at home on its virtual node (oldest first)
+    pods_on_node: dict[str, list[PodOnNode]] = field(default_factory=dict)
+    # (cluster id, namespace name) -> its state in that foreign cluster
+    twins: dict[tuple[str, str], TwinState] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, config: StackConfig, clients: dict[str, Any]) -> Snapshot:
+        """From the live clusters (`clients`: cluster id -> lightkube Client; home included)."""
+        return _read_snapshot(config, clients)
+
+
+@dataclass
+class Effects:
+    twins_deleted: list[dict[str, Any]] = field(default_factory=list)
+    pods_losing_node: list[dict[str, Any]] = field(default_factory=list)
+    nodes_shrunk: list[dict[str, Any]] = field(default_factory=list)
+    twins_created: list[dict[str, Any]] = field(default_factory=list)
+    naming_conflicts: list[dict[str, Any]] = field(default_factory=list)
+    policy_violations: list[dict[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def any(self) -> bool:
+        return any(
+            (
+                self.twins_deleted,
+                self.pods_losing_node,
+                self.nodes_shrunk,
+                self.twins_created,
+                self.naming_conflicts,
+                self.policy_violations,
+            )
+        )
+
+    def needs_approval(self) -> bool:
+        """Effects a human should see before `up`: anything destructive, failing or denied."""
+        return bool(self.twins_deleted or self.pods_losing_node or self.nodes_shrunk or self.naming_conflicts) or any(
+            v.get("enforcement") == "mandatory" for v in self.policy_violations
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def planned_selection(config: StackConfig, snapshot: Snapshot) -> dict[str, tuple[list[str], str]]:
+    """Per namespace declared in the stack: the clusters it will be offloaded to, and the twin name."""
+    labels = {
+        f.cluster_id: {
+            **snapshot.extra_node_labels.get(f.cluster_id, {}),
+            **virtual_node_labels(f.cluster_id, f.labels),
+        }
+        for f in config.foreign_clusters
+    }
+    plan = {}
+    for ns in config.namespaces:
+        twin = twin_namespace_name(
+            ns.name, ns.namespace_mapping_strategy, config.home.cluster_id, ns.remote_namespace_name
+        )
+        plan[ns.name] = (selected_clusters(ns.selector(), labels), twin)
+    return plan
+
+
+def _amount(quantity: str) -> Decimal:
+    return parse_quantity(quantity) or Decimal(0)
+
+
+def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
+    found = Effects()
+    plan = planned_selection(config, snapshot)
+    peered = {f.cluster_id for f in config.foreign_clusters}
+
+    # -- twins that go: a cluster no longer selected, a namespace no longer declared, a peering removed
+    for namespace, (managed, clusters, twin) in sorted(snapshot.offloadings.items()):
+        if namespace in plan:
+            kept = set(plan[namespace][0])
+        elif managed:
+            kept = set()  # the stack deletes its NamespaceOffloading: unoffloaded everywhere
+        else:
+            kept = set(clusters) & peered  # offloaded by hand: only a removed peering takes it away
+        for cluster_id in clusters:
+            if cluster_id in kept:
+                continue
+            state = snapshot.twins.get((cluster_id, twin or ""), TwinState(exists=False, ours=True))
+            objects = sum(state.objects.values())
+            found.twins_deleted.append(
+                {
+                    "namespace": namespace,
+                    "cluster": cluster_id,
+                    "twin": twin,
+                    "pods": state.pods,
+                    "objects": dict(state.objects),
+                    "dataAtRisk": state.pods > 0 or objects > 0,
+                    "why": "peering removed"
+                    if cluster_id not in peered
+                    else (
+                        "namespace no longer offloaded by the stack"
+                        if namespace not in plan
+                        else "cluster no longer selected"
+                    ),
+                }
+            )
+            for pod in snapshot.pods_on_node.get(cluster_id, []):
+                if pod.namespace == namespace:
+                    found.pods_losing_node.append(
+                        {
+                            "pod": f"{pod.namespace}/{pod.name}",
+                            "node": names.virtual_node_name(cluster_id),
+                            "why": "twin deleted",
+                        }
+                    )
+
+    # -- a peering removed: every pod on its virtual node loses it
+    for cluster_id, pods in sorted(snapshot.pods_on_node.items()):
+        if cluster_id in peered:
+            continue
+        listed = {p["pod"] for p in found.pods_losing_node}
+        for pod in pods:
+            if f"{pod.namespace}/{pod.name}" not in listed:
+                found.pods_losing_node.append(
+                    {
+                        "pod": f"{pod.namespace}/{pod.name}",
+                        "node": names.virtual_node_name(cluster_id),
+                        "why": "peering removed",
+                    }
+                )
+
+    # -- virtual nodes that shrink below what their pods request
+    for foreign in config.foreign_clusters:
+        offered = snapshot.offered.get(foreign.cluster_id)
+        pods = snapshot.pods_on_node.get(foreign.cluster_id, [])
+        if not offered or not pods:
+            continue
+        capacity = shared_resources(offered, config.sharing_of(foreign), foreign.fixed_resources).capacity
+        requested: dict[str, Decimal] = defaultdict(Decimal)
+        for pod in pods:
+            for resource, quantity in pod.requests.items():
+                requested[resource] += _amount(quantity)
+        short = {
+            r: {"requested": str(requested[r].normalize()), "newCapacity": capacity[r]}
+            for r in sorted(requested)
+            if r in capacity and requested[r] > _amount(capacity[r])
+        }
+        if not short:
+            continue
+        # the pods beyond the new capacity, oldest kept first (as a scheduler filling the node would)
+        used: dict[str, Decimal] = defaultdict(Decimal)
+        not_fitting = []
+        for pod in pods:
+            fits = True
+            for resource, quantity in pod.requests.items():
+                if resource in short and used[resource] + _amount(quantity) > _amount(capacity[resource]):
+                    fits = False
+            if fits:
+                for resource, quantity in pod.requests.items():
+                    used[resource] += _amount(quantity)
+            else:
+                not_fitting.append(f"{pod.namespace}/{pod.name}")
+        found.nodes_shrunk.append(
+            {
+                "cluster": foreign.cluster_id,
+                "node": names.virtual_node_name(foreign.cluster_id),
+                "sharingPercentage": config.sharing_of(foreign),
+                "resources": short,
+                "podsNotFitting": not_fitting,
+            }
+        )
+
+    # -- new twins, and those whose name is taken in the foreign cluster by a namespace not ours
+    for namespace, (clusters, twin) in sorted(plan.items()):
+        now = snapshot.offloadings.get(namespace)
+        current = set(now[1]) if now else set()
+        for cluster_id in clusters:
+            if cluster_id in current:
+                continue
+            existing = snapshot.twins.get((cluster_id, twin))
+            if existing is not None and existing.exists and not existing.ours:
+                found.naming_conflicts.append(
+                    {
+                        "namespace": namespace,
+                        "cluster": cluster_id,
+                        "twin": twin,
+                        "why": f"namespace {twin} exists in {cluster_id} and was not created by liqo-stack for this "
+                        f"home cluster: the offloading will fail there (change the namespaceMappingStrategy)",
+                    }
+                )
+            else:
+                found.twins_created.append({"namespace": namespace, "cluster": cluster_id, "twin": twin})
+    return found
+
+
+# -- reading the live clusters ----------------------------------------------------------------------
+
+
+def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
+    from lightkube import ApiError
+    from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, Service
+
+    from runtime.controllers.advertisement import pod_requests
+    from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
+
+    home_id = config.home.cluster_id
+    home = clients[home_id]
+    snapshot = Snapshot()
+    for offloading in _listed(home, NamespaceOffloadingResource, namespace="*"):
+        status = offloading.get("status") or {}
+        managed = (offloading.metadata.labels or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY
+        # a cluster the selector leaves out has a condition too (OffloadingRequired False, NotSelected)
+        clusters = sorted(
+            cluster_id
+            for cluster_id, conditions in (status.get("remoteNamespacesConditions") or {}).items()
+            if any(c.get("type") == "OffloadingRequired" and c.get("status") == "True" for c in conditions or [])
+        )
+        snapshot.offloadings[offloading.metadata.namespace] = (managed, clusters, status.get("remoteNamespaceName"))
+
+    declared: dict[str, dict[str, str]] = {}
+    for vn in _listed(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
+        spec = vn.get("spec") or {}
+        declared[str(spec.get("clusterID"))] = dict(spec.get("labels") or {})
+    for node in home.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}):
+        cluster_id = (node.metadata.labels or {}).get(names.REMOTE_CLUSTER_ID_LABEL)
+        if not cluster_id:
+            continue
+        own = set(declared.get(cluster_id, {})) | {names.TYPE_LABEL, names.REMOTE_CLUSTER_ID_LABEL}
+        snapshot.extra_node_labels[cluster_id] = {
+            k: v
+            for k, v in (node.metadata.labels or {}).items()
+            if k not in own and not k.startswith(("kubernetes.io/", "node.kubernetes.io/", "beta.kubernetes.io/"))
+        }
+    for pod in sorted(
+        home.list(Pod, namespace="*"), key=lambda p: (p.metadata.creationTimestamp or 0, p.metadata.name)
+    ):
+        node_name = pod.spec.nodeName if pod.spec else None
+        phase = pod.status.phase if pod.status else None
+        if not node_name or not node_name.startswith("liqo-") or phase in ("Succeeded", "Failed"):
+            continue
+        cluster_id = node_name.removeprefix("liqo-")
+        requests = {r: str(a.normalize()) for r, a in pod_requests(pod).items() if r != "pods"}
+        snapshot.pods_on_node.setdefault(cluster_id, []).append(
+            PodOnNode(pod.metadata.namespace or "", pod.metadata.name or "", requests)
+        )
+
+    wanted = {twin for clusters_twin in planned_selection(config, snapshot).values() for twin in [clusters_twin[1]]}
+    wanted |= {twin for _, _, twin in snapshot.offloadings.values() if twin}
+    for cluster_id, client in clients.items():
+        if cluster_id == home_id:
+            continue
+        try:
+            published = client.get(ResourceAdvertisementResource, cluster_id, namespace=names.tenant_namespace(home_id))
+            snapshot.offered[cluster_id] = dict((published.get("spec") or {}).get("resources") or {})
+        except Exception as err:
+            if not is_not_found(err):
+                raise
+        for twin in wanted:
+            try:
+                ns = client.get(Namespace, twin)
+            except ApiError as err:
+                if err.status.code == 404:
+                    continue
+                raise
+            ours = (ns.metadata.labels or {}).get(names.ORIGIN_LABEL) == home_id
+            pods = len(list(client.list(Pod, namespace=twin)))
+            kinds: list[tuple[str, Any]] = [
+                ("configmaps", ConfigMap),
+                ("secrets", Secret),
+                ("services", Service),
+                ("persistentvolumeclaims", PersistentVolumeClaim),
+            ]
+            objects = {}
+            for kind_name, kind in kinds:
+                listed = [o for o in client.list(kind, namespace=twin) if not _built_in(kind_name, o)]
+                if listed:
+                    objects[kind_name] = len(listed)
+            snapshot.twins[(cluster_id, twin)] = TwinState(exists=True, ours=ours, pods=pods, objects=objects)
+    return snapshot
+
+
+def _built_in(kind: str, obj: Any) -> bool:
+    """Objects every namespace has (the root CA ConfigMap, service-account tokens): not user data."""
+    name = obj.metadata.name or ""
+    return (kind == "configmaps" and name == "kube-root-ca.crt") or (
+        kind == "secrets" and getattr(obj, "type", "") == "kubernetes.io/service-account-token"
+    )
+
+
+def _listed(client: Any, kind: Any, namespace: str) -> list[Any]:
+    """Objects of a custom kind; none before the stack's first `up` installed its CRD."""
+    try:
+        return list(client.list(kind, namespace=namespace))
+    except Exception as err:
+        if is_not_found(err):
+            return []
+        raise

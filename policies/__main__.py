@@ -1,0 +1,161 @@
+"""liqo-stack's policy pack. The checks are pure functions in liqo_stack/policy.py; this file wires them
+into pulumi-policy and gives them the stack config, which the engine sends in its ConfigureStack call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    Policy,
+    PolicyConfigSchema,
+    PolicyPack,
+    ReportViolation,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy import policy as policy_module
+
+from liqo_stack import config as stack_config
+from liqo_stack import policy as checks
+
+# -- the stack config -------------------------------------------------------------------------------
+# pulumi-policy 1.21 reads only the tags of ConfigureStack; the engine also sends the stack's config and
+# which keys are secret. Keep them: every check is a function of the `liqo:` config.
+_STACK: dict[str, Any] = {"config": {}, "secret_keys": [], "stack": ""}
+_configure_stack = policy_module._PolicyAnalyzerServicer.ConfigureStack
+
+
+def _capture_stack(self: Any, request: Any, context: Any) -> Any:
+    _STACK.update(config=dict(request.config), secret_keys=list(request.config_secret_keys), stack=request.stack)
+    return _configure_stack(self, request, context)
+
+
+policy_module._PolicyAnalyzerServicer.ConfigureStack = _capture_stack  # type: ignore[method-assign,assignment]
+
+
+def _stack_config() -> stack_config.StackConfig | None:
+    try:
+        return stack_config.from_pulumi_config(_STACK["config"])
+    except stack_config.ConfigError:
+        return None  # the program itself fails the preview, naming the field
+
+
+def _is_secret() -> Callable[[str], bool]:
+    """The engine names the secret config keys at the top level (`liqo:foreignClusters` holds a secret when
+    any value in it is one); the pack's working directory is the pack, so Pulumi.<stack>.yaml is not at hand."""
+    return checks.is_secret_in(_STACK["secret_keys"])
+
+
+def _settings(args: StackValidationArgs) -> checks.PolicySettings:
+    return checks.PolicySettings.from_policy_config({"all": dict(args.get_config() or {})})
+
+
+def _report(found: list[checks.Violation], policy: str, report: ReportViolation) -> None:
+    for violation in found:
+        if violation.policy == policy:
+            report(violation.message, None)
+
+
+def _plain(value: Any) -> Any:
+    """pulumi-policy hands properties as read-only proxies (Mapping, Sequence): plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _objects(args: StackValidationArgs) -> list[tuple[str, Mapping[str, Any]]]:
+    """The Kubernetes objects of the stack (KubeObject resources) whose manifest is known at preview."""
+    objects: list[tuple[str, Mapping[str, Any]]] = []
+    for resource in args.resources:
+        if not resource.resource_type.endswith("liqo:KubeObject"):
+            continue
+        try:
+            manifest = _plain(resource.props["manifest"])
+            cluster_id = str(resource.props["cluster_id"])
+        except Exception:  # computed from outputs not known yet: not an RBAC object (those are literal)
+            continue
+        if isinstance(manifest, dict):
+            objects.append((cluster_id, manifest))
+    return objects
+
+
+def _config_policy(
+    name: str, compute: Callable[[stack_config.StackConfig, checks.PolicySettings], list[checks.Violation]]
+) -> StackValidationPolicy:
+    level, description = checks.POLICIES[name]
+
+    def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+        config = _stack_config()
+        if config is None:
+            args.not_applicable("the stack config is invalid (the program reports why)")
+            return
+        _report(compute(config, _settings(args)), name, report)
+
+    return StackValidationPolicy(
+        name=name,
+        description=description,
+        enforcement_level=EnforcementLevel.MANDATORY if level == checks.MANDATORY else EnforcementLevel.ADVISORY,
+        validate=validate,
+        config_schema=_SCHEMAS.get(name),
+    )
+
+
+def _extended(config: stack_config.StackConfig, _: checks.PolicySettings) -> list[checks.Violation]:
+    offered, unread = checks.offered_by(config)
+    for line in unread:
+        print(f"{checks.EXTENDED_RESOURCE_ROUNDS_TO_ZERO}: skipped {line}", flush=True)
+    return checks.extended_resources_rounding_to_zero(config, offered)
+
+
+_SCHEMAS = {
+    checks.RESERVED_NAMESPACE_SAME_NAME: PolicyConfigSchema(
+        properties={"reservedNamespaces": {"type": "array", "items": {"type": "string"}}}
+    ),
+    checks.SHARING_PERCENTAGE_HIGH: PolicyConfigSchema(
+        properties={"maxSharingPercentage": {"type": "integer", "minimum": 1, "maximum": 100}}
+    ),
+}
+
+
+def _least_privilege() -> StackValidationPolicy:
+    description = checks.POLICIES[checks.HOME_IDENTITY_LEAST_PRIVILEGE][1]
+
+    def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+        config = _stack_config()
+        if config is None:
+            args.not_applicable("the stack config is invalid (the program reports why)")
+            return
+        for violation in checks.home_identity_privileges(config.home.cluster_id, _objects(args)):
+            report(violation.message, None)
+
+    return StackValidationPolicy(
+        name=checks.HOME_IDENTITY_LEAST_PRIVILEGE,
+        description=description,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        validate=validate,
+    )
+
+
+POLICIES: list[Policy] = [
+    _config_policy(checks.EXTENDED_RESOURCE_ROUNDS_TO_ZERO, _extended),
+    _least_privilege(),
+    _config_policy(checks.KUBECONFIG_AS_SECRET, lambda c, _: checks.plain_kubeconfigs(c, _is_secret())),
+    _config_policy(
+        checks.RESERVED_NAMESPACE_SAME_NAME, lambda c, s: checks.reserved_namespace_names(c, s.reserved_namespaces)
+    ),
+    *[
+        _config_policy(name, lambda c, s: checks.advisories(c, s.max_sharing_percentage))
+        for name in (
+            checks.NAMESPACE_WITHOUT_SELECTOR,
+            checks.SHARING_PERCENTAGE_HIGH,
+            checks.NO_HEALTH_CHECK_THRESHOLD,
+        )
+    ],
+]
+
+if __name__ == "__main__":
+    PolicyPack(name="liqo-stack", policies=POLICIES, enforcement_level=EnforcementLevel.MANDATORY)

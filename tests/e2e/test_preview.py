@@ -1,0 +1,118 @@
+"""`liqo-stack preview` on the dev clusters with the stack installed and the runtime running: what a
+change will do to running workloads, from the plan functions and the live clusters, with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from lightkube import Client
+from pulumi import automation as auto
+
+from liqo_stack.cli import main as cli
+from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from tests.e2e.harness import VIRTUAL_NODES, deploy_running, node_ready, wait_phase, wait_until
+
+pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+
+NAMESPACE = "preview-apps"
+
+
+def liqo_config(stack: auto.Stack) -> dict[str, Any]:
+    return {
+        key.split(":", 1)[1]: json.loads(value.value)
+        for key, value in stack.get_all_config().items()
+        if key.startswith("liqo:")
+    }
+
+
+@pytest.fixture(scope="module")
+def on_foreign_2(installed: auto.Stack, runtime: ExternalRuntime, home: Client) -> Iterator[dict[str, Any]]:
+    """preview-apps offloaded (Remote) to the us-west cluster only, with 4 pods running there."""
+    config = liqo_config(installed)
+    original = json.loads(json.dumps(config))
+    config["namespaces"] = [
+        {"name": NAMESPACE, "podOffloadingStrategy": "Remote", "clusterSelector": ["region=us-west"]}
+    ]
+    PulumiEnvironment.set_liqo_config(installed, config)
+    installed.up(on_output=print)
+    wait_until(lambda: all(node_ready(home, n) for n in VIRTUAL_NODES.values()), 60, "virtual nodes Ready")
+    wait_phase(home, NAMESPACE, "Ready")
+    deploy_running(home, NAMESPACE, "web", 4)
+    try:
+        yield config
+    finally:
+        PulumiEnvironment.set_liqo_config(installed, original)  # the conftest teardown unoffloads the rest
+
+
+def run_preview(stack: auto.Stack, pulumi_env: PulumiEnvironment, output: str) -> tuple[int, str]:
+    env = {k: v for k, v in pulumi_env.env_vars().items() if k != "PATH"}
+    result = CliRunner().invoke(
+        cli,
+        ["preview", "--stack", stack.name, "--work-dir", stack.workspace.work_dir, "--output", output],
+        env=env,
+        catch_exceptions=False,
+    )
+    print(result.output)
+    return result.exit_code, result.output
+
+
+def test_selector_change_that_drops_a_cluster_reports_its_twin_and_pods(
+    installed: auto.Stack, on_foreign_2: dict[str, Any], pulumi_env: PulumiEnvironment
+) -> None:
+    config = json.loads(json.dumps(on_foreign_2))
+    config["namespaces"][0]["clusterSelector"] = ["region=europe"]
+    PulumiEnvironment.set_liqo_config(installed, config)
+    code, output = run_preview(installed, pulumi_env, "json")
+    assert code == 2
+    report = json.loads(output)["effects"]
+    assert report["twins_deleted"] == [
+        {
+            "namespace": NAMESPACE,
+            "cluster": "foreign-2",
+            "twin": f"{NAMESPACE}-home",
+            "pods": 4,
+            "objects": report["twins_deleted"][0]["objects"],
+            "dataAtRisk": True,
+            "why": "cluster no longer selected",
+        }
+    ]
+    assert sorted(p["node"] for p in report["pods_losing_node"]) == ["liqo-foreign-2"] * 4
+    assert report["twins_created"] == [{"namespace": NAMESPACE, "cluster": "foreign-1", "twin": f"{NAMESPACE}-home"}]
+    assert report["naming_conflicts"] == []
+
+    code, markdown = run_preview(installed, pulumi_env, "markdown")
+    assert code == 2
+    assert (
+        f"- DATA AT RISK: foreign-2: {NAMESPACE}-home (namespace {NAMESPACE}, cluster no longer selected): 4 pods"
+        in markdown
+    )
+
+
+def test_sharing_cut_below_current_requests_reports_the_pods_that_no_longer_fit(
+    installed: auto.Stack, on_foreign_2: dict[str, Any], pulumi_env: PulumiEnvironment, dev_env: DevEnvironment
+) -> None:
+    config = json.loads(json.dumps(on_foreign_2))
+    config["foreignClusters"][1]["sharingPercentage"] = 1  # 2 nodes x 16 cpu x 1 % = 320m < 4 x 100m
+    PulumiEnvironment.set_liqo_config(installed, config)
+    code, output = run_preview(installed, pulumi_env, "text")
+    assert code == 2
+    assert "Virtual nodes shrinking below their pods' requests:" in output
+    assert "liqo-foreign-2 at 1%: cpu requested 0.4 > new capacity 320m" in output
+    shrunk = output.split("pods that no longer fit: ")[1].splitlines()[0].split(", ")
+    assert len(shrunk) == 1 and shrunk[0].startswith(f"{NAMESPACE}/web-")
+    assert "Twin namespaces to be deleted" not in output
+
+
+def test_no_change_has_no_effect(
+    installed: auto.Stack, on_foreign_2: dict[str, Any], pulumi_env: PulumiEnvironment
+) -> None:
+    PulumiEnvironment.set_liqo_config(installed, on_foreign_2)
+    code, output = run_preview(installed, pulumi_env, "text")
+    assert "no effect on running workloads" in output
+    assert code == 0

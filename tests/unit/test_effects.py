@@ -1,0 +1,106 @@
+"""The effects of a stack change on running workloads (liqo_stack/effects.py), as a pure function of the
+new stack config and a snapshot of the live clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from liqo_stack.config import StackConfig, parse
+from liqo_stack.effects import PodOnNode, Snapshot, TwinState, effects
+
+
+def stack(namespaces: list[dict[str, Any]], sharing: int | None = None) -> StackConfig:
+    foreign_2: dict[str, Any] = {"clusterId": "foreign-2", "kubeconfigPath": "/dev/null", "labels": {"region": "us"}}
+    if sharing is not None:
+        foreign_2["sharingPercentage"] = sharing
+    return parse(
+        {
+            "home": {"clusterId": "home", "kubeconfigPath": "/dev/null"},
+            "foreignClusters": [
+                {"clusterId": "foreign-1", "kubeconfigPath": "/dev/null", "labels": {"region": "eu"}},
+                foreign_2,
+            ],
+            "namespaces": namespaces,
+        }
+    )
+
+
+def pods(count: int, namespace: str = "apps") -> list[PodOnNode]:
+    return [PodOnNode(namespace, f"web-{i}", {"cpu": "100m", "memory": "64Mi"}) for i in range(count)]
+
+
+def snapshot(**overrides: Any) -> Snapshot:
+    base = Snapshot(
+        offloadings={"apps": (True, ["foreign-2"], "apps-home")},
+        offered={"foreign-2": {"cpu": "32", "memory": "128Gi", "pods": "220"}},
+        pods_on_node={"foreign-2": pods(4)},
+        twins={("foreign-2", "apps-home"): TwinState(exists=True, ours=True, pods=4, objects={"configmaps": 2})},
+    )
+    for key, value in overrides.items():
+        setattr(base, key, value)
+    return base
+
+
+def test_dropping_a_cluster_reports_its_twin_with_pods_and_objects() -> None:
+    found = effects(stack([{"name": "apps", "clusterSelector": ["region=eu"]}]), snapshot())
+    assert found.twins_deleted == [
+        {
+            "namespace": "apps",
+            "cluster": "foreign-2",
+            "twin": "apps-home",
+            "pods": 4,
+            "objects": {"configmaps": 2},
+            "dataAtRisk": True,
+            "why": "cluster no longer selected",
+        }
+    ]
+    assert [p["pod"] for p in found.pods_losing_node] == [f"apps/web-{i}" for i in range(4)]
+    assert found.twins_created == [{"namespace": "apps", "cluster": "foreign-1", "twin": "apps-home"}]
+    assert found.needs_approval()
+
+
+def test_a_namespace_removed_from_the_stack_loses_every_twin() -> None:
+    found = effects(stack([]), snapshot())
+    assert [(t["cluster"], t["why"]) for t in found.twins_deleted] == [
+        ("foreign-2", "namespace no longer offloaded by the stack")
+    ]
+
+
+def test_a_namespace_offloaded_by_hand_is_not_the_stacks_to_remove() -> None:
+    found = effects(stack([]), snapshot(offloadings={"apps": (False, ["foreign-2"], "apps-home")}))
+    assert found.twins_deleted == [] and not found.any()
+
+
+def test_sharing_cut_below_requests_lists_the_pods_that_no_longer_fit() -> None:
+    found = effects(stack([{"name": "apps", "clusterSelector": ["region=us"]}], sharing=1), snapshot())
+    assert found.nodes_shrunk == [
+        {
+            "cluster": "foreign-2",
+            "node": "liqo-foreign-2",
+            "sharingPercentage": 1,
+            "resources": {"cpu": {"requested": "0.4", "newCapacity": "320m"}},
+            "podsNotFitting": ["apps/web-3"],
+        }
+    ]
+    assert found.twins_deleted == [] and found.twins_created == []
+
+
+def test_unchanged_stack_has_no_effect() -> None:
+    found = effects(stack([{"name": "apps", "clusterSelector": ["region=us"]}]), snapshot())
+    assert not found.any() and not found.needs_approval()
+
+
+def test_a_foreign_namespace_of_the_twins_name_that_is_not_ours_is_a_conflict() -> None:
+    taken = snapshot(twins={("foreign-1", "apps"): TwinState(exists=True, ours=False, pods=3)})
+    found = effects(
+        stack([{"name": "apps", "namespaceMappingStrategy": "EnforceSameName", "clusterSelector": ["region=eu"]}]),
+        Snapshot(twins=taken.twins),
+    )
+    assert [(c["cluster"], c["twin"]) for c in found.naming_conflicts] == [("foreign-1", "apps")]
+    assert found.twins_created == [] and found.needs_approval()
+
+
+def test_a_label_an_administrator_added_to_a_virtual_node_still_selects() -> None:
+    config = stack([{"name": "apps", "clusterSelector": ["team=ml"]}])
+    found = effects(config, snapshot(extra_node_labels={"foreign-2": {"team": "ml"}}))
+    assert not found.any()
