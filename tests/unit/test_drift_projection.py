@@ -102,7 +102,7 @@ def test_projection_keeps_owned_fields_and_drops_other_writers() -> None:
 
 def test_projection_of_set_and_index_list_keys() -> None:
     live = {"finalizers": ["a", "b", "c"], "args": ["--x", "--y"]}
-    fields = {"f:finalizers": {'v:"b"': {}}, "f:args": {"i:1": {}}}
+    fields: dict[str, Any] = {"f:finalizers": {'v:"b"': {}}, "f:args": {"i:1": {}}}
     assert drift.project(live, fields) == {"finalizers": ["b"], "args": ["--y"]}
 
 
@@ -130,7 +130,7 @@ def test_a_hand_removed_field_is_missing_from_the_report() -> None:
 
 def test_a_key_added_inside_an_atomic_list_item_shows_though_never_declared() -> None:
     """A Role rule given resourceNames by hand: the declared paths agree, the owned value does not."""
-    fields = {"f:rules": {}}
+    fields: dict[str, Any] = {"f:rules": {}}
     declared = {"kind": "Role", "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
     rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"], "resourceNames": ["x"]}
     live = {"kind": "Role", "rules": [rule]}
@@ -161,7 +161,7 @@ def test_secret_values_are_compared_by_digest_and_string_data_read_from_data() -
         "kind": "Secret",
         "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode(), "token": "dG9rZW4="},
     }
-    fields = {"f:stringData": {"f:kubeconfig": {}}}
+    fields: dict[str, Any] = {"f:stringData": {"f:kubeconfig": {}}}
     view = drift.live_view(live, fields)
     assert kubeconfig not in str(view)
     assert drift.in_sync(declared, view)
