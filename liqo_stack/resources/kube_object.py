@@ -129,7 +129,7 @@ def _apply(props: dict[str, Any]) -> dict[str, Any]:
     if manifest["kind"] == "CustomResourceDefinition":
         _wait_established(client, manifest["metadata"]["name"])
     meta = applied.metadata if hasattr(applied, "metadata") else None
-    return {"uid": getattr(meta, "uid", None), **_baseline(_as_dict(applied))}
+    return {"uid": getattr(meta, "uid", None), **_baseline(_as_dict(applied), manifest)}
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
@@ -137,10 +137,13 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return found
 
 
-def _baseline(applied: dict[str, Any]) -> dict[str, Any]:
+def _baseline(applied: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
     """What a later refresh compares the live object with: the fields this apply left ours and a
     digest of their values (a digest, not the values: a Secret's would land in the state)."""
-    fields = drift.owned_fields((applied.get("metadata") or {}).get("managedFields"), FIELD_MANAGER)
+    # owning nothing (a Namespace declared by name only): its declared paths, as `read` does
+    fields = drift.owned_fields((applied.get("metadata") or {}).get("managedFields"), FIELD_MANAGER) or drift.fields_of(
+        manifest
+    )
     return {"owned_fields": fields, "live_digest": drift.digest_of(drift.live_view(applied, fields))}
 
 
@@ -252,7 +255,11 @@ class KubeObjectProvider(ResourceProvider):
         if digest == baseline:
             outs["manifest"] = declared_manifest
             return ReadResult(id_, outs)
-        outs["manifest"] = drift.drifted(integral_numbers(declared_manifest), view)
+        shown = drift.drifted(integral_numbers(declared_manifest), view)
+        if drift.same_tree(shown, drift.comparable(integral_numbers(declared_manifest))):
+            outs["manifest"] = declared_manifest  # changed where nothing can show it: no diff to offer
+            return ReadResult(id_, outs)
+        outs["manifest"] = shown
         outs[DECLARED_KEY] = _as_secret(declared_manifest)
         return ReadResult(id_, outs)
 
