@@ -175,3 +175,15 @@ def test_fields_of_a_manifest_own_its_lists_whole() -> None:
     manifest = {"metadata": {"name": "x"}, "rules": [{"verbs": ["get"]}]}
     assert drift.fields_of(manifest) == {"f:metadata": {"f:name": {}}, "f:rules": {}}
     assert drift.project({**manifest, "status": {"phase": "Ready"}}, drift.fields_of(manifest)) == manifest
+
+
+def test_an_object_our_manager_owns_nothing_of_is_compared_on_its_declared_paths() -> None:
+    """A Namespace declared by name only: no managedFields entry is ours; the server's later writes
+    (resourceVersion, a label the runtime adds) are no drift."""
+    from liqo_stack.resources.kube_object import _baseline
+
+    declared = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}
+    applied = {**declared, "metadata": {"name": "apps", "resourceVersion": "1", "uid": "u"}}
+    baseline = _baseline(applied, declared)
+    later = {**declared, "metadata": {"name": "apps", "resourceVersion": "9", "labels": {"x": "y"}}, "status": {}}
+    assert drift.digest_of(drift.live_view(later, baseline["owned_fields"])) == baseline["live_digest"]
