@@ -4,7 +4,19 @@ Why by hand: pulumi-kubernetes' provider (pulumi-resource-kubernetes) cannot be 
 machines (its Go module is not served by the module proxy; see tools/NOTES.md), so this small
 dynamic provider covers what liqo-stack needs: create/update by server-side apply with one field
 manager, diff on the declared manifest (preview --diff shows exactly what changes), replacement
-when an object's identity changes, delete that waits until the object is gone, refresh by read.
+when an object's identity changes, delete that waits until the object is gone.
+
+Refresh reads the live object like pulumi-kubernetes does: the fields our field manager owned after
+its last apply (kept in the state as `owned_fields`), with their live values; when they differ from
+what that apply left (`live_digest`), the state's manifest becomes the live one, so `preview
+--refresh` shows a hand edit as a diff and `up` applies the declared one again. Fields other writers
+own (status, finalizers, the runtime's webhook caBundles, defaults) are outside that set (see
+`drift.py`).
+
+Import: the pinned Pulumi cannot import a dynamic resource (`pulumi import` and the `import_`
+option both call `read` without the resource's state, and the SDK fails on the missing
+`__provider`: pulumi/pulumi#16175). Adoption needs neither: create is a server-side apply, so
+declaring an object that already exists takes it over in place (same uid, nothing deleted).
 
 The target cluster is an input: `cluster_id` (stable, from the stack config) and `kubeconfig`
 (a Pulumi secret). Only a change of `cluster_id` moves an object; a new kubeconfig for the same
@@ -36,6 +48,8 @@ from pulumi.dynamic import (
 )
 from pulumi.output import Unknown
 from pulumi.runtime import rpc
+
+from liqo_stack.resources import drift
 
 T = TypeVar("T")
 FIELD_MANAGER = "liqo-stack"
@@ -115,7 +129,22 @@ def _apply(props: dict[str, Any]) -> dict[str, Any]:
     if manifest["kind"] == "CustomResourceDefinition":
         _wait_established(client, manifest["metadata"]["name"])
     meta = applied.metadata if hasattr(applied, "metadata") else None
-    return {"uid": getattr(meta, "uid", None)}
+    return {"uid": getattr(meta, "uid", None), **_baseline(_as_dict(applied), manifest)}
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    found: dict[str, Any] = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    return found
+
+
+def _baseline(applied: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a later refresh compares the live object with: the fields this apply left ours and a
+    digest of their values (a digest, not the values: a Secret's would land in the state)."""
+    # owning nothing (a Namespace declared by name only): its declared paths, as `read` does
+    fields = drift.owned_fields((applied.get("metadata") or {}).get("managedFields"), FIELD_MANAGER) or drift.fields_of(
+        manifest
+    )
+    return {"owned_fields": fields, "live_digest": drift.digest_of(drift.live_view(applied, fields))}
 
 
 def _wait_established(client: Client, name: str, timeout: float = 60) -> None:
@@ -140,6 +169,14 @@ def _get(props: dict[str, Any]) -> Any | None:
         if err.status.code == 404:
             return None
         raise
+
+
+DECLARED_KEY = "declared_manifest"
+
+
+def _as_secret(value: Any) -> dict[str, Any]:
+    """`value` marked secret on the wire: the declared manifest may hold a Secret's values."""
+    return {rpc._special_sig_key: rpc._special_secret_sig, "value": value}
 
 
 def _is_known(value: Any) -> bool:
@@ -195,10 +232,36 @@ class KubeObjectProvider(ResourceProvider):
 
     @serialized
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        live = _get(props)
-        if live is None:
+        found = _get(props)
+        if found is None:
             return ReadResult(None, {})  # gone: refresh drops it from the state
-        return ReadResult(id_, {**props, "uid": live.metadata.uid})
+        live = _as_dict(found)
+        # what the program declared, while `manifest` shows the drift (a refresh may be saved)
+        declared_manifest = props.get(DECLARED_KEY) or props["manifest"]
+        # the fields of our last apply (a hand edit, an Update, takes them over in managedFields);
+        # else those we own today; else, owning none, the declared ones
+        fields = (
+            props.get("owned_fields")
+            or drift.owned_fields(live["metadata"].get("managedFields"), FIELD_MANAGER)
+            or drift.fields_of(declared_manifest)
+        )
+        view = drift.live_view(live, fields)
+        digest = drift.digest_of(view)
+        baseline = props.get("live_digest")
+        if baseline is None and drift.in_sync(integral_numbers(declared_manifest), view):
+            baseline = digest  # a state written before digests: the live object as it agrees today
+        outs = {**props, "uid": live["metadata"].get("uid"), "owned_fields": fields, "live_digest": baseline}
+        outs.pop(DECLARED_KEY, None)
+        if digest == baseline:
+            outs["manifest"] = declared_manifest
+            return ReadResult(id_, outs)
+        shown = drift.drifted(integral_numbers(declared_manifest), view)
+        if drift.same_tree(shown, drift.comparable(integral_numbers(declared_manifest))):
+            outs["manifest"] = declared_manifest  # changed where nothing can show it: no diff to offer
+            return ReadResult(id_, outs)
+        outs["manifest"] = shown
+        outs[DECLARED_KEY] = _as_secret(declared_manifest)
+        return ReadResult(id_, outs)
 
     @serialized
     def delete(self, _id: str, props: dict[str, Any]) -> None:
