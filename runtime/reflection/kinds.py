@@ -121,6 +121,12 @@ ENDPOINT_SLICES = ReflectedKind(
     # seed 002: a slice is reflected if its Service is, unless it carries its own allow/skip annotation
     follows=("service", lambda obj: ((obj.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL)),
     labels=endpoint_slice_labels,
+    # the foreign control plane's own slices of a reflected Service inherit the Service's labels, our
+    # ownership labels included: only the slices marked as reflected are this reflector's
+    foreign_excluded=lambda obj: (
+        ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL)
+        != names.REFLECTED_ENDPOINT_SLICE_MANAGER
+    ),
 )
 
 ALL_KINDS: tuple[ReflectedKind, ...] = (CONFIGMAPS, SECRETS, SERVICES, ENDPOINT_SLICES, INGRESSES)

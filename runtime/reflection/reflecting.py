@@ -169,7 +169,10 @@ class Reflector:
             1
             for watch in list(self.watches.values())
             for obj in list(watch.foreign.store.values())
-            if is_owned({"metadata": {"labels": obj.metadata.labels}}, self.home_cluster_id, self.foreign_cluster_id)
+            if is_owned(
+                meta := {"metadata": {"labels": obj.metadata.labels}}, self.home_cluster_id, self.foreign_cluster_id
+            )
+            and not self.kind.foreign_excluded(meta)
         )
 
     def _count_write(self, verb: str) -> None:

@@ -145,3 +145,19 @@ def test_endpoint_slices_carry_what_the_foreign_cluster_cannot_see() -> None:
     assert content["ports"] == home_slice["ports"] and content["addressType"] == "IPv4"
     labels = ENDPOINT_SLICES.labels(home_labels)
     assert labels == {SERVICE_NAME_LABEL: "web", MANAGED_BY_LABEL: names.REFLECTED_ENDPOINT_SLICE_MANAGER}
+
+
+def test_the_foreign_control_planes_slices_of_a_reflected_service_are_not_ours() -> None:
+    """They inherit the reflected Service's labels, ownership labels included: deleting them as
+    copies nobody wants made the foreign controller recreate them, forever."""
+    from runtime.reflection.kinds import ENDPOINT_SLICES, MANAGED_BY_LABEL
+
+    inherited = {
+        names.ORIGIN_LABEL: "home",
+        names.DESTINATION_LABEL: "foreign-1",
+        "kubernetes.io/service-name": "web",
+    }
+    theirs = {"metadata": {"labels": {**inherited, MANAGED_BY_LABEL: "endpointslice-controller.k8s.io"}}}
+    ours = {"metadata": {"labels": {**inherited, MANAGED_BY_LABEL: names.REFLECTED_ENDPOINT_SLICE_MANAGER}}}
+    assert ENDPOINT_SLICES.foreign_excluded(theirs)
+    assert not ENDPOINT_SLICES.foreign_excluded(ours)
