@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -39,4 +40,30 @@ def timeout_option(what: str) -> Callable[[Any], Any]:
         default="2m",
         show_default=True,
         help=f"how long to wait for {what}, e.g. 60s, 5m",
+    )
+
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_POLICY_PACK = REPO / "policies"
+
+
+def work_dir_option() -> Callable[[Any], Any]:
+    """`--work-dir`: the Pulumi project a stack command runs."""
+    return click.option(
+        "--work-dir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        default=Path("."),
+        show_default=True,
+        help="the Pulumi project (Pulumi.yaml, __main__.py)",
+    )
+
+
+def policy_pack_option(help: str) -> Callable[[Any], Any]:
+    """`--policy-pack`: the pack a preview runs with (default: the project's policies/)."""
+    return click.option(
+        "--policy-pack",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        default=DEFAULT_POLICY_PACK,
+        show_default=True,
+        help=help,
     )

@@ -18,11 +18,10 @@ from lightkube import Client, KubeConfig
 from pulumi import automation as auto
 
 from liqo_stack import config as stack_config
+from liqo_stack.cli.params import policy_pack_option, work_dir_option
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.effects import Effects, Snapshot, effects
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_POLICY_PACK = REPO / "policies"
 # `- [mandatory]  liqo-reserved-namespace-same-name  (pulumi:pulumi:Stack: ...)`, then its description, then the message
 _VIOLATION = re.compile(r"^\s*- \[(mandatory|advisory)\]\s+(\S+)\s+\(")
 
@@ -195,20 +194,8 @@ def render(report: PreviewReport, output: str) -> str:
 @click.option(
     "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="report format"
 )
-@click.option(
-    "--work-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="the Pulumi project (Pulumi.yaml, __main__.py)",
-)
-@click.option(
-    "--policy-pack",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=DEFAULT_POLICY_PACK,
-    show_default=True,
-    help="policy pack to run with the preview (its config: <pack>/config.<stack>.json when present)",
-)
+@work_dir_option()
+@policy_pack_option("policy pack to run with the preview (its config: <pack>/config.<stack>.json when present)")
 def preview(stack_name: str, output: str, work_dir: Path, policy_pack: Path) -> None:
     """Preview a stack: resource changes, policy violations, and what they do to running workloads.
 

@@ -19,8 +19,8 @@ import click
 from pulumi import automation as auto
 
 from liqo_stack import config as stack_config
+from liqo_stack.cli.params import policy_pack_option, work_dir_option
 from liqo_stack.cli.preview import (
-    DEFAULT_POLICY_PACK,
     PreviewReport,
     preview_stack,
     render,
@@ -158,20 +158,8 @@ def promote_stack(
 @click.option("--to", "target_name", required=True, help="the stack to promote to, e.g. staging")
 @click.option("--dry-run", is_flag=True, help="print what would change and apply nothing")
 @click.option("--yes", is_flag=True, help="apply even when the effects report needs approval (twins deleted, ...)")
-@click.option(
-    "--work-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="the Pulumi project (Pulumi.yaml, __main__.py)",
-)
-@click.option(
-    "--policy-pack",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=DEFAULT_POLICY_PACK,
-    show_default=True,
-    help="policy pack the target's preview must pass",
-)
+@work_dir_option()
+@policy_pack_option("policy pack the target's preview must pass")
 def promote(source_name: str, target_name: str, dry_run: bool, yes: bool, work_dir: Path, policy_pack: Path) -> None:
     """Promote the offloading declarations of one stack to the next (dev -> staging -> prod)."""
     if source_name == target_name:
