@@ -161,3 +161,32 @@ def metric_samples(url: str, name: str) -> dict[tuple[tuple[str, str], ...], flo
         for sample in family.samples
         if sample.name == name
     }
+
+
+def pod_on_each_virtual_node(
+    home: Client, namespace: str, prefix: str, container: str, annotations: dict[str, dict[str, str]] | None = None
+) -> dict[str, str]:
+    """One busybox pod pinned to each virtual node, Running at home: foreign cluster id -> pod name
+    (the same in the twin). `annotations`: per cluster id, for the pod."""
+    created = {}
+    for cluster_id, node in VIRTUAL_NODES.items():
+        name = f"{prefix}-{cluster_id}"
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if annotations and cluster_id in annotations:
+            metadata["annotations"] = annotations[cluster_id]
+        body = {
+            "metadata": metadata,
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [{"name": container, "image": "busybox:1.37"}],
+            },
+        }
+        home.create(Pod.from_dict(body))  # type: ignore[call-overload]
+        created[cluster_id] = name
+
+    def running() -> bool:
+        found = [home.get(Pod, name, namespace=namespace) for name in created.values()]
+        return all(p.status is not None and p.status.phase == "Running" for p in found)
+
+    wait_until(running, 90, "the pods Running at home")
+    return created

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Pod
 
 from liqo_stack.dev.clusters import USAGE_CPU_ANNOTATION, USAGE_MEMORY_ANNOTATION, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
-from tests.e2e.harness import VIRTUAL_NODES, wait_until
+from tests.e2e.harness import VIRTUAL_NODES, pod_on_each_virtual_node, wait_until
 from tests.e2e.test_kubelet_api import kubectl, kubelet_get
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -31,29 +30,8 @@ TOP_TIMEOUT = 150
 @pytest.fixture(scope="module")
 def pods(offloaded: str, home: Client) -> dict[str, str]:
     """One pod on each virtual node with its foreign usage set: cluster id -> pod name."""
-    created = {}
-    for cluster_id, node in VIRTUAL_NODES.items():
-        name, (cpu, memory) = f"busy-{cluster_id}", USAGE[cluster_id]
-        body = {
-            "metadata": {
-                "name": name,
-                "namespace": offloaded,
-                "annotations": {USAGE_CPU_ANNOTATION: cpu, USAGE_MEMORY_ANNOTATION: memory},
-            },
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [{"name": CONTAINER, "image": "busybox:1.37"}],
-            },
-        }
-        home.create(Pod.from_dict(body))  # type: ignore[call-overload]
-        created[cluster_id] = name
-
-    def running() -> bool:
-        found = [home.get(Pod, name, namespace=offloaded) for name in created.values()]
-        return all(p.status is not None and p.status.phase == "Running" for p in found)
-
-    wait_until(running, 90, "the pods Running at home")
-    return created
+    usage = {c: {USAGE_CPU_ANNOTATION: cpu, USAGE_MEMORY_ANNOTATION: memory} for c, (cpu, memory) in USAGE.items()}
+    return pod_on_each_virtual_node(home, offloaded, "busy", CONTAINER, usage)
 
 
 def top(kubeconfig: Path, *args: str) -> list[str] | None:

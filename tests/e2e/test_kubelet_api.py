@@ -24,13 +24,13 @@ from typing import IO, Any
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node
 
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import POD_LOG, PREVIOUS_POD_LOG, DevEnvironment, cri_log_line
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.virtualkubelet.node import WEBSOCKET_FEATURE
-from tests.e2e.harness import VIRTUAL_NODES, free_port, node_ready, wait_until
+from tests.e2e.harness import VIRTUAL_NODES, free_port, node_ready, pod_on_each_virtual_node, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -96,25 +96,7 @@ def append_log(dev_env: DevEnvironment, cluster_id: str, message: str) -> None:
 @pytest.fixture(scope="module")
 def pods(offloaded: str, home: Client) -> dict[str, str]:
     """One pod on each virtual node: foreign cluster id -> pod name (the same in the twin)."""
-    created = {}
-    for cluster_id, node in VIRTUAL_NODES.items():
-        name = f"shell-{cluster_id}"
-        body = {
-            "metadata": {"name": name, "namespace": offloaded},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [{"name": CONTAINER, "image": "busybox:1.37"}],
-            },
-        }
-        home.create(Pod.from_dict(body))  # type: ignore[call-overload]
-        created[cluster_id] = name
-
-    def running() -> bool:
-        found = [home.get(Pod, name, namespace=offloaded) for name in created.values()]
-        return all(p.status is not None and p.status.phase == "Running" for p in found)
-
-    wait_until(running, 90, "the pods Running at home")
-    return created
+    return pod_on_each_virtual_node(home, offloaded, "shell", CONTAINER)
 
 
 @pytest.fixture
