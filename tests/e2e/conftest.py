@@ -8,13 +8,15 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import Node
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource
-from tests.e2e.harness import VIRTUAL_NODES, free_port, node_ready, offload, wait_phase, wait_until
+from tests.e2e.harness import VIRTUAL_NODES, free_port, get_or_none, node_ready, offload, wait_phase, wait_until
 
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
 STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local-static", "default": True}]
@@ -86,6 +88,16 @@ def runtime(
         kubeconfigs, "home", webhook_port=webhook_port, kubelet_ports=kubelet_ports, state_dir=state
     )
     running.start_all()
+    home = dev_env.client("home")
+
+    def served_by_this_runtime(cluster_id: str) -> bool:
+        """The virtual Node outlives the stack of the previous module (nothing deletes it), still
+        Ready with its old kubelet port for a while: wait until this runtime's kubelet owns it."""
+        node: Any = get_or_none(home, Node, names.virtual_node_name(cluster_id))
+        endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
+        return bool(endpoint and endpoint.Port == kubelet_ports[cluster_id] and node_ready(home, node.metadata.name))
+
+    wait_until(lambda: all(map(served_by_this_runtime, foreign_ids)), 90, "the virtual nodes served by this runtime")
     try:
         yield running
     finally:

@@ -118,7 +118,7 @@ def deploy_running(home: Client, namespace: str, app: str, replicas: int, timeou
     return pods
 
 
-def get_or_none(client: Client, kind: Any, name: str, namespace: str) -> Any | None:
+def get_or_none(client: Client, kind: Any, name: str, namespace: str | None = None) -> Any | None:
     """The object, or None when the API server says it does not exist."""
     try:
         return client.get(kind, name, namespace=namespace)
