@@ -97,7 +97,11 @@ def reflected_object(
 
 def covers(desired: Any, actual: Any) -> bool:
     """Every field of `desired` has the same value in `actual`; fields only `actual` has (server
-    defaults, allocated IPs) do not matter. Lists must match item by item."""
+    defaults, allocated IPs) do not matter. Lists must match item by item. An empty list or map is
+    covered by an absent field: the API server returns an empty one as null (an EndpointSlice of a
+    Service with no ready pod has `endpoints: null`), so it would never look up to date."""
+    if actual is None and isinstance(desired, list | Mapping) and not desired:
+        return True
     if isinstance(desired, Mapping):
         return isinstance(actual, Mapping) and all(covers(v, actual.get(k)) for k, v in desired.items())
     if isinstance(desired, list):

@@ -161,3 +161,14 @@ def test_the_foreign_control_planes_slices_of_a_reflected_service_are_not_ours()
     ours = {"metadata": {"labels": {**inherited, MANAGED_BY_LABEL: names.REFLECTED_ENDPOINT_SLICE_MANAGER}}}
     assert ENDPOINT_SLICES.foreign_excluded(theirs)
     assert not ENDPOINT_SLICES.foreign_excluded(ours)
+
+
+def test_an_empty_list_the_api_server_returns_as_null_is_up_to_date() -> None:
+    """A Service with no ready pod has an EndpointSlice with no endpoints: applied as [], read back
+    as null. Taken for a difference, the copy was re-applied on every event."""
+    from runtime.reflection.forging import covers
+
+    assert covers({"endpoints": [], "ports": [{"port": 80}]}, {"ports": [{"port": 80}]})
+    assert covers({"data": {}}, {})
+    assert not covers({"endpoints": [{"addresses": ["10.0.0.1"]}]}, {})
+    assert not covers({"endpoints": []}, {"endpoints": [{"addresses": ["10.0.0.1"]}]})
