@@ -5,10 +5,13 @@ The dev env and the tests run it this way; the stack installs the same objects w
 Deployments scaled to zero. Processes outlive the CLI that started them (the demo leaves them
 running); `stop()` (and `liqo-stack dev down`) ends them.
 
-Every component runs with leader election; `add_replica` starts further replicas of one (named
-`<component>@<n>`), which stand by until the leader's Lease is released or expires. Each replica has a
-stable identity in the Lease, so a replica restarted after a crash leads again at once rather than
-waiting for its own old Lease to expire.
+One process per component, without leader election by default: a leader that cannot renew its
+Lease (its cluster unreachable for the renew deadline) exits, and here, unlike a Deployment's pod,
+nothing would start it again; a foreign agent would stay gone after a short outage of its cluster.
+With `leader_election=True` every component elects, and `add_replica` starts further replicas of
+one (named `<component>@<n>`), which stand by until the leader's Lease is released or expires (the
+failover tests). Each replica has a stable identity in the Lease, so a replica restarted after a
+crash leads again at once rather than waiting for its own old Lease to expire.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class ExternalRuntime:
         webhook_port: int = 9443,
         kubelet_ports: Mapping[str, int] | None = None,
         state_dir: Path | None = None,
+        leader_election: bool = False,
     ) -> None:
         """`kubeconfigs`: admin kubeconfig of each cluster by id, the home cluster's included.
         `kubelet_ports`: where each foreign cluster's virtual kubelet serves the kubelet API (its
@@ -52,6 +56,7 @@ class ExternalRuntime:
         self.folder = (state_dir or paths.state_root()) / "runtime"
         self.extra_args: dict[str, list[str]] = {}  # per component, appended to its command (tests)
         self.replicas: list[str] = []  # further replicas, `<component>@<n>`
+        self.leader_election = leader_election
 
     @property
     def components(self) -> list[str]:
@@ -63,6 +68,8 @@ class ExternalRuntime:
         a port of its own for what it serves. Returns its name."""
         if "@" in component or component not in self.components:
             raise ValueError(f"component: not a component of this runtime: {component!r}")
+        if not self.leader_election:
+            raise ValueError(f"a replica of {component} needs leader election: ExternalRuntime(leader_election=True)")
         replica = f"{component}@{sum(r.startswith(component + '@') for r in self.replicas) + 2}"
         self.replicas.append(replica)
         self.extra_args[replica] = [*self.extra_args.get(component, []), *(extra_args or [])]
@@ -81,7 +88,7 @@ class ExternalRuntime:
             cluster_id = component.removeprefix("kubelet-")
             port = str(self.kubelet_ports[cluster_id])
             args = ["virtual-kubelet", *home, "--foreign-cluster-id", cluster_id, "--kubelet-port", port]
-        identity = f"--leader-elect-identity={self.identity(replica)}"
+        identity = f"--leader-elect-identity={self.identity(replica)}" if self.leader_election else "--no-leader-elect"
         return [sys.executable, "-m", "runtime", *args, identity, *self.extra_args.get(replica, [])]
 
     def identity(self, component: str) -> str:

@@ -80,12 +80,18 @@ def runtime(
     foreign_ids: list[str],
     tmp_path_factory: pytest.TempPathFactory,
     webhook_port: int,
+    request: pytest.FixtureRequest,
 ) -> Iterator[ExternalRuntime]:
     kubeconfigs = {cluster_id: dev_env.kubeconfig(cluster_id) for cluster_id in ["home", *foreign_ids]}
     state = tmp_path_factory.mktemp("runtime")
     kubelet_ports = {cluster_id: free_port() for cluster_id in foreign_ids}  # never a port someone else has
     running = ExternalRuntime(
-        kubeconfigs, "home", webhook_port=webhook_port, kubelet_ports=kubelet_ports, state_dir=state
+        kubeconfigs,
+        "home",
+        webhook_port=webhook_port,
+        kubelet_ports=kubelet_ports,
+        state_dir=state,
+        leader_election=getattr(request.module, "LEADER_ELECTION", False),  # the failover tests' replicas
     )
     running.start_all()
     home = dev_env.client("home")

@@ -90,6 +90,9 @@ def holder(home: Client, lease: str) -> str | None:
     return spec.holderIdentity if spec else None
 
 
+LEADER_ELECTION = True  # the module's runtime: every component elects a leader (tests/e2e/conftest.py)
+
+
 # -- fixtures ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def patient(dev_env: DevEnvironment, foreign_ids: list[str]) -> dict[str, Client]:
