@@ -44,7 +44,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.kube import Event, Informer
-from tests.bench.pinning import cpu_plan, describe, pin, unpin
+from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin
 from tests.bench.stages import DIRECT_STAGES, OFFLOADED_STAGES, StageClock, percentile
 from tests.e2e.harness import free_port, node_ready, offload, wait_phase, wait_until
 
@@ -374,6 +374,18 @@ def install(
     return runtime
 
 
+def fresh_clusters(name: str) -> tuple[Path, DevEnvironment]:
+    """A bench's own state folder and clusters, created anew with the audit policy."""
+    state = paths.state_root() / name
+    state.mkdir(parents=True, exist_ok=True)
+    policy = state / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    env = DevEnvironment(state_dir=state / "clusters", bin_dir=paths.bin_dir(), audit_policy=policy)
+    env.down(progress=lambda m: None)
+    env.up(LAYOUT, progress=lambda m: print(f"[cluster] {m}", flush=True))
+    return state, env
+
+
 def summary(name: str, values: list[float]) -> str:
     return f"{name} median {statistics.median(values):6.2f} s (rounds: {', '.join(f'{v:.2f}' for v in values)})"
 
@@ -468,21 +480,13 @@ def main() -> None:
     parser.add_argument("--bursts", default="100,1000", help="burst sizes, comma-separated")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per burst size and way, alternated")
     parser.add_argument("--workload", choices=["both", "pods", "deployment"], default="both", help="what makes pods")
-    parser.add_argument(
-        "--pinning", choices=["both", "pinned", "unpinned"], default="both", help="CPU pinning per cluster, alternated"
-    )
+    add_pinning_option(parser)
     parser.add_argument("--singles", type=int, default=40, help="single-pod samples per way")
     parser.add_argument("--idle", type=float, default=60, help="idle seconds counted (0: skip)")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     args = parser.parse_args()
 
-    state = paths.state_root() / "bench-offloading"
-    state.mkdir(parents=True, exist_ok=True)
-    policy = state / "audit-policy.yaml"
-    policy.write_text(AUDIT_POLICY)
-    env = DevEnvironment(state_dir=state / "clusters", bin_dir=paths.bin_dir(), audit_policy=policy)
-    env.down(progress=lambda m: None)  # fresh clusters: created with the audit policy
-    env.up(LAYOUT, progress=lambda m: print(f"[cluster] {m}", flush=True))
+    state, env = fresh_clusters("bench-offloading")
     runtime = install(env, state)
     try:
         asyncio.run(measure(env, runtime, args))

@@ -29,27 +29,25 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import ConfigMap
 
-from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import names
 from runtime.kube import Event, Informer
 from tests.bench.bench_offloading import (
-    AUDIT_POLICY,
     CONCURRENCY,
     DIRECT,
     FOREIGN,
     HOME,
-    LAYOUT,
     OFFLOADED,
     Clusters,
     audited_writes,
     bounded,
     cpu_seconds,
+    fresh_clusters,
     install,
     run_until_running,
     runtime_rss_mb,
 )
-from tests.bench.pinning import cpu_plan, describe, pin, unpin
+from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin
 
 TWIN = f"{OFFLOADED}-{HOME}"
 TARGET_RATIO = 1.2
@@ -184,21 +182,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per way, alternated")
     parser.add_argument("--idle", type=float, default=60, help="idle seconds counted")
     parser.add_argument("--idle-objects", type=int, default=5000, help="ConfigMaps reflected during the idle count")
-    parser.add_argument(
-        "--pinning", choices=["both", "pinned", "unpinned"], default="both", help="CPU pinning per cluster, alternated"
-    )
+    add_pinning_option(parser)
     parser.add_argument("--idle-pods", type=int, default=100, help="pods offloaded during the idle count")
     parser.add_argument("--rss-pods", type=int, default=1000, help="pods offloaded for the memory figure")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     args = parser.parse_args()
 
-    state = paths.state_root() / "bench-reflection"
-    state.mkdir(parents=True, exist_ok=True)
-    policy = state / "audit-policy.yaml"
-    policy.write_text(AUDIT_POLICY)
-    env = DevEnvironment(state_dir=state / "clusters", bin_dir=paths.bin_dir(), audit_policy=policy)
-    env.down(progress=lambda m: None)
-    env.up(LAYOUT, progress=lambda m: print(f"[cluster] {m}", flush=True))
+    state, env = fresh_clusters("bench-reflection")
     # the reflector gets the concurrency the plain script has (seed 002: reflection.<kind>.workers)
     runtime = install(env, state, {"reflection": {"resources": {"configmap": {"workers": CONCURRENCY}}}})
     try:

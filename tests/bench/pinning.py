@@ -11,6 +11,7 @@ layout whose cpuset hierarchy the benches would have to create and clean up as r
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 from pathlib import Path
@@ -78,3 +79,9 @@ def unpin(env: DevEnvironment, runtime: ExternalRuntime) -> None:
 
 def describe(plan: dict[str, set[int]]) -> str:
     return ", ".join(f"{c} on CPU {','.join(map(str, sorted(cpus)))}" for c, cpus in plan.items())
+
+
+def add_pinning_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pinning", choices=["both", "pinned", "unpinned"], default="both", help="CPU pinning per cluster, alternated"
+    )
