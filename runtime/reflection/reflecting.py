@@ -24,6 +24,7 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event as CoreEvent
+from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
@@ -157,6 +158,8 @@ class Reflector:
         self.on_synced: list[Callable[[], None]] = []  # kinds following this one: requeued once it knows
         self.on_home_change: list[Callable[[str, str], None]] = []  # (namespace, name): kinds following this one
         self.stats = reflection_metrics
+        # twin/name -> the resourceVersion our last apply produced: its watch event is our own echo
+        self._written: dict[str, str] = {}
         if reflection_metrics is not None:
             labels = (foreign_cluster_id, kind.name)
             reflection_metrics.reflected.labels(*labels).set_function(self.reflected_count)
@@ -213,7 +216,13 @@ class Reflector:
                 self.watches[namespace] = watch
 
     def _on_foreign(self, namespace: str) -> Callable[[Event], None]:
-        return lambda event: self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+        def on_event(event: Event) -> None:
+            written = self._written.pop(event.key, None)
+            if event.type != "DELETED" and written == event.obj.metadata.resourceVersion:
+                return  # exactly what our apply made: nothing to reconcile (half the reconciles of a burst)
+            self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+
+        return on_event
 
     def _synced(self) -> None:
         self.requeue_all()
@@ -312,9 +321,16 @@ class Reflector:
             return
         self._count_write("apply")
         try:
-            await self.foreign.apply(
-                self.kind.resource.from_dict(desired), field_manager=self.field_manager, force=True
+            applied = await self.foreign.patch(
+                self.kind.resource,
+                name,
+                desired,
+                namespace=watch.twin,
+                patch_type=PatchType.APPLY,
+                field_manager=self.field_manager,
+                force=True,
             )
+            self._written[f"{watch.twin}/{name}"] = applied.metadata.resourceVersion
         except ApiError as err:
             if err.status.code in (400, 403, 404, 409, 422):  # refused as it is: say so at home, retry later
                 await self.events.warn(

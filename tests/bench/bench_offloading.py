@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import time
@@ -45,6 +46,8 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.kube import Event, Informer
 from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin
+from tests.bench.profiling import Profile, profiled
+from tests.bench.profiling import report as report_profile
 from tests.bench.stages import DIRECT_STAGES, OFFLOADED_STAGES, StageClock, percentile
 from tests.e2e.harness import free_port, node_ready, offload, wait_phase, wait_until
 
@@ -53,6 +56,9 @@ HOME, FOREIGN = "home", "foreign-1"
 OFFLOADED = "bench"  # offloaded home namespace; its twin in the foreign cluster is bench-home
 TWIN = f"{OFFLOADED}-{HOME}"
 DIRECT = "bench-direct"  # plain foreign namespace for the vanilla baseline
+PLAIN = "bench-plain"  # home namespace not offloaded: the home half of the floor (way `both`)
+WAYS = ("direct", "offloaded", "both")
+WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds_bucket"
 CONCURRENCY = 20
 TARGET_RSS_MB = 200
 # Two fake nodes of 1,000 pods each: a 1,000-pod burst fits the virtual node's 90 % share even
@@ -171,7 +177,7 @@ async def delete_all(clusters: Clusters, burst: str) -> None:
             await client.delete(Deployment, burst, namespace=namespace)
     deletes = [
         delete_if_there(client, pod.metadata.name, namespace)  # type: ignore[union-attr, arg-type]
-        for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT))
+        for client, namespace in ((clusters.home, OFFLOADED), (clusters.home, PLAIN), (clusters.foreign, DIRECT))
         async for pod in client.list(Pod, namespace=namespace, labels={"burst": burst})
     ]
     await bounded(deletes)
@@ -180,6 +186,7 @@ async def delete_all(clusters: Clusters, burst: str) -> None:
         total = 0
         for client, namespace in (
             (clusters.home, OFFLOADED),
+            (clusters.home, PLAIN),
             (clusters.foreign, DIRECT),
             (clusters.foreign, TWIN),
         ):
@@ -198,15 +205,48 @@ async def delete_all(clusters: Clusters, burst: str) -> None:
 class BurstFigures:
     """One burst size, workload and pinning mode: both ways, every round."""
 
-    seconds: dict[str, list[float]] = field(default_factory=lambda: {"direct": [], "offloaded": []})
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {way: [] for way in WAYS})
     stages: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # way -> stage -> per-pod seconds
     writes_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> cluster -> writes/pod
     cpu_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> process -> CPU s/pod
+    webhook_seconds: dict[str, list[float]] = field(default_factory=dict)  # way -> home admission webhook p99s
+
+
+async def webhook_buckets(client: AsyncClient) -> dict[float, float]:
+    """The home API server's cumulative admission-webhook latency histogram (mutating, all webhooks)."""
+    response = await client._client._client.get("/metrics")  # lightkube's httpx client, admin credentials
+    response.raise_for_status()
+    buckets: dict[float, float] = {}
+    for line in response.text.splitlines():
+        if line.startswith(WEBHOOK_METRIC) and 'type="admit"' in line:
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            le = float("inf") if bound == "+Inf" else float(bound)
+            buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def histogram_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """The q-quantile of what was observed between two scrapes: the upper bound of the bucket it falls in."""
+    counts = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    if not counts or counts[-1][1] <= 0:
+        return None
+    wanted = q * counts[-1][1]
+    return next(le for le, count in counts if count >= wanted)
+
+
+async def run_workload(
+    client: AsyncClient, namespace: str, workload: str, burst: str, size: int, clock: StageClock | None = None
+) -> float:
+    if workload == "deployment":
+        return await run_deployment_until_running(client, namespace, burst, size)
+    return await run_until_running(client, namespace, burst, size, clock)
 
 
 async def one_burst(
     clusters: Clusters, runtime: ExternalRuntime, figures: BurstFigures, workload: str, size: int, burst: str, way: str
 ) -> float:
+    """`both`: the same pods at home (a namespace not offloaded) and directly in the foreign cluster at
+    once, nothing offloaded: the floor of offloading on this machine, where both clusters share its CPUs."""
     offloaded = way == "offloaded"
     client, namespace = clusters.where(offloaded)
     env = clusters.env
@@ -218,12 +258,21 @@ async def one_burst(
     await clock.start()
     before = cpu_seconds(env, runtime)
     offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, FOREIGN)} if env.audit_policy else {}
-    if workload == "deployment":
-        seconds = await run_deployment_until_running(client, namespace, burst, size)
+    webhook_before = await webhook_buckets(clusters.home)
+    if way == "both":
+        started = time.perf_counter()
+        await asyncio.gather(
+            run_workload(clusters.home, PLAIN, workload, burst, size),
+            run_workload(clusters.foreign, DIRECT, workload, burst, size, clock),
+        )
+        seconds = time.perf_counter() - started
     else:
-        seconds = await run_until_running(client, namespace, burst, size, clock)
+        seconds = await run_workload(client, namespace, workload, burst, size, clock)
     await asyncio.sleep(0.5)  # the last sightings
     clock.stop()
+    p99 = histogram_quantile(webhook_before, await webhook_buckets(clusters.home), 0.99)
+    if p99 is not None:
+        figures.webhook_seconds.setdefault(way, []).append(p99)
     used = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
     figures.cpu_per_pod[way] = {n: t / size for n, t in used.items() if n.startswith("runtime ")}
     if offsets:
@@ -231,16 +280,23 @@ async def one_burst(
             c: sum(audited_writes(env.audit_log(c), offsets[c]).values()) / size for c in (HOME, FOREIGN)
         }
     for stage, values in clock.durations(OFFLOADED_STAGES if offloaded else DIRECT_STAGES).items():
+        if way == "both":
+            break
         figures.stages.setdefault(way, {}).setdefault(stage, []).extend(values)
     figures.seconds[way].append(seconds)
     return seconds
 
 
 async def bursts(
-    clusters: Clusters, runtime: ExternalRuntime, args: argparse.Namespace, rss: dict[str, float]
+    clusters: Clusters,
+    runtime: ExternalRuntime,
+    args: argparse.Namespace,
+    rss: dict[str, float],
+    profiles: dict[str, Profile],
 ) -> dict[tuple[int, str, str], BurstFigures]:
     """Per size, workload and pinning mode, `rounds` rounds of both ways, the order alternated;
-    `rss` gets the runtime's memory while 1,000 offloaded pods run."""
+    `rss` gets the runtime's memory while 1,000 offloaded pods run; with --profile, `profiles` the
+    runtime's during the last offloaded burst of the largest size."""
     sizes = [int(s) for s in args.bursts.split(",") if s]
     workloads = ["pods", "deployment"] if args.workload == "both" else [args.workload]
     modes = ["pinned", "unpinned"] if args.pinning == "both" else [args.pinning]
@@ -257,9 +313,13 @@ async def bursts(
                     else:
                         unpin(clusters.env, runtime)
                     figures = results.setdefault((size, workload, mode), BurstFigures())
-                    for way in ("direct", "offloaded") if round_no % 2 == 0 else ("offloaded", "direct"):
+                    for way in WAYS if round_no % 2 == 0 else WAYS[::-1]:
                         burst = f"b{size}-{workload[0]}{round_no}-{mode[0]}{way[0]}"
-                        seconds = await one_burst(clusters, runtime, figures, workload, size, burst, way)
+                        last = size == sizes[-1] and round_no == args.rounds - 1 and way == "offloaded"
+                        folder = clusters.env.state_dir.parent / "profiles"
+                        with profiled(runtime, folder, enabled=args.profile and last) as found:
+                            seconds = await one_burst(clusters, runtime, figures, workload, size, burst, way)
+                        profiles.update(found)
                         print(
                             f"  {size:>5} {workload:>10} round {round_no + 1} {mode:>8} {way:>9}: {seconds:7.2f} s",
                             flush=True,
@@ -298,6 +358,8 @@ def cpu_seconds(env: DevEnvironment, runtime: ExternalRuntime) -> dict[str, floa
         except OSError:
             continue  # ended meanwhile
         used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    used["bench client (this process)"] = own.ru_utime + own.ru_stime
     return used
 
 
@@ -371,6 +433,7 @@ def install(
     offload(home, OFFLOADED, {"podOffloadingStrategy": "Remote"})  # fresh clusters: nothing there yet
     wait_phase(home, OFFLOADED, "Ready", 60)
     env.client(FOREIGN).create(Namespace(metadata=ObjectMeta(name=DIRECT)))
+    env.client(HOME).create(Namespace(metadata=ObjectMeta(name=PLAIN)))
     return runtime
 
 
@@ -392,16 +455,22 @@ def summary(name: str, values: list[float]) -> str:
 
 def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
     print("\n== bursts: time until every pod is Running where created (targets: 1,000 <= 1.15x, 100 <= 1.3x)")
+    print("  both: the same pods at home (not offloaded) and directly in the foreign cluster at once, the floor")
+    print("  on this machine; webhook: home admission webhook p99 (offloaded / direct; target within 1.2x)")
     header = f"  {'pods':>6} {'workload':>10} {'CPUs':>8} {'direct s':>16} {'offloaded s':>16} {'ratio':>6}"
-    print(header + "  writes/pod home+foreign (direct: foreign)")
+    print(header + f" {'both s':>16} {'floor':>6} {'webhook p99':>14}  writes/pod home+foreign (direct: foreign)")
     for (size, workload, mode), figures in results.items():
-        direct, offloaded = figures.seconds["direct"], figures.seconds["offloaded"]
+        direct, offloaded, both = (figures.seconds[way] for way in WAYS)
         ratio = statistics.median(offloaded) / statistics.median(direct)
+        floor = statistics.median(both) / statistics.median(direct)
+        hooks = figures.webhook_seconds
+        webhook = "/".join(f"{max(hooks[w]) * 1000:.0f}" if hooks.get(w) else "-" for w in ("offloaded", "direct"))
         writes = figures.writes_per_pod
         w_off = writes.get("offloaded", {})
         w_dir = writes.get("direct", {})
         print(
             f"  {size:>6} {workload:>10} {mode:>8} {spread(direct):>16} {spread(offloaded):>16} {ratio:>5.2f}x"
+            f" {spread(both):>16} {floor:>5.2f}x {webhook + ' ms':>14}"
             f"  {w_off.get(HOME, 0):.1f}+{w_off.get(FOREIGN, 0):.1f} ({w_dir.get(FOREIGN, 0):.1f})"
         )
     print("\n  stages, per pod, p50 / p99 seconds")
@@ -466,12 +535,15 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     print("[bench] bursts ...", flush=True)
     rss: dict[str, float] = {}
     rss_before = runtime_rss_mb(runtime)
-    burst_results = await bursts(clusters, runtime, args, rss)
+    profiles: dict[str, Profile] = {}
+    burst_results = await bursts(clusters, runtime, args, rss, profiles)
     print("[bench] single pods ...", flush=True)
     single_results = await singles(clusters, args.singles)
     print("[bench] idle ...", flush=True)
     idle = await idle_writes(env, clusters, args.idle) if args.idle else {}
     report_bursts(burst_results)
+    if profiles:
+        report_profile(profiles, "the runtime during the last offloaded burst of the largest size")
     report(single_results, rss, rss_before, idle, args.idle)
 
 
@@ -484,6 +556,7 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=40, help="single-pod samples per way")
     parser.add_argument("--idle", type=float, default=60, help="idle seconds counted (0: skip)")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
+    parser.add_argument("--profile", action="store_true", help="py-spy profile of the runtime, last largest burst")
     args = parser.parse_args()
 
     state, env = fresh_clusters("bench-offloading")

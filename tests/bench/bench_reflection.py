@@ -38,6 +38,7 @@ from tests.bench.bench_offloading import (
     FOREIGN,
     HOME,
     OFFLOADED,
+    PLAIN,
     Clusters,
     audited_writes,
     bounded,
@@ -48,6 +49,8 @@ from tests.bench.bench_offloading import (
     runtime_rss_mb,
 )
 from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin
+from tests.bench.profiling import Profile, profiled
+from tests.bench.profiling import report as report_profile
 
 TWIN = f"{OFFLOADED}-{HOME}"
 TARGET_RATIO = 1.2
@@ -67,6 +70,16 @@ async def create_all(client: AsyncClient, namespace: str, batch: str, count: int
 async def direct(clusters: Clusters, batch: str, count: int) -> float:
     started = time.perf_counter()
     await create_all(clusters.foreign, DIRECT, batch, count)
+    return time.perf_counter() - started
+
+
+async def both(clusters: Clusters, batch: str, count: int) -> float:
+    """The floor of any reflection on this machine: the same objects created at home and directly in
+    the foreign cluster at once (each reflected object costs one write in each)."""
+    started = time.perf_counter()
+    await asyncio.gather(
+        create_all(clusters.home, PLAIN, batch, count), create_all(clusters.foreign, DIRECT, batch, count)
+    )
     return time.perf_counter() - started
 
 
@@ -96,7 +109,7 @@ async def reflected(clusters: Clusters, batch: str, count: int) -> float:
 async def delete_batch(clusters: Clusters, batch: str) -> None:
     await bounded([
         client.delete(ConfigMap, cm.metadata.name, namespace=namespace)  # type: ignore[union-attr, arg-type]
-        for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT))
+        for client, namespace in ((clusters.home, OFFLOADED), (clusters.home, PLAIN), (clusters.foreign, DIRECT))
         async for cm in client.list(ConfigMap, namespace=namespace, labels={"batch": batch})
     ])  # fmt: skip
     deadline = time.monotonic() + 300
@@ -109,18 +122,22 @@ async def delete_batch(clusters: Clusters, batch: str) -> None:
 async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: argparse.Namespace) -> None:
     modes = ["pinned", "unpinned"] if args.pinning == "both" else [args.pinning]
     plan = cpu_plan([HOME, FOREIGN])
-    results: dict[tuple[str, str], list[float]] = {(m, w): [] for m in modes for w in ("direct", "reflected")}
+    results: dict[tuple[str, str], list[float]] = {(m, w): [] for m in modes for w in WAYS}
     cpu: dict[str, dict[str, float]] = {}
+    profiles: dict[str, Profile] = {}
     for round_no in range(args.rounds):
         for mode in modes if round_no % 2 == 0 else modes[::-1]:
             if mode == "pinned":
                 pin(env, runtime, plan)
             else:
                 unpin(env, runtime)
-            for way in ("direct", "reflected") if round_no % 2 == 0 else ("reflected", "direct"):
+            for way in list(WAYS) if round_no % 2 == 0 else list(WAYS)[::-1]:
                 batch = f"r{round_no}-{mode[0]}{way[0]}"
                 before = cpu_seconds(env, runtime)
-                seconds = await (direct if way == "direct" else reflected)(clusters, batch, args.objects)
+                last = round_no == args.rounds - 1 and way == "reflected"
+                with profiled(runtime, env.state_dir.parent / "profiles", enabled=args.profile and last) as found:
+                    seconds = await WAYS[way](clusters, batch, args.objects)
+                profiles.update(found)
                 cpu[way] = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
                 results[mode, way].append(seconds)
                 print(
@@ -128,6 +145,11 @@ async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: a
                 )
                 await delete_batch(clusters, batch)
     unpin(env, runtime)
+    report_bursts(args, modes, plan, results, cpu)
+    if profiles:
+        report_profile(profiles, f"the runtime during the last reflected burst of {args.objects} ConfigMaps")
+    if args.quick:
+        return
 
     print(f"[bench] {args.idle_objects} ConfigMaps reflected, {args.idle_pods} pods offloaded, idle ...", flush=True)
     await reflected(clusters, "idle", args.idle_objects)
@@ -143,21 +165,6 @@ async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: a
     await asyncio.sleep(10)
     rss = runtime_rss_mb(runtime)
 
-    print(f"\n== reflection: {args.objects} ConfigMaps, concurrency {CONCURRENCY} (target <= {TARGET_RATIO}x)")
-    if "pinned" in modes:
-        print(f"  pinned: {describe(plan)} (the runtime with the cluster it works in)")
-    for mode in modes:
-        for way in ("direct", "reflected"):
-            values = results[mode, way]
-            rounds = ", ".join(f"{v:.2f}" for v in values)
-            print(f"  {mode:>8} {way:>9}: median {statistics.median(values):6.2f} s (rounds: {rounds})")
-        ratio = statistics.median(results[mode, "reflected"]) / statistics.median(results[mode, "direct"])
-        print(f"  {mode:>8} ratio reflected / direct: {ratio:.2f}x")
-    print("\n  CPU seconds during the last round of each way (2 cores):")
-    names_by_cost = sorted(cpu["reflected"].keys() | cpu["direct"].keys(), key=lambda n: -cpu["reflected"].get(n, 0.0))
-    for name in names_by_cost[:10]:
-        used_direct, used_reflected = cpu["direct"].get(name, 0.0), cpu["reflected"].get(name, 0.0)
-        print(f"      {name:<36} direct {used_direct:6.1f}  reflected {used_reflected:6.1f}")
     parts = ", ".join(f"{c} {mb:.0f} MB" for c, mb in rss.items())
     pods = max(args.rss_pods, args.idle_pods)
     print(
@@ -176,6 +183,37 @@ async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: a
             print(f"      {value:4d}  {key}")
 
 
+WAYS = {"direct": direct, "reflected": reflected, "both": both}
+
+
+def report_bursts(
+    args: argparse.Namespace,
+    modes: list[str],
+    plan: dict[str, set[int]],
+    results: dict[tuple[str, str], list[float]],
+    cpu: dict[str, dict[str, float]],
+) -> None:
+    print(f"\n== reflection: {args.objects} ConfigMaps, concurrency {CONCURRENCY} (target <= {TARGET_RATIO}x)")
+    print("  direct: created in the foreign cluster; reflected: created at home until every copy is in the twin;")
+    print("  both: created at home and in the foreign cluster at once, no reflection (the floor on this machine)")
+    if "pinned" in modes:
+        print(f"  pinned: {describe(plan)} (the runtime with the cluster it works in)")
+    for mode in modes:
+        for way in WAYS:
+            values = results[mode, way]
+            rounds = ", ".join(f"{v:.2f}" for v in values)
+            print(f"  {mode:>8} {way:>9}: median {statistics.median(values):6.2f} s (rounds: {rounds})")
+        base = statistics.median(results[mode, "direct"])
+        ratio = statistics.median(results[mode, "reflected"]) / base
+        floor = statistics.median(results[mode, "both"]) / base
+        print(f"  {mode:>8} ratio reflected / direct: {ratio:.2f}x (floor both / direct: {floor:.2f}x)")
+    print("\n  CPU seconds during the last round of each way (2 cores):")
+    names_by_cost = sorted(set().union(*(c.keys() for c in cpu.values())), key=lambda n: -cpu["reflected"].get(n, 0.0))
+    print(f"      {'':<36} " + " ".join(f"{way:>9}" for way in WAYS))
+    for name in names_by_cost[:10]:
+        print(f"      {name:<36} " + " ".join(f"{cpu[way].get(name, 0.0):9.1f}" for way in WAYS))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--objects", type=int, default=1000, help="ConfigMaps per burst")
@@ -186,6 +224,8 @@ def main() -> None:
     parser.add_argument("--idle-pods", type=int, default=100, help="pods offloaded during the idle count")
     parser.add_argument("--rss-pods", type=int, default=1000, help="pods offloaded for the memory figure")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
+    parser.add_argument("--profile", action="store_true", help="py-spy profile of the runtime, last reflected burst")
+    parser.add_argument("--quick", action="store_true", help="the bursts only: no idle count, no memory figure")
     args = parser.parse_args()
 
     state, env = fresh_clusters("bench-reflection")
