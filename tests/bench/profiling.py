@@ -86,7 +86,7 @@ def profiled(runtime: ExternalRuntime, folder: Path, enabled: bool = True) -> It
                 print(f"  [profile] {component}: no samples ({errors.decode().strip()[-200:]})", flush=True)
                 continue
             profile = Profile()
-            profile.add_collapsed(out.read_text())
+            profile.add_collapsed(out.read_text(errors="replace"))  # frames may hold any bytes
             profiles[component] = profile
 
 
