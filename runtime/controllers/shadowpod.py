@@ -43,7 +43,7 @@ from lightkube.types import PatchType
 from runtime.api import names
 from runtime.api.quantities import parse_quantity
 from runtime.api.shadowpod import CREATE_FAILED_REASON
-from runtime.kube import Informer, WorkQueue, unless_gone
+from runtime.kube import Event, Informer, OwnWrites, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.translation import restart_counts
@@ -64,8 +64,14 @@ class ShadowPodController:
         self.shadows = Informer(client, ShadowPodResource)
         self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
-        self.shadows.add_handler(lambda event: self.queue.add(event.key))
-        self.pods.add_handler(lambda event: self.queue.add(event.key))
+        self.status_writes = OwnWrites()  # ShadowPods' events our status patches caused
+        self.pod_writes = OwnWrites()  # pods' events our creates caused
+        self.shadows.add_handler(lambda event: self._on_event(event, self.status_writes))
+        self.pods.add_handler(lambda event: self._on_event(event, self.pod_writes))
+
+    def _on_event(self, event: Event, own: OwnWrites) -> None:
+        if not own.is_echo(event):
+            self.queue.add(event.key)
 
     async def run(self) -> None:
         await run_controller([self.shadows, self.pods], self.queue)
@@ -184,7 +190,8 @@ class ShadowPodController:
             "spec": shadow["spec"]["pod"],
         }
         try:
-            await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
+            created = await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
+            self.pod_writes.record(f"{created.metadata.namespace}/{created.metadata.name}", created)
         except ApiError as err:
             if err.status.code != 409:
                 raise
@@ -192,13 +199,14 @@ class ShadowPodController:
 
     async def _patch_status(self, shadow: Any, update: dict[str, Any]) -> None:
         with unless_gone():
-            await self.client.patch(
+            patched = await self.client.patch(
                 ShadowPodResource.Status,
                 shadow.metadata.name,
                 {"status": update},
                 namespace=shadow.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
+            self.status_writes.record(f"{shadow.metadata.namespace}/{shadow.metadata.name}", patched)
 
 
 def applied_hash(shadow: Any) -> str:

@@ -1,5 +1,6 @@
 """The engine every controller shares: informers, work queues, server-side apply."""
 
+from runtime.kube.echoes import OwnWrites
 from runtime.kube.errors import unless_gone
 from runtime.kube.informing import Event, Informer, call_when_synced, diff_stores, object_key
 from runtime.kube.queueing import WorkQueue
@@ -9,6 +10,7 @@ __all__ = [
     "EngineMetrics",
     "Event",
     "Informer",
+    "OwnWrites",
     "ProbeServer",
     "WorkQueue",
     "call_when_synced",

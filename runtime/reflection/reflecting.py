@@ -27,7 +27,7 @@ from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
+from runtime.kube import Event, Informer, OwnWrites, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.serving import EngineMetrics
 from runtime.reflection.forging import (
     ReflectionSettings,
@@ -158,8 +158,7 @@ class Reflector:
         self.on_synced: list[Callable[[], None]] = []  # kinds following this one: requeued once it knows
         self.on_home_change: list[Callable[[str, str], None]] = []  # (namespace, name): kinds following this one
         self.stats = reflection_metrics
-        # twin/name -> the resourceVersion our last apply produced: its watch event is our own echo
-        self._written: dict[str, str] = {}
+        self.own_writes = OwnWrites()  # the foreign copies' events our applies caused
         if reflection_metrics is not None:
             labels = (foreign_cluster_id, kind.name)
             reflection_metrics.reflected.labels(*labels).set_function(self.reflected_count)
@@ -217,8 +216,7 @@ class Reflector:
 
     def _on_foreign(self, namespace: str) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:
-            written = self._written.pop(event.key, None)
-            if event.type != "DELETED" and written == event.obj.metadata.resourceVersion:
+            if self.own_writes.is_echo(event):
                 return  # exactly what our apply made: nothing to reconcile (half the reconciles of a burst)
             self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
 
@@ -330,7 +328,7 @@ class Reflector:
                 field_manager=self.field_manager,
                 force=True,
             )
-            self._written[f"{watch.twin}/{name}"] = applied.metadata.resourceVersion
+            self.own_writes.record(f"{watch.twin}/{name}", applied)
         except ApiError as err:
             if err.status.code in (400, 403, 404, 409, 422):  # refused as it is: say so at home, retry later
                 await self.events.warn(

@@ -275,13 +275,16 @@ class TokenReflector:
         events: HomeEvents,
         metrics: EngineMetrics | None = None,
         workers: int = 4,
+        home_config_map: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None,
     ) -> None:
-        """`pods`: the home pods on the virtual node (the pod offloader's informer)."""
+        """`pods`: the home pods on the virtual node (the pod offloader's informer);
+        `home_config_map`: (namespace, name) -> a home ConfigMap an informer already holds, if any."""
         self.home, self.foreign = home, foreign
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
         self.pods = pods
         self.virtual_node_spec = virtual_node_spec
         self.events = events
+        self.home_config_map = home_config_map
         self.queue = WorkQueue(self.reconcile, workers=workers, name="reflection-token", metrics=metrics)
         self.watches: dict[str, tuple[str, Informer, list[asyncio.Task[None]]]] = {}  # namespace -> twin, secrets
         pods.add_handler(self._on_pod)
@@ -420,10 +423,7 @@ class TokenReflector:
                 expires = issued + datetime.timedelta(seconds=projection.expiration_seconds)
             due = refresh_at(issued, expires.astimezone(datetime.UTC))
             renew = due if renew is None else min(renew, due)
-        ca: str | None = None
-        with unless_gone():
-            root: Any = await self.home.get(ConfigMap, ROOT_CA_CONFIGMAP, namespace=namespace)
-            ca = (root.data or {}).get(CA_KEY)
+        ca = await self._root_ca(namespace)
         secret = token_secret(
             pod,
             twin=twin,
@@ -434,6 +434,17 @@ class TokenReflector:
             foreign_cluster_id=self.foreign_cluster_id,
         )
         return secret, renew
+
+    async def _root_ca(self, namespace: str) -> str | None:
+        """The namespace's root CA: from the ConfigMap reflection already watches (a read per pod
+        saved), else from the API server."""
+        known = self.home_config_map(namespace, ROOT_CA_CONFIGMAP)
+        if known is not None:
+            return (known.get("data") or {}).get(CA_KEY)
+        with unless_gone():
+            root: Any = await self.home.get(ConfigMap, ROOT_CA_CONFIGMAP, namespace=namespace)
+            return (root.data or {}).get(CA_KEY)
+        return None
 
 
 __all__ = [

@@ -108,6 +108,7 @@ class VirtualKubelet:
             virtual_node_spec=self.node.spec,
             events=self.reflection.events,
             metrics=metrics,
+            home_config_map=lambda namespace, name: self.reflection.home_object("configmap", namespace, name),
         )
         self.events = EventReflector(
             home,

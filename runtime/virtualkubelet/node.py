@@ -212,14 +212,21 @@ class VirtualNodeController:
             informer.add_handler(lambda _: self.queue.add(self.node_name))
         self.healthy = True
         self.failures = 0
+        self._parsed: tuple[str, VirtualNodeSpec] | None = None  # (resourceVersion, its spec)
 
     @property
     def informers(self) -> list[Informer]:
         return [self.nodes]
 
     def spec(self) -> VirtualNodeSpec | None:
+        """The VirtualNode's spec, parsed once per version (every reconcile of reflection asks)."""
         vn = self.virtual_nodes.store.get(f"{names.LIQO_NAMESPACE}/{self.node_name}")
-        return VirtualNodeSpec.model_validate(vn["spec"]) if vn is not None else None
+        if vn is None:
+            return None
+        version = vn.metadata.resourceVersion
+        if self._parsed is None or self._parsed[0] != version:
+            self._parsed = (version, VirtualNodeSpec.model_validate(vn["spec"]))
+        return self._parsed[1]
 
     def offered(self) -> dict[str, str]:
         tenant = names.tenant_namespace(self.home_cluster_id)

@@ -37,7 +37,7 @@ from lightkube.types import CascadeType, PatchType
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import ready_twin
 from runtime.api.shadowpod import CREATE_FAILED_REASON
-from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
+from runtime.kube import Event, Informer, OwnWrites, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.translation import (
@@ -109,14 +109,20 @@ class TwinWatch:
     """The foreign side of one twin namespace: its ShadowPods and their pods."""
 
     def __init__(
-        self, foreign: AsyncClient, home_id: str, twin: str, on_event: Any, on_synced: Callable[[], None]
+        self,
+        foreign: AsyncClient,
+        home_id: str,
+        twin: str,
+        on_shadow: Callable[[Event], None],
+        on_pod: Callable[[Event], None],
+        on_synced: Callable[[], None],
     ) -> None:
         """`on_synced`: once both informers are synced (an unreachable cluster: when it is back)."""
         self.twin = twin
         self.shadows = Informer(foreign, ShadowPodResource, namespace=twin)
         self.pods = Informer(foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id})
-        for informer in (self.shadows, self.pods):
-            informer.add_handler(on_event)
+        self.shadows.add_handler(on_shadow)
+        self.pods.add_handler(on_pod)
         self.tasks = [asyncio.create_task(i.run()) for i in (self.shadows, self.pods)]
         self.tasks.append(asyncio.create_task(call_when_synced((self.shadows, self.pods), on_synced)))
 
@@ -157,6 +163,8 @@ class PodOffloader:
         self.twins: dict[str, TwinWatch] = {}  # home namespace -> its twin's watch
         self._home_of_twin: dict[str, str] = {}
         self._reported: dict[str, str] = {}  # home pod key -> the remote failure last reported
+        self.status_writes = OwnWrites()  # home pods' events our status patches caused
+        self.shadow_writes = OwnWrites()  # ShadowPods' events our creates and patches caused
 
     @property
     def informers(self) -> list[Informer]:
@@ -165,7 +173,8 @@ class PodOffloader:
     def _on_pod(self, event: Event) -> None:
         if event.type == "DELETED":
             self._reported.pop(event.key, None)
-        self.queue.add(event.key)
+        if not self.status_writes.is_echo(event):
+            self.queue.add(event.key)
 
     # -- which namespaces are offloaded here ---------------------------------------------------
     def placement(self, namespace: str) -> tuple[Placement, str | None]:
@@ -214,6 +223,7 @@ class PodOffloader:
                 self.foreign,
                 self.home_cluster_id,
                 twin,
+                self._on_shadow,
                 self._on_remote,
                 lambda namespace=namespace: self._requeue_namespace(namespace),  # type: ignore[misc]
             )
@@ -223,6 +233,10 @@ class PodOffloader:
         for key in self.pods.store:
             if key.startswith(f"{namespace}/"):
                 self.queue.add(key)
+
+    def _on_shadow(self, event: Event) -> None:
+        if not self.shadow_writes.is_echo(event):
+            self._on_remote(event)
 
     def _on_remote(self, event: Event) -> None:
         twin, _, name = event.key.partition("/")
@@ -290,7 +304,8 @@ class PodOffloader:
             return
         body = {"metadata": {**meta, "name": pod.metadata.name, "namespace": twin}, "spec": {"pod": spec}}
         try:
-            await self.foreign.create(ShadowPodResource.from_dict(body))
+            created = await self.foreign.create(ShadowPodResource.from_dict(body))
+            self.shadow_writes.record(f"{twin}/{pod.metadata.name}", created)
         except ApiError as err:
             if err.status.code != 409:
                 raise
@@ -311,13 +326,14 @@ class PodOffloader:
         if not patch:
             return
         with unless_gone():
-            await self.foreign.patch(
+            patched = await self.foreign.patch(
                 ShadowPodResource,
                 shadow.metadata.name,
                 patch,
                 namespace=shadow.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
+            self.shadow_writes.record(f"{shadow.metadata.namespace}/{shadow.metadata.name}", patched)
 
     async def _report_failure(self, pod: Any, shadow: Any) -> None:
         """The agent could not create the remote pod: tell it on the home pod, once per message."""
@@ -404,13 +420,14 @@ class PodOffloader:
 
     async def _patch_status(self, pod: Any, status: dict[str, Any]) -> None:
         with unless_gone():
-            await self.home.patch(
+            patched = await self.home.patch(
                 Pod.Status,
                 pod.metadata.name,
                 {"status": status},
                 namespace=pod.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
+            self.status_writes.record(f"{pod.metadata.namespace}/{pod.metadata.name}", patched)
 
     async def _delete_remote(self, twin: str, name: str, shadow: Any, remote: Any, grace: int | None) -> None:
         """Delete what is there and not already going: asking again would only load the API server."""

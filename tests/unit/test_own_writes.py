@@ -1,0 +1,47 @@
+"""Which watch events are the echo of a controller's own write, and so need no reconcile."""
+
+from __future__ import annotations
+
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap
+
+from runtime.kube import Event, OwnWrites
+
+
+def config_map(version: str) -> ConfigMap:
+    return ConfigMap(metadata=ObjectMeta(name="a", namespace="ns", resourceVersion=version))
+
+
+def test_the_event_of_our_write_is_an_echo_once() -> None:
+    own = OwnWrites()
+    own.record("ns/a", config_map("7"))
+    assert own.is_echo(Event("MODIFIED", "ns/a", config_map("7")))
+    assert not own.is_echo(Event("MODIFIED", "ns/a", config_map("7")))  # matched once: a replay is news
+
+
+def test_a_change_by_someone_else_is_not_an_echo() -> None:
+    own = OwnWrites()
+    own.record("ns/a", config_map("7"))
+    assert not own.is_echo(Event("MODIFIED", "ns/a", config_map("8")))
+    assert len(own) == 0  # the record is gone with the first event after it, whatever it was
+
+
+def test_a_deletion_is_never_an_echo() -> None:
+    own = OwnWrites()
+    own.record("ns/a", config_map("7"))
+    assert not own.is_echo(Event("DELETED", "ns/a", config_map("7")))
+
+
+def test_an_echo_seen_before_the_write_returned_is_reconciled() -> None:
+    own = OwnWrites()
+    early = Event("ADDED", "ns/a", config_map("7"))
+    assert not own.is_echo(early)  # nothing recorded yet: one reconcile too many, never one too few
+    own.record("ns/a", config_map("7"))
+    assert not own.is_echo(Event("MODIFIED", "ns/a", config_map("9")))
+
+
+def test_other_objects_are_not_echoes() -> None:
+    own = OwnWrites()
+    own.record("ns/a", config_map("7"))
+    assert not own.is_echo(Event("ADDED", "ns/b", config_map("7")))
+    assert len(own) == 1
