@@ -246,7 +246,7 @@ async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServe
     """Twin namespaces, the pods ShadowPods ask for, and the resources advertised to each home."""
     maps = NamespaceMapController(client, cluster_id)
     shadows = ShadowPodController(client, cluster_id)
-    advertisements = AdvertisementController(client, cluster_id)
+    advertisements = AdvertisementController(client, cluster_id, offloaded_pods=shadows.pods)
     probes.add_readiness("informers synced", lambda: maps.maps.synced.is_set() and shadows.shadows.synced.is_set())
     await asyncio.gather(maps.run(), shadows.run(), advertisements.run())
 

@@ -7,6 +7,10 @@ pods, GPUs, any extended resource). The home's virtual kubelet applies its shari
 Written only when the figures change, so an idle cluster costs no writes, and recomputed at most
 once per `settle` seconds of pod and node churn: a burst of 1,000 pods would otherwise rewrite the
 advertisement, and the virtual node after it, for nearly every pod.
+
+The pods are read from two disjoint informers: the cluster's own (no origin label) and the
+offloaded ones, which the ShadowPod controller already holds: every event of an offloaded pod is
+then decoded once in the agent, not twice.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
-from lightkube.operators import exists
+from lightkube.operators import exists, not_exists
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
@@ -77,25 +81,35 @@ def as_quantity(amount: Decimal) -> str:
 
 
 class AdvertisementController:
-    def __init__(self, client: AsyncClient, cluster_id: str, *, settle: float = 1.0) -> None:
+    def __init__(
+        self, client: AsyncClient, cluster_id: str, *, settle: float = 1.0, offloaded_pods: Informer | None = None
+    ) -> None:
+        """`offloaded_pods`: an informer of the pods with an origin label that another controller
+        runs (the ShadowPod controller's); without it, this controller runs its own."""
         self.client = client
         self.cluster_id = cluster_id
         self.settle = settle
         self.nodes = Informer(client, Node)
-        self.pods = Informer(client, Pod)
+        self.local_pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: not_exists()})
+        self.shared = [offloaded_pods] if offloaded_pods is not None else []
+        self.offloaded_pods = offloaded_pods or Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()})
         self.tenants = Informer(client, Namespace, labels={names.TENANT_HOME_LABEL: exists()})
         self.advertisements = Informer(client, ResourceAdvertisementResource)
         self.queue = WorkQueue(self._reconcile, workers=1, name="advertisement")
-        for informer in (self.nodes, self.pods):
+        for informer in (self.nodes, self.local_pods, self.offloaded_pods):
             informer.add_handler(lambda _: self.queue.add_after(ALL, self.settle))
         for informer in (self.tenants, self.advertisements):  # a new home, an edited advertisement: now
             informer.add_handler(lambda _: self.queue.add(ALL))
 
     async def run(self) -> None:
-        await run_controller([self.nodes, self.pods, self.tenants, self.advertisements], self.queue)
+        own = [self.nodes, self.local_pods, self.tenants, self.advertisements]
+        if not self.shared:
+            own.append(self.offloaded_pods)
+        await run_controller(own, self.queue, shared=self.shared)
 
     async def _reconcile(self, _: str) -> None:
-        nodes, pods = list(self.nodes.store.values()), list(self.pods.store.values())
+        nodes = list(self.nodes.store.values())
+        pods = [*self.local_pods.store.values(), *self.offloaded_pods.store.values()]
         for tenant in self.tenants.store.values():
             home_id = tenant.metadata.labels[names.TENANT_HOME_LABEL]
             if tenant.metadata.deletionTimestamp:

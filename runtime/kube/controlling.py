@@ -30,12 +30,12 @@ async def leading() -> None:
         await leadership.wait()
 
 
-async def run_controller(informers: Sequence[Informer], queue: WorkQueue) -> None:
+async def run_controller(informers: Sequence[Informer], queue: WorkQueue, *, shared: Sequence[Informer] = ()) -> None:
     """Reconciling starts once every informer has synced and this process leads; cancel to stop
-    (queued work drains)."""
+    (queued work drains). `shared`: informers another controller runs, that this one reads too."""
     tasks = [asyncio.create_task(informer.run()) for informer in informers]
     try:
-        for informer in informers:
+        for informer in [*informers, *shared]:
             await informer.synced.wait()
         await leading()
         queue.start()
