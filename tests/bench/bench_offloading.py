@@ -405,8 +405,10 @@ def install(
     state: Path,
     extra_config: dict[str, object] | None = None,
     kubelet_ports: dict[str, int] | None = None,
+    foreign_ids: tuple[str, ...] = (FOREIGN,),
 ) -> ExternalRuntime:
-    """The stack on the bench's clusters, the runtime running, namespace `bench` offloaded (Remote)."""
+    """The stack on the bench's clusters, the runtime running, namespace `bench` offloaded (Remote)
+    to every foreign cluster, and in each of them the plain namespace of the direct way."""
     project = state / "project"
     project.mkdir(parents=True, exist_ok=True)
     for name in ("Pulumi.yaml", "__main__.py"):
@@ -416,28 +418,30 @@ def install(
     port = free_port()
     config = {
         "home": {"clusterId": HOME, "kubeconfigPath": str(env.kubeconfig(HOME))},
-        "foreignClusters": [{"clusterId": FOREIGN, "kubeconfigPath": str(env.kubeconfig(FOREIGN))}],
+        "foreignClusters": [{"clusterId": c, "kubeconfigPath": str(env.kubeconfig(c))} for c in foreign_ids],
         "runtime": {"mode": "external", "webhookPort": port},
         **(extra_config or {}),
     }
     pulumi.set_liqo_config(stack, config)
     print("[bench] pulumi up ...", flush=True)
     stack.up(on_output=lambda line: None)
-    kubeconfigs = {c: env.kubeconfig(c) for c in (HOME, FOREIGN)}
+    kubeconfigs = {c: env.kubeconfig(c) for c in (HOME, *foreign_ids)}
     runtime = ExternalRuntime(kubeconfigs, HOME, webhook_port=port, kubelet_ports=kubelet_ports, state_dir=state)
     runtime.stop_all()  # a previous, interrupted run's processes
     runtime.start_all()
     home = env.client(HOME)
-    node = names.virtual_node_name(FOREIGN)
-    wait_until(lambda: node_ready(home, node), 60, f"{node} Ready")
+    for cluster_id in foreign_ids:
+        node = names.virtual_node_name(cluster_id)
+        wait_until(lambda node=node: node_ready(home, node), 60, f"{node} Ready")  # type: ignore[misc]
     offload(home, OFFLOADED, {"podOffloadingStrategy": "Remote"})  # fresh clusters: nothing there yet
     wait_phase(home, OFFLOADED, "Ready", 60)
-    env.client(FOREIGN).create(Namespace(metadata=ObjectMeta(name=DIRECT)))
+    for cluster_id in foreign_ids:
+        env.client(cluster_id).create(Namespace(metadata=ObjectMeta(name=DIRECT)))
     env.client(HOME).create(Namespace(metadata=ObjectMeta(name=PLAIN)))
     return runtime
 
 
-def fresh_clusters(name: str) -> tuple[Path, DevEnvironment]:
+def fresh_clusters(name: str, layout: ClusterLayout = LAYOUT) -> tuple[Path, DevEnvironment]:
     """A bench's own state folder and clusters, created anew with the audit policy."""
     state = paths.state_root() / name
     state.mkdir(parents=True, exist_ok=True)
@@ -445,7 +449,7 @@ def fresh_clusters(name: str) -> tuple[Path, DevEnvironment]:
     policy.write_text(AUDIT_POLICY)
     env = DevEnvironment(state_dir=state / "clusters", bin_dir=paths.bin_dir(), audit_policy=policy)
     env.down(progress=lambda m: None)
-    env.up(LAYOUT, progress=lambda m: print(f"[cluster] {m}", flush=True))
+    env.up(layout, progress=lambda m: print(f"[cluster] {m}", flush=True))
     return state, env
 
 
