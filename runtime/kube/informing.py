@@ -5,6 +5,9 @@ still advances its resourceVersion and reconnects cheaply). When the API server 
 410 Gone (the resourceVersion left its watch window), the informer lists again and compares the
 new list with its store: objects that vanished meanwhile get a synthetic DELETED event, so no
 handler ever misses a delete.
+
+A `trim` function (client-go's SetTransform) may drop what no reader of the store needs before an
+object is stored: memory held per object is memory held per pod.
 """
 
 from __future__ import annotations
@@ -91,8 +94,11 @@ class Informer:
         retry_delay: float = 1.0,
         metrics: EngineMetrics | None = None,
         cluster_id: str = "",
+        trim: Callable[[Any], Any] | None = None,
     ) -> None:
+        """`trim`: object -> the object as stored and handed to handlers (fields nobody reads dropped)."""
         self.client = client
+        self.trim = trim
         self.resource = resource
         self.namespace = namespace
         self.labels = labels
@@ -126,7 +132,7 @@ class Informer:
         items = self.client.list(
             self.resource, namespace=namespace, labels=self.labels, fields=self.fields, chunk_size=self.page_size
         )
-        fresh = {object_key(obj): _without_managed_fields(obj) async for obj in items}
+        fresh = {object_key(obj): self._stored(obj) async for obj in items}
         try:
             self.resource_version = items.resourceVersion
         except NotReadyError:  # an empty first page still carries one; be safe
@@ -137,6 +143,10 @@ class Informer:
         self.relists += 1
         self._dispatch(events)
         self.synced.set()
+
+    def _stored(self, obj: Any) -> Any:
+        obj = _without_managed_fields(obj)
+        return self.trim(obj) if self.trim is not None else obj
 
     @property
     def _namespaced(self) -> bool:
@@ -198,7 +208,7 @@ class Informer:
         if event.type == "BOOKMARK":
             self.resource_version = msgspec.json.decode(event.object, type=_Bookmark).metadata.resourceVersion
             return
-        obj = _without_managed_fields(decoders.decode_object(event.object, self.resource))
+        obj = self._stored(decoders.decode_object(event.object, self.resource))
         self.resource_version = obj.metadata.resourceVersion
         key = object_key(obj)
         if event.type == "DELETED":

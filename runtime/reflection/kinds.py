@@ -28,6 +28,8 @@ class ReflectedKind:
     labels: Callable[[Mapping[str, str]], dict[str, str]] = dict  # the copy's labels from the filtered home ones
     # foreign objects of this kind another reflector writes (never this kind's to update or delete)
     foreign_excluded: Callable[[Mapping[str, Any]], bool] = lambda obj: False
+    # a foreign object as the reflector keeps it (Informer trim): what it never reads dropped
+    trim_foreign: Callable[[Any], Any] | None = None
 
 
 def _fields(*keys: str) -> Content:
@@ -45,13 +47,28 @@ CONFIGMAPS = ReflectedKind(
 
 # A service-account token is minted by the cluster it authenticates to; foreign clusters make their own.
 SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
+
+
+def _is_pod_token(obj: Mapping[str, Any]) -> bool:
+    return names.SERVICE_ACCOUNT_TOKEN_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+
+
+def without_pod_token_values(secret: Any) -> Any:
+    """A pod's token Secret as reflection keeps it (one per offloaded pod): its keys, not its tokens,
+    which nothing here reads back."""
+    if names.SERVICE_ACCOUNT_TOKEN_LABEL in (secret.metadata.labels or {}):
+        secret.data = dict.fromkeys(secret.data or {}, "")
+    return secret
+
+
 SECRETS = ReflectedKind(
     "secret",
     Secret,
     _fields("data", "type", "immutable"),
     reflectable=lambda obj: obj.get("type") != SERVICE_ACCOUNT_TOKEN,
     # the home tokens of offloaded pods (runtime/reflection/tokens.py) have no home Secret of their name
-    foreign_excluded=lambda obj: names.SERVICE_ACCOUNT_TOKEN_LABEL in ((obj.get("metadata") or {}).get("labels") or {}),
+    foreign_excluded=_is_pod_token,
+    trim_foreign=without_pod_token_values,
 )
 
 

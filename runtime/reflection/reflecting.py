@@ -108,7 +108,7 @@ class NamespaceWatch:
     def __init__(self, kind: ReflectedKind, home: AsyncClient, foreign: AsyncClient, namespace: str, twin: str) -> None:
         self.namespace, self.twin = namespace, twin
         self.home = Informer(home, kind.resource, namespace=namespace)
-        self.foreign = Informer(foreign, kind.resource, namespace=twin)
+        self.foreign = Informer(foreign, kind.resource, namespace=twin, trim=kind.trim_foreign)
         self.tasks: list[asyncio.Task[None]] = []
 
     def start(

@@ -36,6 +36,7 @@ from runtime.api.virtualnode import ApiServerAddress
 from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.serving import EngineMetrics
 from runtime.reflection.forging import is_owned, ownership_labels
+from runtime.reflection.kinds import without_pod_token_values
 from runtime.reflection.reflecting import HomeEvents
 
 log = logging.getLogger(__name__)
@@ -311,7 +312,13 @@ class TokenReflector:
         for namespace, twin in twins.items():
             if namespace in self.watches:
                 continue
-            secrets = Informer(self.foreign, Secret, namespace=twin, labels={names.SERVICE_ACCOUNT_TOKEN_LABEL: "true"})
+            secrets = Informer(
+                self.foreign,
+                Secret,
+                namespace=twin,
+                labels={names.SERVICE_ACCOUNT_TOKEN_LABEL: "true"},
+                trim=without_pod_token_values,  # renewal_due reads the keys only
+            )
             secrets.add_handler(lambda event, namespace=namespace: self._on_secret(namespace, event))  # type: ignore[misc]
             tasks = [
                 asyncio.create_task(secrets.run()),

@@ -105,6 +105,13 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def without_spec(pod: Any) -> Any:
+    """A remote pod as the offloader keeps it: its metadata and status are all it reads (the spec is
+    the ShadowPod's), and the spec is half of a pod's memory."""
+    pod.spec = None
+    return pod
+
+
 class TwinWatch:
     """The foreign side of one twin namespace: its ShadowPods and their pods."""
 
@@ -120,7 +127,7 @@ class TwinWatch:
         """`on_synced`: once both informers are synced (an unreachable cluster: when it is back)."""
         self.twin = twin
         self.shadows = Informer(foreign, ShadowPodResource, namespace=twin)
-        self.pods = Informer(foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id})
+        self.pods = Informer(foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id}, trim=without_spec)
         self.shadows.add_handler(on_shadow)
         self.pods.add_handler(on_pod)
         self.tasks = [asyncio.create_task(i.run()) for i in (self.shadows, self.pods)]

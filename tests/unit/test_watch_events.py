@@ -1,4 +1,4 @@
-"""How the informer reads watch-stream lines: bookmarks, errors and ordinary events."""
+"""How the informer reads watch-stream lines: bookmarks, errors, ordinary events, and what it keeps."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod, Secret
 
+from runtime.api import names
 from runtime.kube import Event, Informer
 from runtime.kube.informing import _Gone
+from runtime.reflection.kinds import without_pod_token_values
+from runtime.virtualkubelet.pods import without_spec
 
 
 def informer() -> tuple[Informer, list[Event]]:
@@ -56,3 +59,29 @@ def test_an_error_event_raises_and_410_means_list_again() -> None:
         watching._on_watch_line(line("ERROR", status))
     with pytest.raises(ApiError):
         watching._on_watch_line(line("ERROR", {**status, "code": 500, "message": "boom"}))
+
+
+def test_a_trimmed_informer_stores_and_hands_on_the_trimmed_object() -> None:
+    watching = Informer(cast(AsyncClient, None), Pod, namespace="apps", trim=without_spec)
+    events: list[Event] = []
+    watching.add_handler(events.append)
+    pod = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": "web", "namespace": "apps", "resourceVersion": "7"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": "Running"},
+    }
+    watching._on_watch_line(line("ADDED", pod))
+    stored = watching.store["apps/web"]
+    assert stored.spec is None and stored.status.phase == "Running" and events[0].obj is stored
+
+
+def test_a_pod_token_secret_keeps_its_keys_not_its_tokens() -> None:
+    token = Secret.from_dict({
+        "metadata": {"name": "liqo-token-web", "labels": {names.SERVICE_ACCOUNT_TOKEN_LABEL: "true"}},
+        "data": {"token": "c2VjcmV0", "ca.crt": "Y2E="},
+    })  # fmt: skip
+    other = Secret.from_dict({"metadata": {"name": "db"}, "data": {"password": "cHc="}})
+    assert without_pod_token_values(token).data == {"token": "", "ca.crt": ""}
+    assert without_pod_token_values(other).data == {"password": "cHc="}  # a reflected Secret is compared
