@@ -103,9 +103,15 @@ async def bounded(calls: Iterable[Awaitable[Any]]) -> None:
 
 
 async def run_until_running(
-    client: AsyncClient, namespace: str, burst: str, count: int, clock: StageClock | None = None
+    client: AsyncClient,
+    namespace: str,
+    burst: str,
+    count: int,
+    clock: StageClock | None = None,
+    create_seconds: list[float] | None = None,
 ) -> float:
-    """Create `count` pods (CONCURRENCY at a time); seconds until all are Running where created."""
+    """Create `count` pods (CONCURRENCY at a time); seconds until all are Running where created.
+    `create_seconds` gets how long each create call took (admission included)."""
     done = await _running_watch(client, namespace, burst, count)
     started = time.perf_counter()
 
@@ -113,7 +119,10 @@ async def run_until_running(
         name = f"{burst}-{index}"
         if clock is not None:
             clock.mark(name, "submitted")
+        sent = time.perf_counter()
         await client.create(pod_body(name, namespace, burst))
+        if create_seconds is not None:
+            create_seconds.append(time.perf_counter() - sent)
 
     await bounded(create(index) for index in range(count))
     await asyncio.wait_for(done, timeout=max(600, count * 0.5))
@@ -210,6 +219,8 @@ class BurstFigures:
     writes_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> cluster -> writes/pod
     cpu_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> process -> CPU s/pod
     webhook_seconds: dict[str, list[float]] = field(default_factory=dict)  # way -> home admission webhook p99s
+    # seconds of each pod create call at home: in the offloaded namespace, and in one that is not
+    home_creates: dict[str, list[float]] = field(default_factory=lambda: {"offloaded": [], "not offloaded": []})
 
 
 async def webhook_buckets(client: AsyncClient) -> dict[float, float]:
@@ -235,11 +246,17 @@ def histogram_quantile(before: dict[float, float], after: dict[float, float], q:
 
 
 async def run_workload(
-    client: AsyncClient, namespace: str, workload: str, burst: str, size: int, clock: StageClock | None = None
+    client: AsyncClient,
+    namespace: str,
+    workload: str,
+    burst: str,
+    size: int,
+    clock: StageClock | None = None,
+    create_seconds: list[float] | None = None,
 ) -> float:
     if workload == "deployment":
         return await run_deployment_until_running(client, namespace, burst, size)
-    return await run_until_running(client, namespace, burst, size, clock)
+    return await run_until_running(client, namespace, burst, size, clock, create_seconds)
 
 
 async def one_burst(
@@ -262,19 +279,20 @@ async def one_burst(
     if way == "both":
         started = time.perf_counter()
         await asyncio.gather(
-            run_workload(clusters.home, PLAIN, workload, burst, size),
+            run_workload(clusters.home, PLAIN, workload, burst, size, None, figures.home_creates["not offloaded"]),
             run_workload(clusters.foreign, DIRECT, workload, burst, size, clock),
         )
         seconds = time.perf_counter() - started
     else:
-        seconds = await run_workload(client, namespace, workload, burst, size, clock)
+        creates = figures.home_creates["offloaded"] if offloaded else None
+        seconds = await run_workload(client, namespace, workload, burst, size, clock, creates)
     await asyncio.sleep(0.5)  # the last sightings
     clock.stop()
     p99 = histogram_quantile(webhook_before, await webhook_buckets(clusters.home), 0.99)
     if p99 is not None:
         figures.webhook_seconds.setdefault(way, []).append(p99)
     used = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
-    figures.cpu_per_pod[way] = {n: t / size for n, t in used.items() if n.startswith("runtime ")}
+    figures.cpu_per_pod[way] = {n: t / size for n, t in used.items() if t > 0}
     if offsets:
         figures.writes_per_pod[way] = {
             c: sum(audited_writes(env.audit_log(c), offsets[c]).values()) / size for c in (HOME, FOREIGN)
@@ -486,10 +504,21 @@ def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
                 for stage, values in stages.items()
             )
             print(f"      {way:>9}: {cells}")
-        cpu = figures.cpu_per_pod.get("offloaded", {})
-        if cpu:
-            parts = ", ".join(f"{name.removeprefix('runtime ')} {seconds * 1000:.1f}" for name, seconds in cpu.items())
-            print(f"      runtime CPU ms per offloaded pod: {parts}")
+        creates = figures.home_creates
+        if creates["offloaded"] and creates["not offloaded"]:
+            create_cells = {
+                where: f"p50 {percentile(v, 0.5) * 1000:.0f} / p99 {percentile(v, 0.99) * 1000:.0f} ms"
+                for where, v in creates.items()
+            }
+            ratio = percentile(creates["offloaded"], 0.99) / percentile(creates["not offloaded"], 0.99)
+            print(
+                f"      pod create at home: offloaded namespace {create_cells['offloaded']}, not offloaded"
+                f" {create_cells['not offloaded']}; p99 ratio {ratio:.2f}x (target <= 1.2x)"
+            )
+        print("      CPU ms per pod, by process (last round of each way):")
+        for way, cpu in figures.cpu_per_pod.items():
+            busiest = sorted(cpu.items(), key=lambda item: -item[1])[:9]
+            print(f"      {way:>9}: " + ", ".join(f"{name} {seconds * 1000:.1f}" for name, seconds in busiest))
 
 
 def spread(values: list[float]) -> str:
