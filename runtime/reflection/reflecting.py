@@ -103,12 +103,21 @@ class HomeEvents:
 
 
 class NamespaceWatch:
-    """One offloaded namespace: the kind at home, and in its twin namespace in the foreign cluster."""
+    """One offloaded namespace: a kind (`resource`) at home, and in its twin namespace in the foreign
+    cluster (`trim_foreign`: what of the foreign objects is not kept)."""
 
-    def __init__(self, kind: ReflectedKind, home: AsyncClient, foreign: AsyncClient, namespace: str, twin: str) -> None:
+    def __init__(
+        self,
+        resource: type[Any],
+        home: AsyncClient,
+        foreign: AsyncClient,
+        namespace: str,
+        twin: str,
+        trim_foreign: Callable[[Any], Any] | None = None,
+    ) -> None:
         self.namespace, self.twin = namespace, twin
-        self.home = Informer(home, kind.resource, namespace=namespace)
-        self.foreign = Informer(foreign, kind.resource, namespace=twin, trim=kind.trim_foreign)
+        self.home = Informer(home, resource, namespace=namespace)
+        self.foreign = Informer(foreign, resource, namespace=twin, trim=trim_foreign)
         self.tasks: list[asyncio.Task[None]] = []
 
     def start(
@@ -210,7 +219,8 @@ class Reflector:
                 self.watches.pop(namespace).stop()
         for namespace, twin in twins.items():
             if namespace not in self.watches:
-                watch = NamespaceWatch(self.kind, self.home, self.foreign, namespace, twin)
+                kind = self.kind
+                watch = NamespaceWatch(kind.resource, self.home, self.foreign, namespace, twin, kind.trim_foreign)
                 watch.start(self._on_home, self._on_foreign(namespace), self._synced)
                 self.watches[namespace] = watch
 

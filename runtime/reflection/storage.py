@@ -202,7 +202,7 @@ class StorageProvisioner:
                 self.watches.pop(namespace).stop()
         for namespace, twin in twins.items():
             if namespace not in self.watches:
-                watch = NamespaceWatch(_CLAIMS, self.home, self.foreign, namespace, twin)
+                watch = NamespaceWatch(PersistentVolumeClaim, self.home, self.foreign, namespace, twin)
                 watch.start(self._on_claim, self._on_remote(namespace), self.requeue_all)
                 self.watches[namespace] = watch
 
@@ -335,12 +335,3 @@ class StorageProvisioner:
             return
         with unless_gone():
             await self.foreign.delete(PersistentVolumeClaim, name, namespace=twin)
-
-
-class _ClaimKind:
-    """What NamespaceWatch needs of a kind: its resource."""
-
-    resource = PersistentVolumeClaim
-
-
-_CLAIMS: Any = _ClaimKind()
