@@ -25,7 +25,7 @@ from lightkube.resources.core_v1 import Pod
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
-from tests.bench.bench_offloading import install as install_stack
+from tests.bench.bench_offloading import running_stack
 from tests.e2e.harness import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,9 +34,8 @@ NAMESPACE, POD = "bench", "shell"
 TWIN = f"{NAMESPACE}-{HOME}"
 
 
-def install(env: DevEnvironment, state: Path) -> ExternalRuntime:
-    """The offloading bench's set-up, with a kubelet port, and one pod to log and exec into."""
-    runtime = install_stack(env, state, kubelet_ports={FOREIGN: free_port()})
+def shell_pod(env: DevEnvironment) -> None:
+    """One pod to log and exec into, Running at home."""
     home = env.client(HOME)
     body = {"metadata": {"name": POD, "namespace": NAMESPACE}, "spec": {"containers": [{"name": "main", "image": "x"}]}}
     home.create(Pod.from_dict(body))  # type: ignore[call-overload]
@@ -46,7 +45,6 @@ def install(env: DevEnvironment, state: Path) -> ExternalRuntime:
         return status is not None and status.phase == "Running"
 
     wait_until(running, 60, "the pod Running at home")
-    return runtime
 
 
 def timed(kubeconfig: Path, *args: str) -> float:
@@ -92,18 +90,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10, help="runs per command and way, alternated")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     args = parser.parse_args()
-    state = paths.state_root() / "bench-kubelet-api"
-    state.mkdir(parents=True, exist_ok=True)
-    env = DevEnvironment(state_dir=state / "clusters", bin_dir=paths.bin_dir())
-    env.down(progress=lambda m: None)
-    env.up(ClusterLayout(foreign=1, nodes_per_cluster=1), progress=lambda m: print(f"[cluster] {m}", flush=True))
-    runtime = install(env, state)
-    try:
+    layout = ClusterLayout(foreign=1, nodes_per_cluster=1)
+    with running_stack("bench-kubelet-api", args.keep, layout, kubelet_ports={FOREIGN: free_port()}) as stack:
+        env, runtime = stack
+        shell_pod(env)
         measure(env, runtime, args.samples)
-    finally:
-        runtime.stop_all()
-        if not args.keep:
-            env.down(progress=lambda m: None)
 
 
 if __name__ == "__main__":

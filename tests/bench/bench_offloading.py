@@ -29,7 +29,7 @@ import shutil
 import statistics
 import time
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -471,6 +471,22 @@ def fresh_clusters(name: str, layout: ClusterLayout = LAYOUT) -> tuple[Path, Dev
     return state, env
 
 
+@contextlib.contextmanager
+def running_stack(
+    name: str, keep: bool, layout: ClusterLayout = LAYOUT, **install_args: Any
+) -> Iterator[tuple[DevEnvironment, ExternalRuntime]]:
+    """A bench's fresh clusters with the stack installed and the runtime running; all of it gone
+    afterwards unless `keep`. `install_args` go to install()."""
+    state, env = fresh_clusters(name, layout)
+    runtime = install(env, state, **install_args)
+    try:
+        yield env, runtime
+    finally:
+        runtime.stop_all()
+        if not keep:
+            env.down(progress=lambda m: None)
+
+
 def summary(name: str, values: list[float]) -> str:
     return f"{name} median {statistics.median(values):6.2f} s (rounds: {', '.join(f'{v:.2f}' for v in values)})"
 
@@ -592,14 +608,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="py-spy profile of the runtime, last largest burst")
     args = parser.parse_args()
 
-    state, env = fresh_clusters("bench-offloading")
-    runtime = install(env, state)
-    try:
+    with running_stack("bench-offloading", args.keep) as (env, runtime):
         asyncio.run(measure(env, runtime, args))
-    finally:
-        runtime.stop_all()
-        if not args.keep:
-            env.down(progress=lambda m: None)
 
 
 if __name__ == "__main__":

@@ -43,9 +43,8 @@ from tests.bench.bench_offloading import (
     audited_writes,
     bounded,
     cpu_seconds,
-    fresh_clusters,
-    install,
     run_until_running,
+    running_stack,
     runtime_rss_mb,
 )
 from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin
@@ -228,15 +227,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the bursts only: no idle count, no memory figure")
     args = parser.parse_args()
 
-    state, env = fresh_clusters("bench-reflection")
     # the reflector gets the concurrency the plain script has (seed 002: reflection.<kind>.workers)
-    runtime = install(env, state, {"reflection": {"resources": {"configmap": {"workers": CONCURRENCY}}}})
-    try:
+    workers = {"reflection": {"resources": {"configmap": {"workers": CONCURRENCY}}}}
+    with running_stack("bench-reflection", args.keep, extra_config=workers) as (env, runtime):
         asyncio.run(measure(env, Clusters(env), runtime, args))
-    finally:
-        runtime.stop_all()
-        if not args.keep:
-            env.down(progress=lambda m: None)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,8 @@ from tests.bench.bench_offloading import (
     TWIN,
     audited_writes,
     bounded,
-    fresh_clusters,
-    install,
     run_until_running,
+    running_stack,
     runtime_rss_mb,
 )
 
@@ -164,14 +163,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     args = parser.parse_args()
 
-    state, env = fresh_clusters("bench-scale", LAYOUT)
-    runtime = install(env, state, foreign_ids=FOREIGN_IDS)
-    try:
+    with running_stack("bench-scale", args.keep, LAYOUT, foreign_ids=FOREIGN_IDS) as (env, runtime):
         asyncio.run(measure(env, runtime, args))
-    finally:
-        runtime.stop_all()
-        if not args.keep:
-            env.down(progress=lambda m: None)
 
 
 if __name__ == "__main__":
