@@ -310,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(problem)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        # httpx logs every request at INFO: ~23,000 lines and a twentieth of the CPU for a 1,000-object burst
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+        # lightkube's HTTP client (httpx2) logs every request at INFO: ~23,000 lines for a 1,000-object burst
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
 
     metrics = EngineMetrics()
     elsewhere = "" if args.metrics_secure_port is None else f"https://<pod>:{args.metrics_secure_port}/metrics"
