@@ -138,11 +138,13 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     print(f"  home pods {len(home_names)}, remote pods {sum(spread.values())}: {len(lost)} without a remote pod,")
     print(f"  {len(duplicated)} with more than one")
 
-    print("\n== memory per process (RSS MB): before the burst, with the pods offloaded, slope")
+    print("\n== memory per process (RSS MB): before the burst, with the pods offloaded, slope per pod it handles")
     for component in rss_after:
         was, now = rss_before.get(component, 0.0), rss_after[component]
-        slope_kb = (now - was) * 1024 / args.pods
-        print(f"  {component:<22} {was:7.1f} -> {now:7.1f} MB   {slope_kb:5.1f} KB per offloaded pod")
+        cluster = component.partition("-")[2]  # kubelet-<cluster>, agent-<cluster>: that cluster's pods
+        handled = spread.get(cluster, args.pods)
+        slope_kb = (now - was) * 1024 / handled
+        print(f"  {component:<22} {was:7.1f} -> {now:7.1f} MB   {slope_kb:5.1f} KB per pod ({handled} pods)")
     total_before, total_after = sum(rss_before.values()), sum(rss_after.values())
     print(f"  {'whole runtime':<22} {total_before:7.1f} -> {total_after:7.1f} MB")
 
