@@ -81,11 +81,16 @@ def pod_body(name: str, namespace: str, burst: str) -> Pod:
     return Pod.from_dict({"metadata": meta, "spec": {"containers": [container]}})  # type: ignore[return-value]
 
 
+def bench_client(env: DevEnvironment, cluster_id: str) -> AsyncClient:
+    """The benches' own async client of a cluster (admin credentials)."""
+    return AsyncClient(KubeConfig.from_file(env.kubeconfig(cluster_id)), field_manager="bench")
+
+
 class Clusters:
     def __init__(self, env: DevEnvironment) -> None:
         self.env = env
-        self.home = AsyncClient(KubeConfig.from_file(env.kubeconfig(HOME)), field_manager="bench")
-        self.foreign = AsyncClient(KubeConfig.from_file(env.kubeconfig(FOREIGN)), field_manager="bench")
+        self.home = bench_client(env, HOME)
+        self.foreign = bench_client(env, FOREIGN)
 
     def where(self, offloaded: bool) -> tuple[AsyncClient, str]:
         return (self.home, OFFLOADED) if offloaded else (self.foreign, DIRECT)
@@ -485,10 +490,6 @@ def running_stack(
         runtime.stop_all()
         if not keep:
             env.down(progress=lambda m: None)
-
-
-def summary(name: str, values: list[float]) -> str:
-    return f"{name} median {statistics.median(values):6.2f} s (rounds: {', '.join(f'{v:.2f}' for v in values)})"
 
 
 def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:

@@ -26,7 +26,7 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
-from lightkube import AsyncClient, KubeConfig
+from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, NodeShape
@@ -37,6 +37,7 @@ from tests.bench.bench_offloading import (
     OFFLOADED,
     TWIN,
     audited_writes,
+    bench_client,
     bounded,
     run_until_running,
     running_stack,
@@ -45,10 +46,6 @@ from tests.bench.bench_offloading import (
 
 FOREIGN_IDS = ("foreign-1", "foreign-2")
 LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=2, node=NodeShape(cpu="1000", memory="4Ti", pods=4000))
-
-
-def client_of(env: DevEnvironment, cluster_id: str) -> AsyncClient:
-    return AsyncClient(KubeConfig.from_file(env.kubeconfig(cluster_id)), field_manager="bench")
 
 
 async def pods_of(client: AsyncClient, namespace: str, burst: str) -> list[Any]:
@@ -93,8 +90,8 @@ async def wait_ready(runtime: ExternalRuntime, component: str, timeout: float = 
 
 
 async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.Namespace) -> None:
-    home = client_of(env, HOME)
-    foreign = {c: client_of(env, c) for c in FOREIGN_IDS}
+    home = bench_client(env, HOME)
+    foreign = {c: bench_client(env, c) for c in FOREIGN_IDS}
     rss_before = runtime_rss_mb(runtime)
 
     print(f"[bench] direct: {args.pods // 2} pods in each foreign cluster at once ...", flush=True)
