@@ -227,7 +227,7 @@ class Reflector:
     def _on_foreign(self, namespace: str) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:
             if self.own_writes.is_echo(event):
-                return  # exactly what our apply made: nothing to reconcile (half the reconciles of a burst)
+                return  # exactly what our apply made: nothing to reconcile
             self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
 
         return on_event
