@@ -26,6 +26,7 @@ from lightkube.types import PatchType
 
 from runtime.api import names
 from runtime.api.quantities import parse_quantity
+from runtime.controllers.trimming import as_the_agent_reads
 from runtime.kube import Informer, WorkQueue
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import ResourceAdvertisementResource
@@ -90,9 +91,11 @@ class AdvertisementController:
         self.cluster_id = cluster_id
         self.settle = settle
         self.nodes = Informer(client, Node)
-        self.local_pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: not_exists()})
+        self.local_pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: not_exists()}, trim=as_the_agent_reads)
         self.shared = [offloaded_pods] if offloaded_pods is not None else []
-        self.offloaded_pods = offloaded_pods or Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()})
+        self.offloaded_pods = offloaded_pods or Informer(
+            client, Pod, labels={names.ORIGIN_LABEL: exists()}, trim=as_the_agent_reads
+        )
         self.tenants = Informer(client, Namespace, labels={names.TENANT_HOME_LABEL: exists()})
         self.advertisements = Informer(client, ResourceAdvertisementResource)
         self.queue = WorkQueue(self._reconcile, workers=1, name="advertisement")

@@ -42,7 +42,8 @@ from lightkube.types import PatchType
 
 from runtime.api import names
 from runtime.api.quantities import parse_quantity
-from runtime.api.shadowpod import CREATE_FAILED_REASON
+from runtime.api.shadowpod import CREATE_FAILED_REASON, packed, pod_spec_of
+from runtime.controllers.trimming import as_the_agent_reads
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import ShadowPodResource
@@ -61,8 +62,8 @@ class ShadowPodController:
         self._missing_since: dict[str, float] = {}
         self._created: set[str] = set()  # keys whose pod this process created: a new one waits
         self._restarts: dict[str, tuple[str, dict[str, int]]] = {}  # key -> (pod uid, its last restart counts)
-        self.shadows = Informer(client, ShadowPodResource)
-        self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()})
+        self.shadows = Informer(client, ShadowPodResource, trim=packed)
+        self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()}, trim=as_the_agent_reads)
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
         self.status_writes = OwnWrites()  # ShadowPods' events our status patches caused
         self.pod_writes = OwnWrites()  # pods' events our creates caused
@@ -124,7 +125,7 @@ class ShadowPodController:
         before = dict(status.get("previousRestarts") or {})
         uid, last = self._restarts.get(key, (None, {}))
         last = last if uid == status.get("podUID") else {}
-        spec = shadow["spec"]["pod"]
+        spec = pod_spec_of(shadow)
         containers = [c["name"] for kind in ("initContainers", "containers") for c in spec.get(kind) or []]
         recreations = int(status.get("recreations") or 0)
         return {name: before.get(name, recreations) + last.get(name, 0) + 1 for name in containers}
@@ -187,7 +188,7 @@ class ShadowPodController:
                     }
                 ],
             },
-            "spec": shadow["spec"]["pod"],
+            "spec": pod_spec_of(shadow),
         }
         try:
             created = await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
@@ -212,7 +213,7 @@ class ShadowPodController:
 def applied_hash(shadow: Any) -> str:
     """Digest of what the ShadowPod asks of the live pod: its labels, annotations and pod spec."""
     meta = shadow.metadata
-    wanted = {"labels": meta.labels or {}, "annotations": meta.annotations or {}, "pod": shadow["spec"]["pod"]}
+    wanted = {"labels": meta.labels or {}, "annotations": meta.annotations or {}, "pod": pod_spec_of(shadow)}
     return hashlib.sha256(json.dumps(wanted, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -242,7 +243,7 @@ def live_changes(
     ShadowPod names go through the resize.
     """
     want_meta, have_meta = shadow.get("metadata") or {}, pod.get("metadata") or {}
-    want_spec, have_spec = (shadow.get("spec") or {}).get("pod") or {}, pod.get("spec") or {}
+    want_spec, have_spec = pod_spec_of(shadow), pod.get("spec") or {}
     patch: dict[str, Any] = {}
     for field in ("labels", "annotations"):
         want, have = want_meta.get(field) or {}, have_meta.get(field) or {}

@@ -63,7 +63,11 @@ def diff_stores(old: dict[str, Any], new: dict[str, Any]) -> list[Event]:
 
 def _without_managed_fields(obj: Any) -> Any:
     """Server-side-apply bookkeeping no controller here reads: often a third of an object's memory."""
-    if obj.metadata is not None:
+    if isinstance(obj, dict):  # a generic (custom) resource: its `metadata` property is a copy
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
+    elif obj.metadata is not None:
         obj.metadata.managedFields = None
     return obj
 

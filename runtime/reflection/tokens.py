@@ -275,7 +275,8 @@ class TokenReflector:
         virtual_node_spec: Callable[[], VirtualNodeSpec | None],
         events: HomeEvents,
         metrics: EngineMetrics | None = None,
-        workers: int = 4,
+        # as many as the pod offloader's: a remote pod starts only once its token Secret is there
+        workers: int = 16,
         home_config_map: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None,
     ) -> None:
         """`pods`: the home pods on the virtual node (the pod offloader's informer);

@@ -36,7 +36,7 @@ from lightkube.types import CascadeType, PatchType
 
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import ready_twin
-from runtime.api.shadowpod import CREATE_FAILED_REASON
+from runtime.api.shadowpod import CREATE_FAILED_REASON, packed, pod_spec_of
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.node import NODE_ADDRESS
@@ -126,7 +126,7 @@ class TwinWatch:
     ) -> None:
         """`on_synced`: once both informers are synced (an unreachable cluster: when it is back)."""
         self.twin = twin
-        self.shadows = Informer(foreign, ShadowPodResource, namespace=twin)
+        self.shadows = Informer(foreign, ShadowPodResource, namespace=twin, trim=packed)
         self.pods = Informer(foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id}, trim=without_spec)
         self.shadows.add_handler(on_shadow)
         self.pods.add_handler(on_pod)
@@ -326,7 +326,7 @@ class PodOffloader:
         desired_meta = remote_pod_metadata(home_pod, **ids)
         have = {
             "metadata": {k: current_meta.get(k) or {} for k in ("labels", "annotations")},
-            "spec": {"pod": (current.get("spec") or {}).get("pod") or {}},
+            "spec": {"pod": pod_spec_of(current)},
         }
         want = {"metadata": desired_meta, "spec": {"pod": live_pod_spec(have["spec"]["pod"], home_pod)}}
         patch = merge_patch(have, want)

@@ -8,9 +8,11 @@ virtual node offers 90 % of its cluster, 7,200 pods, room for an uneven spread),
 with `pulumi up`, offloads namespace `bench` to both (Remote), and then:
 - direct: N/2 pods created in each foreign cluster at once (each with the same client concurrency),
   seconds until all are Running; then deleted;
-- offloaded: N pods created at home, seconds until all are Running at home;
+- offloaded: N pods created at home, seconds until all are Running at home, and how many token
+  Secrets and reflected events exist by then (kwok starts pods without their volumes; a kubelet
+  would wait for the token);
 - memory: RSS of each runtime process before the burst and with N pods offloaded, the slope in KB
-  per offloaded pod;
+  per offloaded pod; and of the virtual kubelets again after their restart (no burst behind them);
 - restart: both virtual kubelets stopped and started once; no pod lost or duplicated, no remote
   UID changed, and the writes the restart caused in each cluster (audit logs; Leases apart).
 Unpinned: three clusters on two CPUs have no even split.
@@ -27,10 +29,13 @@ from collections import Counter
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
+from lightkube.operators import exists
+from lightkube.resources.core_v1 import Event as CoreEvent
+from lightkube.resources.core_v1 import Pod, Secret
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, NodeShape
 from liqo_stack.dev.external_runtime import ExternalRuntime
+from runtime.api import names
 from tests.bench.bench_offloading import (
     DIRECT,
     HOME,
@@ -62,6 +67,20 @@ async def delete_burst(clients: dict[str, AsyncClient], namespace: str, burst: s
         if time.monotonic() > deadline:
             raise TimeoutError(f"pods of {burst} still in {namespace} after 1200 s")
         await asyncio.sleep(2)
+
+
+async def count(client: AsyncClient, resource: Any, namespace: str, labels: dict[str, Any]) -> int:
+    return len([obj async for obj in client.list(resource, namespace=namespace, labels=labels, chunk_size=1000)])
+
+
+async def backlog(home: AsyncClient, foreign: dict[str, AsyncClient]) -> tuple[int, int, int]:
+    """(token Secrets in the twins, foreign events in the twins, their reflected copies at home)."""
+    tokens = events = 0
+    for client in foreign.values():
+        tokens += await count(client, Secret, TWIN, {names.SERVICE_ACCOUNT_TOKEN_LABEL: "true"})
+        events += await count(client, CoreEvent, TWIN, {})
+    reflected = await count(home, CoreEvent, OFFLOADED, {names.EVENT_REFLECTED_FROM_LABEL: exists()})
+    return tokens, events, reflected
 
 
 async def remote_uids(foreign: dict[str, AsyncClient], burst: str) -> dict[str, list[tuple[str, str]]]:
@@ -105,6 +124,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     print(f"[bench] offloaded: {args.pods} pods at home ...", flush=True)
     offloaded = await run_until_running(home, OFFLOADED, "scale", args.pods)
     print(f"  offloaded: {offloaded:.1f} s", flush=True)
+    at_running = await backlog(home, foreign)  # what a real kubelet would still wait for (tokens)
     await asyncio.sleep(10)  # statuses settle
     rss_after = runtime_rss_mb(runtime)
 
@@ -123,6 +143,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     ready_after = time.perf_counter() - restart_started
     await asyncio.sleep(args.settle)
     writes = {c: audited_writes(env.audit_log(c), offsets[c]) for c in (HOME, *FOREIGN_IDS)}
+    rss_restarted = runtime_rss_mb(runtime)
     after = await remote_uids(foreign, "scale")
     running_home = [p for p in await pods_of(home, OFFLOADED, "scale") if p.status and p.status.phase == "Running"]
 
@@ -134,6 +155,9 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     duplicated = {name: entries for name, entries in before.items() if len(entries) > 1}
     print(f"  home pods {len(home_names)}, remote pods {sum(spread.values())}: {len(lost)} without a remote pod,")
     print(f"  {len(duplicated)} with more than one")
+    tokens, events, reflected = at_running
+    print(f"  when all were Running at home: {tokens} token Secrets in the twins (one per pod is due),")
+    print(f"  {reflected} of {events} foreign events reflected home")
 
     print("\n== memory per process (RSS MB): before the burst, with the pods offloaded, slope per pod it handles")
     for component in rss_after:
@@ -144,6 +168,11 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
         print(f"  {component:<22} {was:7.1f} -> {now:7.1f} MB   {slope_kb:5.1f} KB per pod ({handled} pods)")
     total_before, total_after = sum(rss_before.values()), sum(rss_after.values())
     print(f"  {'whole runtime':<22} {total_before:7.1f} -> {total_after:7.1f} MB")
+    print("  restarted with the pods offloaded (no burst behind them):")
+    for component in (f"kubelet-{c}" for c in FOREIGN_IDS):
+        was, now = rss_before.get(component, 0.0), rss_restarted.get(component, 0.0)
+        handled = spread.get(component.partition("-")[2], args.pods)
+        print(f"  {component:<22} {was:7.1f} -> {now:7.1f} MB   {(now - was) * 1024 / handled:5.1f} KB per pod")
 
     changed = {name for name, entries in after.items() if before.get(name) != entries}
     gone = set(before) - set(after)

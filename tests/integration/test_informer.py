@@ -132,6 +132,7 @@ def test_expired_resource_version_relists_and_synthesises_deletes(
     assert relists == 1
     assert [(e.type, e.key) for e in events] == [("DELETED", f"{namespace}/goes")], "unchanged objects stay silent"
     assert sorted(store) == [f"{namespace}/stays"]
+    assert "managedFields" not in store[f"{namespace}/stays"]["metadata"], "stored without apply bookkeeping"
 
 
 def test_a_pod_informer_outlives_bookmarks_and_watch_timeouts(

@@ -14,6 +14,7 @@ from lightkube.resources.core_v1 import Pod
 
 from runtime.__main__ import main
 from runtime.api import names
+from runtime.api.shadowpod import packed, pod_spec_of
 from runtime.controllers.shadowpod import ShadowPodController, applied_hash, live_changes
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.pods import aborted_status, ever_ran
@@ -87,14 +88,17 @@ def test_restarts_add_the_previous_remote_pods_and_never_go_down() -> None:
     assert without_history["containerStatuses"][0]["restartCount"] == 5, "never below what home showed"
 
 
+def shadow_body(pod: dict[str, Any] | None = None, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "twin", "uid": "s-1", "labels": {"app": "a"}},
+        "spec": {"pod": pod or {"containers": [{"name": "c", "image": "i"}]}},
+        "status": status,
+    }
+
+
 def shadow(pod: dict[str, Any] | None = None, **status: Any) -> Any:
-    return ShadowPodResource.from_dict(
-        {
-            "metadata": {"name": "p", "namespace": "twin", "uid": "s-1", "labels": {"app": "a"}},
-            "spec": {"pod": pod or {"containers": [{"name": "c", "image": "i"}]}},
-            "status": status,
-        }
-    )
+    """As the agent's informer keeps it: packed."""
+    return packed(ShadowPodResource.from_dict(shadow_body(pod, **status)))
 
 
 def remote(uid: str, phase: str, restarts: int = 0, **spec: Any) -> Any:
@@ -250,8 +254,9 @@ def test_the_agent_touches_the_live_pod_only_when_its_shadow_changed() -> None:
         assert recorded == applied_hash(agent.shadows.store["twin/p"])
         untouched = len(agent.pod_patches)
         current = agent.shadows.store["twin/p"].to_dict()
-        current["spec"]["pod"]["containers"][0]["image"] = "i2"
-        agent.shadows.store["twin/p"] = ShadowPodResource.from_dict(current)
+        spec = pod_spec_of(current)
+        spec["containers"][0]["image"] = "i2"
+        agent.shadows.store["twin/p"] = packed(ShadowPodResource.from_dict({**current, "spec": {"pod": spec}}))
         await agent.reconcile("twin/p")
         after_change = len(agent.pod_patches)
         agent.pods.store["twin/p"] = remote("first", "Running")  # a pod event, the image not there yet
@@ -295,3 +300,12 @@ def test_node_address_must_be_an_ip(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["virtual-kubelet", "--home-cluster-id", "h", "--foreign-cluster-id", "f", "--node-address", "my-host"])
     assert "--node-address: not an IP address: 'my-host'" in capsys.readouterr().err
+
+
+def test_a_packed_shadowpod_gives_back_its_spec_and_keeps_its_applied_hash() -> None:
+    """Informers keep a ShadowPod's spec packed; what reads it sees the same spec and hash."""
+    body = shadow_body()
+    stored = packed(ShadowPodResource.from_dict(copy.deepcopy(body)))
+    assert "pod" not in stored["spec"], "a reader that forgot to unpack fails instead of reading bytes"
+    assert pod_spec_of(stored) == body["spec"]["pod"] == pod_spec_of(ShadowPodResource.from_dict(body))
+    assert applied_hash(stored) == applied_hash(ShadowPodResource.from_dict(body)), "recorded hashes stay valid"

@@ -7,6 +7,7 @@ from typing import Any, cast
 
 from lightkube.resources.core_v1 import Pod
 
+from runtime.api.shadowpod import packed
 from runtime.controllers.shadowpod import ShadowPodController, applied, applied_hash
 from runtime.kube.resources import ShadowPodResource
 
@@ -14,12 +15,15 @@ KEY = "twin/p"
 
 
 def shadow(**status: Any) -> Any:
-    return ShadowPodResource.from_dict(
-        {
-            "metadata": {"name": "p", "namespace": "twin", "uid": "s-1"},
-            "spec": {"pod": {"containers": [{"name": "c", "image": "i"}]}},
-            "status": status,
-        }
+    """As the agent's informer keeps it: packed."""
+    return packed(
+        ShadowPodResource.from_dict(
+            {
+                "metadata": {"name": "p", "namespace": "twin", "uid": "s-1"},
+                "spec": {"pod": {"containers": [{"name": "c", "image": "i"}]}},
+                "status": status,
+            }
+        )
     )
 
 
