@@ -7,6 +7,7 @@ of the session (tests failed, interrupted or terminated) every cluster process i
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -88,4 +89,7 @@ def project_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def unique_name(request: pytest.FixtureRequest) -> str:
     """A DNS-1123 name derived from the test's name, so tests never share objects."""
     base = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")
-    return "".join(ch for ch in base if ch.isalnum() or ch == "-")[:40].strip("-") + f"-{os.getpid() % 1000}"
+    name = "".join(ch for ch in base if ch.isalnum() or ch == "-")
+    if len(name) > 40:  # cut, with a digest of the whole, so parametrized cases stay apart
+        name = name[:33].strip("-") + "-" + hashlib.sha1(name.encode()).hexdigest()[:6]
+    return name + f"-{os.getpid() % 1000}"

@@ -42,7 +42,7 @@ from lightkube.types import PatchType
 
 from runtime.api import names
 from runtime.api.quantities import parse_quantity
-from runtime.api.shadowpod import CREATE_FAILED_REASON, packed, pod_spec_of
+from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
@@ -62,7 +62,7 @@ class ShadowPodController:
         self._missing_since: dict[str, float] = {}
         self._created: set[str] = set()  # keys whose pod this process created: a new one waits
         self._restarts: dict[str, tuple[str, dict[str, int]]] = {}  # key -> (pod uid, its last restart counts)
-        self.shadows = Informer(client, ShadowPodResource, trim=packed)
+        self.shadows = Informer(client, ShadowPodResource, packed=True)
         self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()}, trim=as_the_agent_reads)
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
         self.status_writes = OwnWrites()  # ShadowPods' events our status patches caused

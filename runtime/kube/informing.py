@@ -7,7 +7,8 @@ new list with its store: objects that vanished meanwhile get a synthetic DELETED
 handler ever misses a delete.
 
 A `trim` function (client-go's SetTransform) may drop what no reader of the store needs before an
-object is stored: memory held per object is memory held per pod.
+object is stored: memory held per object is memory held per pod. A `packed` informer keeps its
+objects compressed (packing.py), for stores that hold one object per offloaded pod.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from lightkube.core.generic_client import BasicRequest
 from lightkube.core.resource import NamespacedResource
 from lightkube.core.selector import build_selector
 
+from runtime.kube.packing import Packer
 from runtime.kube.serving import EngineMetrics
 
 log = logging.getLogger(__name__)
@@ -99,10 +101,13 @@ class Informer:
         metrics: EngineMetrics | None = None,
         cluster_id: str = "",
         trim: Callable[[Any], Any] | None = None,
+        packed: bool = False,
     ) -> None:
-        """`trim`: object -> the object as stored and handed to handlers (fields nobody reads dropped)."""
+        """`trim`: object -> the object as stored and handed to handlers (fields nobody reads dropped);
+        `packed`: objects stored and handed over as `Packed` (packing.py)."""
         self.client = client
         self.trim = trim
+        self.packer = Packer(resource) if packed else None
         self.resource = resource
         self.namespace = namespace
         self.labels = labels
@@ -150,7 +155,9 @@ class Informer:
 
     def _stored(self, obj: Any) -> Any:
         obj = _without_managed_fields(obj)
-        return self.trim(obj) if self.trim is not None else obj
+        if self.trim is not None:
+            obj = self.trim(obj)
+        return self.packer.pack(obj) if self.packer is not None else obj
 
     @property
     def _namespaced(self) -> bool:
@@ -212,9 +219,10 @@ class Informer:
         if event.type == "BOOKMARK":
             self.resource_version = msgspec.json.decode(event.object, type=_Bookmark).metadata.resourceVersion
             return
-        obj = self._stored(decoders.decode_object(event.object, self.resource))
-        self.resource_version = obj.metadata.resourceVersion
-        key = object_key(obj)
+        decoded = decoders.decode_object(event.object, self.resource)
+        self.resource_version = decoded.metadata.resourceVersion
+        key = object_key(decoded)
+        obj = self._stored(decoded)
         if event.type == "DELETED":
             self.store.pop(key, None)
         else:

@@ -120,9 +120,13 @@ class TwinEvents:
 
     def __init__(self, home: AsyncClient, foreign: AsyncClient, namespace: str, twin: str, foreign_cluster_id: str):
         self.namespace, self.twin = namespace, twin
-        self.foreign = Informer(foreign, CoreEvent, namespace=twin)
+        self.foreign = Informer(foreign, CoreEvent, namespace=twin, packed=True)
         self.home = Informer(
-            home, CoreEvent, namespace=namespace, labels={names.EVENT_REFLECTED_FROM_LABEL: foreign_cluster_id}
+            home,
+            CoreEvent,
+            namespace=namespace,
+            labels={names.EVENT_REFLECTED_FROM_LABEL: foreign_cluster_id},
+            packed=True,
         )
         self.tasks: list[asyncio.Task[None]] = []
 

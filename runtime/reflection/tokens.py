@@ -319,6 +319,7 @@ class TokenReflector:
                 namespace=twin,
                 labels={names.SERVICE_ACCOUNT_TOKEN_LABEL: "true"},
                 trim=without_pod_token_values,  # renewal_due reads the keys only
+                packed=True,
             )
             secrets.add_handler(lambda event, namespace=namespace: self._on_secret(namespace, event))  # type: ignore[misc]
             tasks = [

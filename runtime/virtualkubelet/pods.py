@@ -36,7 +36,7 @@ from lightkube.types import CascadeType, PatchType
 
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import ready_twin
-from runtime.api.shadowpod import CREATE_FAILED_REASON, packed, pod_spec_of
+from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.node import NODE_ADDRESS
@@ -126,8 +126,10 @@ class TwinWatch:
     ) -> None:
         """`on_synced`: once both informers are synced (an unreachable cluster: when it is back)."""
         self.twin = twin
-        self.shadows = Informer(foreign, ShadowPodResource, namespace=twin, trim=packed)
-        self.pods = Informer(foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id}, trim=without_spec)
+        self.shadows = Informer(foreign, ShadowPodResource, namespace=twin, packed=True)
+        self.pods = Informer(
+            foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id}, trim=without_spec, packed=True
+        )
         self.shadows.add_handler(on_shadow)
         self.pods.add_handler(on_pod)
         self.tasks = [asyncio.create_task(i.run()) for i in (self.shadows, self.pods)]
@@ -163,7 +165,7 @@ class PodOffloader:
         self.node_address = node_address
         self.offloadings = offloadings
         self.virtual_node_spec = virtual_node_spec
-        self.pods = Informer(home, Pod, fields={"spec.nodeName": self.node_name})
+        self.pods = Informer(home, Pod, fields={"spec.nodeName": self.node_name}, packed=True)
         self.queue = WorkQueue(self.reconcile, workers=workers, name="pods")
         self.pods.add_handler(self._on_pod)
         self.offloadings.add_handler(self._on_offloading)

@@ -60,7 +60,7 @@ PLAIN = "bench-plain"  # home namespace not offloaded: the home half of the floo
 WAYS = ("direct", "offloaded", "both")
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds_bucket"
 CONCURRENCY = 20
-TARGET_RSS_MB = 200
+TARGET_MEMORY_MB = 200
 # Two fake nodes of 1,000 pods each: a 1,000-pod burst fits the virtual node's 90 % share even
 # while the foreign cluster still holds a previous burst.
 LAYOUT = ClusterLayout(foreign=1, nodes_per_cluster=2, node=NodeShape(cpu="256", memory="1Ti", pods=1000))
@@ -314,11 +314,11 @@ async def bursts(
     clusters: Clusters,
     runtime: ExternalRuntime,
     args: argparse.Namespace,
-    rss: dict[str, float],
+    memory: dict[str, dict[str, float]],
     profiles: dict[str, Profile],
 ) -> dict[tuple[int, str, str], BurstFigures]:
     """Per size, workload and pinning mode, `rounds` rounds of both ways, the order alternated;
-    `rss` gets the runtime's memory while 1,000 offloaded pods run; with --profile, `profiles` the
+    `memory` gets the runtime's RSS and PSS while 1,000 offloaded pods run; with --profile, `profiles` the
     runtime's during the last offloaded burst of the largest size."""
     sizes = [int(s) for s in args.bursts.split(",") if s]
     workloads = ["pods", "deployment"] if args.workload == "both" else [args.workload]
@@ -348,7 +348,7 @@ async def bursts(
                             flush=True,
                         )
                         if way == "offloaded" and size == 1000:
-                            rss.update(runtime_rss_mb(runtime))
+                            memory.update(RSS=runtime_rss_mb(runtime), PSS=runtime_pss_mb(runtime))
                         await delete_all(clusters, burst)
     unpin(clusters.env, runtime)
     return results
@@ -387,13 +387,23 @@ def cpu_seconds(env: DevEnvironment, runtime: ExternalRuntime) -> dict[str, floa
 
 
 def runtime_rss_mb(runtime: ExternalRuntime) -> dict[str, float]:
+    return _runtime_memory_mb(runtime, "status", "VmRSS:")
+
+
+def runtime_pss_mb(runtime: ExternalRuntime) -> dict[str, float]:
+    """Proportional set size: pages the processes share (the interpreter, the libraries they map)
+    counted once among them, so the sum is the memory the runtime as a whole holds."""
+    return _runtime_memory_mb(runtime, "smaps_rollup", "Pss:")
+
+
+def _runtime_memory_mb(runtime: ExternalRuntime, proc_file: str, field: str) -> dict[str, float]:
     found = {}
     for component in runtime.components:
         pid = runtime.pid(component)
         if pid is None:
             continue
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/{proc_file}").read_text().splitlines():
+            if line.startswith(field):
                 found[component] = int(line.split()[1]) / 1024
     return found
 
@@ -545,8 +555,8 @@ def spread(values: list[float]) -> str:
 
 def report(
     single_results: dict[str, list[float]],
-    rss: dict[str, float],
-    rss_before: dict[str, float],
+    memory: dict[str, dict[str, float]],
+    memory_before: dict[str, dict[str, float]],
     idle: dict[str, Counter[str]],
     idle_seconds: float,
 ) -> None:
@@ -559,13 +569,14 @@ def report(
                 f"  {label}: direct {direct:6.0f} ms, offloaded {offloaded:6.0f} ms,"
                 f" added {offloaded - direct:6.0f} ms, ratio {offloaded / direct:.2f}x"
             )
-    if rss:
-        total = sum(rss.values())
-        parts = ", ".join(f"{c} {mb:.0f} MB" for c, mb in rss.items())
-        print(f"\n== runtime RSS with 1,000 offloaded pods: {total:.0f} MB ({parts})")
-        print(f"  {total / TARGET_RSS_MB:.2f}x the 200 MB target")
-        parts = ", ".join(f"{c} {mb:.0f} MB" for c, mb in rss_before.items())
-        print(f"  before the first burst: {sum(rss_before.values()):.0f} MB ({parts})")
+    if memory:
+        print("\n== runtime memory with 1,000 offloaded pods (target: under 200 MB)")
+        print("  RSS counts the pages the processes share (interpreter, libraries) once per process, PSS once")
+        for kind in memory:
+            for when, figures in (("with the pods", memory[kind]), ("before the first burst", memory_before[kind])):
+                total = sum(figures.values())
+                parts = ", ".join(f"{c} {mb:.0f}" for c, mb in figures.items())
+                print(f"  {kind} {when}: {total:.0f} MB, {total / TARGET_MEMORY_MB:.2f}x the target ({parts})")
     if idle:
         print(f"\n== writes during {idle_seconds:.0f} idle s, 100 offloaded pods (target: zero but heartbeats)")
         for cluster_id, counts in idle.items():
@@ -583,10 +594,10 @@ def report(
 async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.Namespace) -> None:
     clusters = Clusters(env)
     print("[bench] bursts ...", flush=True)
-    rss: dict[str, float] = {}
-    rss_before = runtime_rss_mb(runtime)
+    memory: dict[str, dict[str, float]] = {}
+    memory_before = {"RSS": runtime_rss_mb(runtime), "PSS": runtime_pss_mb(runtime)}
     profiles: dict[str, Profile] = {}
-    burst_results = await bursts(clusters, runtime, args, rss, profiles)
+    burst_results = await bursts(clusters, runtime, args, memory, profiles)
     print("[bench] single pods ...", flush=True)
     single_results = await singles(clusters, args.singles)
     print("[bench] idle ...", flush=True)
@@ -594,7 +605,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     report_bursts(burst_results)
     if profiles:
         report_profile(profiles, "the runtime during the last offloaded burst of the largest size")
-    report(single_results, rss, rss_before, idle, args.idle)
+    report(single_results, memory, memory_before, idle, args.idle)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.kube import Event, Informer
+from runtime.kube.packing import Packed
 
 pytestmark = pytest.mark.clusters
 
@@ -39,13 +40,18 @@ def namespace(home: Client, unique_name: str) -> Any:
     home.delete(Namespace, unique_name)
 
 
-def test_lists_in_pages_then_follows_changes(dev_env: DevEnvironment, home: Client, namespace: str) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["decoded", "packed"])
+def test_lists_in_pages_then_follows_changes(
+    dev_env: DevEnvironment, home: Client, namespace: str, packed: bool
+) -> None:
     for i in range(7):
         home.create(configmap(f"cm-{i}", namespace))
 
     async def scenario() -> tuple[list[Event], dict[str, Any], int]:
         client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
-        informer = Informer(client, ConfigMap, namespace=namespace, labels={"informer-test": "yes"}, page_size=2)
+        informer = Informer(
+            client, ConfigMap, namespace=namespace, labels={"informer-test": "yes"}, page_size=2, packed=packed
+        )
         events: list[Event] = []
         informer.add_handler(events.append)
         task = asyncio.create_task(informer.run())
@@ -69,6 +75,10 @@ def test_lists_in_pages_then_follows_changes(dev_env: DevEnvironment, home: Clie
     ]
     assert sorted(store) == sorted(f"{namespace}/cm-{i}" for i in [0, 2, 3, 4, 5, 6, "new"])
     assert store[f"{namespace}/cm-0"].data == {"k": "changed"}
+    assert all(isinstance(obj, Packed) == packed for obj in store.values())
+    assert store[f"{namespace}/cm-0"].to_dict()["data"] == {"k": "changed"}
+    assert events[-1].obj.metadata.name == "cm-1", "a DELETED event carries the object"
+    assert "managedFields" not in store[f"{namespace}/cm-new"].to_dict()["metadata"]
 
 
 def test_expired_resource_version_relists_and_synthesises_deletes(

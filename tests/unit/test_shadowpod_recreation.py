@@ -7,8 +7,8 @@ from typing import Any, cast
 
 from lightkube.resources.core_v1 import Pod
 
-from runtime.api.shadowpod import packed
 from runtime.controllers.shadowpod import ShadowPodController, applied, applied_hash
+from runtime.kube.packing import Packer
 from runtime.kube.resources import ShadowPodResource
 
 KEY = "twin/p"
@@ -16,7 +16,7 @@ KEY = "twin/p"
 
 def shadow(**status: Any) -> Any:
     """As the agent's informer keeps it: packed."""
-    return packed(
+    return Packer(ShadowPodResource).pack(
         ShadowPodResource.from_dict(
             {
                 "metadata": {"name": "p", "namespace": "twin", "uid": "s-1"},
