@@ -279,7 +279,7 @@ async def one_burst(
         clock.watch_direct(clusters.foreign, DIRECT, burst)
     await clock.start()
     before = cpu_seconds(env, runtime)
-    offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, FOREIGN)} if env.audit_policy else {}
+    marks = {c: audit_mark(env.audit_log(c)) for c in (HOME, FOREIGN)} if env.audit_policy else {}
     webhook_before = await webhook_buckets(clusters.home)
     if way == "both":
         started = time.perf_counter()
@@ -298,10 +298,8 @@ async def one_burst(
         figures.webhook_seconds.setdefault(way, []).append(p99)
     used = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
     figures.cpu_per_pod[way] = {n: t / size for n, t in used.items() if t > 0}
-    if offsets:
-        figures.writes_per_pod[way] = {
-            c: sum(audited_writes(env.audit_log(c), offsets[c]).values()) / size for c in (HOME, FOREIGN)
-        }
+    if marks:
+        figures.writes_per_pod[way] = {c: sum(audited_writes(mark).values()) / size for c, mark in marks.items()}
     for stage, values in clock.durations(OFFLOADED_STAGES if offloaded else DIRECT_STAGES).items():
         if way == "both":
             break
@@ -408,26 +406,46 @@ def _runtime_memory_mb(runtime: ExternalRuntime, proc_file: str, field: str) -> 
     return found
 
 
-def audited_writes(log: Path, since_offset: int) -> Counter[str]:
-    """Writes logged after `since_offset`, counted by 'client: resource'."""
+@dataclass(frozen=True)
+class AuditMark:
+    """A place in an API server's audit log. The server rotates the log at 100 MB (lumberjack's
+    default, `--audit-log-maxsize` unset) to `audit-<time>.log`: the inode tells which file it was."""
+
+    log: Path
+    inode: int
+    offset: int
+
+
+def audit_mark(log: Path) -> AuditMark:
+    stat = log.stat()
+    return AuditMark(log, stat.st_ino, stat.st_size)
+
+
+def audited_writes(mark: AuditMark) -> Counter[str]:
+    """Writes logged since `mark`, across a rotation, counted by 'client: resource'."""
+    parts = [(mark.log, mark.offset)]
+    if mark.log.stat().st_ino != mark.inode:
+        rotated = [p for p in mark.log.parent.glob(f"{mark.log.stem}-*") if p.stat().st_ino == mark.inode]
+        parts = [(p, mark.offset) for p in rotated] + [(mark.log, 0)]
     counts: Counter[str] = Counter()
-    with log.open() as lines:
-        lines.seek(since_offset)
-        for line in lines:
-            event = json.loads(line)
-            agent = str(event.get("userAgent", "?")).split("/")[0]
-            resource = (event.get("objectRef") or {}).get("resource", "?")
-            counts[f"{agent}: {event['verb']} {resource}"] += 1
+    for path, offset in parts:
+        with path.open() as lines:
+            lines.seek(offset)
+            for line in lines:
+                event = json.loads(line)
+                agent = str(event.get("userAgent", "?")).split("/")[0]
+                resource = (event.get("objectRef") or {}).get("resource", "?")
+                counts[f"{agent}: {event['verb']} {resource}"] += 1
     return counts
 
 
 async def idle_writes(env: DevEnvironment, clusters: Clusters, seconds: float) -> dict[str, Counter[str]]:
     await run_until_running(clusters.home, OFFLOADED, "idle", 100)
     await asyncio.sleep(10)  # statuses settle
-    offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, FOREIGN)}
+    marks = {c: audit_mark(env.audit_log(c)) for c in (HOME, FOREIGN)}
     print(f"  idle for {seconds:.0f} s with 100 offloaded pods ...", flush=True)
     await asyncio.sleep(seconds)
-    found = {c: audited_writes(env.audit_log(c), offsets[c]) for c in (HOME, FOREIGN)}
+    found = {c: audited_writes(mark) for c, mark in marks.items()}
     await delete_all(clusters, "idle")
     return found
 

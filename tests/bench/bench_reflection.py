@@ -40,6 +40,7 @@ from tests.bench.bench_offloading import (
     OFFLOADED,
     PLAIN,
     Clusters,
+    audit_mark,
     audited_writes,
     bounded,
     cpu_seconds,
@@ -154,9 +155,9 @@ async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: a
     await reflected(clusters, "idle", args.idle_objects)
     await run_until_running(clusters.home, OFFLOADED, "idle", args.idle_pods)
     await asyncio.sleep(10)  # statuses settle
-    offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, FOREIGN)}
+    marks = {c: audit_mark(env.audit_log(c)) for c in (HOME, FOREIGN)}
     await asyncio.sleep(args.idle)
-    idle = {c: audited_writes(env.audit_log(c), offsets[c]) for c in (HOME, FOREIGN)}
+    idle = {c: audited_writes(mark) for c, mark in marks.items()}
     more = args.rss_pods - args.idle_pods
     print(f"[bench] {more} more pods offloaded for the memory figure ...", flush=True)
     if more > 0:

@@ -41,6 +41,7 @@ from tests.bench.bench_offloading import (
     HOME,
     OFFLOADED,
     TWIN,
+    audit_mark,
     audited_writes,
     bench_client,
     bounded,
@@ -133,7 +134,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     spread = Counter(cluster for entries in before.values() for cluster, _ in entries)
 
     print("[bench] restarting both virtual kubelets ...", flush=True)
-    offsets = {c: env.audit_log(c).stat().st_size for c in (HOME, *FOREIGN_IDS)}
+    marks = {c: audit_mark(env.audit_log(c)) for c in (HOME, *FOREIGN_IDS)}
     restart_started = time.perf_counter()
     for cluster_id in FOREIGN_IDS:
         runtime.stop(f"kubelet-{cluster_id}")
@@ -142,7 +143,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
         await wait_ready(runtime, f"kubelet-{cluster_id}")
     ready_after = time.perf_counter() - restart_started
     await asyncio.sleep(args.settle)
-    writes = {c: audited_writes(env.audit_log(c), offsets[c]) for c in (HOME, *FOREIGN_IDS)}
+    writes = {c: audited_writes(mark) for c, mark in marks.items()}
     rss_restarted = runtime_rss_mb(runtime)
     after = await remote_uids(foreign, "scale")
     running_home = [p for p in await pods_of(home, OFFLOADED, "scale") if p.status and p.status.phase == "Running"]

@@ -1,8 +1,12 @@
-"""The benches' arithmetic: profiles from collapsed stacks, the webhook quantile from two scrapes."""
+"""The benches' arithmetic: profiles from collapsed stacks, the webhook quantile from two scrapes,
+writes counted from an audit log that rotates."""
 
 from __future__ import annotations
 
-from tests.bench.bench_offloading import histogram_quantile
+import json
+from pathlib import Path
+
+from tests.bench.bench_offloading import audit_mark, audited_writes, histogram_quantile
 from tests.bench.profiling import Profile
 
 
@@ -32,3 +36,20 @@ def test_the_webhook_quantile_is_of_what_happened_between_the_scrapes() -> None:
     assert histogram_quantile(before, after, 0.5) == 0.005
     assert histogram_quantile(before, after, 0.99) == 0.025
     assert histogram_quantile(after, after, 0.99) is None  # nothing observed
+
+
+def audit_line(verb: str, resource: str) -> str:
+    return json.dumps({"userAgent": "python-httpx2/1.0", "verb": verb, "objectRef": {"resource": resource}}) + "\n"
+
+
+def test_writes_are_counted_across_a_rotation_of_the_audit_log(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    log.write_text(audit_line("create", "pods"))
+    mark = audit_mark(log)
+    with log.open("a") as out:
+        out.write(audit_line("patch", "pods"))
+    log.rename(tmp_path / "audit-2026-11-23T21-30-00.000.log")  # as the API server rotates it
+    log.write_text(audit_line("create", "secrets") + audit_line("patch", "pods"))
+
+    assert audited_writes(mark) == {"python-httpx2: patch pods": 2, "python-httpx2: create secrets": 1}
+    assert audited_writes(audit_mark(log)) == {}
