@@ -3,8 +3,9 @@
 A decoded pod costs about 9.5 KB of Python objects; its JSON about 3 KB. Compressed by zlib
 against a preset dictionary (the first object the store packed: the objects of one store mostly
 share their shape, a burst's pods most of their text) it costs a few hundred bytes, packed in
-about 25 µs and read back in about 20 (measured on one pod). zlib ships with Python; a preset dictionary is what makes
-it pay on small objects (zstd's trained dictionaries are the same idea, and not in the stdlib).
+about 25 µs and read back in about 20 (measured on one pod). zlib ships with Python; a preset
+dictionary is what makes it pay on small objects (zstd's trained dictionaries are the same idea,
+and not in the stdlib).
 
 Every read decodes a fresh copy, so a reader can never alter what the store holds.
 """
