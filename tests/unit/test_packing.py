@@ -92,7 +92,7 @@ def test_a_reader_cannot_alter_the_store() -> None:
 def test_pods_of_one_burst_pack_to_a_fraction_of_their_decoded_size() -> None:
     packer = Packer(Pod)
     bodies = [running_pod(f"burst-7d9f8c-{i:05d}") for i in range(200)]
-    for i, body in enumerate(bodies):  # each its own IP and times, as in a real burst
+    for i, body in enumerate(bodies):  # each its own name, IP and resourceVersion, as in a real burst
         body["status"]["podIP"] = f"10.200.{i // 250}.{i % 250}"
         body["metadata"]["resourceVersion"] = str(5000 + i)
 
