@@ -46,6 +46,7 @@ from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
+from runtime.kube.packing import unpacked
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.translation import restart_counts
 
@@ -78,7 +79,7 @@ class ShadowPodController:
         await run_controller([self.shadows, self.pods], self.queue)
 
     async def reconcile(self, key: str) -> None:
-        shadow = self.shadows.store.get(key)
+        shadow = unpacked(self.shadows.store.get(key))
         if shadow is None or shadow.metadata.deletionTimestamp:
             self._missing_since.pop(key, None)
             self._created.discard(key)

@@ -45,6 +45,12 @@ class Packer:
         return zlib.decompressobj(zdict=self._dictionary).decompress(data)
 
 
+def unpacked(obj: Any) -> Any:
+    """A store's object decoded once, packed or not (None stays None): for a reader that reads it
+    several times, each read of a `Packed` being a decode of its own."""
+    return obj.unpacked() if isinstance(obj, Packed) else obj
+
+
 class Packed:
     """One stored object: `.metadata` and `.to_dict()` as cheap reads; any other attribute (`.spec`,
     `.status`) from the whole object, decoded for that read."""

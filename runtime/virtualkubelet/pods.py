@@ -38,6 +38,7 @@ from runtime.api import VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import ready_twin
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, call_when_synced, unless_gone
+from runtime.kube.packing import unpacked
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.translation import (
@@ -256,7 +257,7 @@ class PodOffloader:
     # -- reconcile -------------------------------------------------------------------------------
     async def reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
-        pod = self.pods.store.get(key)
+        pod = unpacked(self.pods.store.get(key))
         where, twin = self.placement(namespace)
         watch = self.twins.get(namespace)
         if twin is None or watch is None or watch.twin != twin:
@@ -271,8 +272,8 @@ class PodOffloader:
             return
         if not watch.synced():
             return  # decided once the foreign side is known: its sync requeues the namespace
-        shadow = watch.shadows.store.get(f"{twin}/{name}")
-        remote = watch.pods.store.get(f"{twin}/{name}")
+        shadow = unpacked(watch.shadows.store.get(f"{twin}/{name}"))
+        remote = unpacked(watch.pods.store.get(f"{twin}/{name}"))
         if pod is None:
             await self._delete_remote(twin, name, shadow, remote, grace=None)
             return

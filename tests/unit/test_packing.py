@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from lightkube.resources.core_v1 import Pod
 
-from runtime.kube.packing import Packed, Packer
+from runtime.kube.packing import Packed, Packer, unpacked
 
 
 def running_pod(name: str) -> dict[str, Any]:
@@ -108,3 +108,12 @@ def test_pods_of_one_burst_pack_to_a_fraction_of_their_decoded_size() -> None:
     packed_size = held(lambda body: packer.pack(Pod.from_dict(body)))
     assert packed_size < decoded_size / 5, f"packed {packed_size:.0f} B against decoded {decoded_size:.0f} B"
     assert isinstance(packer.pack(Pod.from_dict(bodies[0])), Packed)
+
+
+def test_unpacked_decodes_a_packed_object_once_and_passes_the_rest_through() -> None:
+    pod = cast(Pod, Pod.from_dict(running_pod("p")))
+    packed = Packer(Pod).pack(pod)
+
+    assert unpacked(packed) == pod and not isinstance(unpacked(packed), Packed)
+    assert unpacked(pod) is pod
+    assert unpacked(None) is None
