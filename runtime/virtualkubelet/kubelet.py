@@ -17,6 +17,7 @@ from lightkube.resources.core_v1 import PersistentVolumeClaim, Secret
 from runtime.api import VirtualNodeSpec, names
 from runtime.kube import EngineMetrics, Event, Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import leading
+from runtime.kube.packing import unpacked
 from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
 from runtime.reflection import Reflection, ReflectionSettings
 from runtime.reflection.events import EventReflector
@@ -159,7 +160,8 @@ class VirtualKubelet:
     def offloaded_pods(self) -> list[OffloadedPod]:
         """The pods of this node whose twin namespace is Ready, for the kubelet API's resource metrics."""
         found = []
-        for pod in list(self.pods.pods.store.values()):
+        for stored in list(self.pods.pods.store.values()):
+            pod = unpacked(stored)  # read five times below
             twin = self.pods.twin_of(pod.metadata.namespace)
             if not twin:
                 continue
