@@ -16,7 +16,7 @@ WebSocket through to a Node that declares `ExtendWebSocketsToKubelet` (see node.
 of the foreign API server, which speaks the same protocols. A client that only speaks SPDY gets a
 400 saying so.
 
-Imported only when the kubelet API is enabled: aiohttp and cryptography cost a process ~20 MB.
+Imported only when the kubelet API is enabled: aiohttp costs a process ~10 MB.
 """
 
 from __future__ import annotations

@@ -18,14 +18,10 @@ import datetime
 import logging
 import secrets
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from lightkube import AsyncClient
 from lightkube.resources.certificates_v1 import CertificateSigningRequest
 
-from runtime.webhooks.certificates import ServingCertificate, issue, subject_alt_names
+from runtime.tls import ServingCertificate, issue, serving_request
 
 log = logging.getLogger(__name__)
 
@@ -33,38 +29,16 @@ SIGNER = "kubernetes.io/kubelet-serving"
 USAGES = ["digital signature", "server auth"]  # what the signer requires of an ECDSA key
 
 
-def serving_request(node_name: str, hosts: list[str]) -> tuple[bytes, bytes]:
-    """A PEM certificate request the kubelet-serving signer accepts, and its PEM private key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    alt_names = subject_alt_names(hosts)
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}"),
-        ]
-    )
-    csr = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(subject)
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return csr.public_bytes(serialization.Encoding.PEM), key_pem
-
-
 async def signed_by_home(
     home: AsyncClient, node_name: str, hosts: list[str], timeout: float = 30
 ) -> ServingCertificate | None:
     """A certificate the home cluster signed for `hosts`, or None when it signs none in `timeout`."""
-    request_pem, key_pem = serving_request(node_name, hosts)
+    request = await serving_request(node_name, hosts)
     name = f"{node_name}-serving-{secrets.token_hex(4)}"
     body = {
         "metadata": {"name": name},
         "spec": {
-            "request": base64.b64encode(request_pem).decode(),
+            "request": base64.b64encode(request.request_pem).decode(),
             "signerName": SIGNER,
             "usages": USAGES,
             "expirationSeconds": int(datetime.timedelta(days=365).total_seconds()),
@@ -87,7 +61,7 @@ async def signed_by_home(
         current = await home.get(CertificateSigningRequest, name)
         issued = current.status.certificate if current.status else None
         if issued:
-            return ServingCertificate(ca_pem=b"", cert_pem=base64.b64decode(issued), key_pem=key_pem)
+            return ServingCertificate(ca_pem=b"", cert_pem=base64.b64decode(issued), key_pem=request.key_pem)
         await asyncio.sleep(0.5)
     log.warning(
         "certificate request %s not signed in %.0fs (does kube-controller-manager sign %s?)", name, timeout, SIGNER
@@ -105,4 +79,4 @@ async def serving_certificate(home: AsyncClient, node_name: str, hosts: list[str
     if signed is not None:
         return signed
     log.warning("the kubelet API serves a self-signed certificate: API servers that verify kubelets refuse it")
-    return issue(hosts, ca_common_name=f"{node_name}-ca")
+    return await issue(hosts, ca_common_name=f"{node_name}-ca")

@@ -13,7 +13,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
 from runtime.api import names
-from runtime.webhooks.certificates import CertificateAuthority, new_ca
+from runtime.tls import CertificateAuthority, new_ca
 
 
 async def shared_ca(client: AsyncClient, namespace: str = names.LIQO_NAMESPACE) -> CertificateAuthority:
@@ -26,7 +26,7 @@ async def shared_ca(client: AsyncClient, namespace: str = names.LIQO_NAMESPACE) 
         else:
             data = secret.data or {}
             return CertificateAuthority(base64.b64decode(data["tls.crt"]), base64.b64decode(data["tls.key"]))
-        authority = new_ca()
+        authority = await new_ca()
         secret = Secret(
             metadata=ObjectMeta(
                 name=names.WEBHOOK_CA_SECRET,

@@ -12,7 +12,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.webhooks import issue_with, shared_ca
+from runtime.tls import issue_with
+from runtime.webhooks import shared_ca
 
 pytestmark = pytest.mark.clusters
 
@@ -40,8 +41,8 @@ def test_serving_certificates_of_different_replicas_chain_to_the_shared_ca(
 ) -> None:
     async def two() -> tuple[bytes, bytes, bytes]:
         client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
-        first = issue_with(await shared_ca(client, namespace), ["10.0.0.1"])
-        second = issue_with(await shared_ca(client, namespace), ["10.0.0.2"])
+        first = await issue_with(await shared_ca(client, namespace), ["10.0.0.1"])
+        second = await issue_with(await shared_ca(client, namespace), ["10.0.0.2"])
         return first.ca_pem, first.cert_pem, second.cert_pem
 
     ca_pem, first, second = asyncio.run(two())

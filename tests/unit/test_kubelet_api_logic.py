@@ -3,6 +3,7 @@ identities, the relayed stream's query and status frames (end to end: tests/e2e/
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -121,11 +122,11 @@ def test_the_serving_certificate_request_is_one_the_kubelet_serving_signer_accep
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
-    from runtime.virtualkubelet.servingcert import serving_request
+    from runtime.tls import serving_request
 
-    request_pem, key_pem = serving_request("liqo-foreign-1", ["127.0.0.1", "vk.liqo.svc"])
-    request = x509.load_pem_x509_csr(request_pem)
-    assert request.is_signature_valid and b"PRIVATE KEY" in key_pem
+    made = asyncio.run(serving_request("liqo-foreign-1", ["127.0.0.1", "vk.liqo.svc"]))
+    request = x509.load_pem_x509_csr(made.request_pem)
+    assert request.is_signature_valid and b"PRIVATE KEY" in made.key_pem
     subject = request.subject
     assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["system:nodes"]
     assert [a.value for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)] == ["system:node:liqo-foreign-1"]

@@ -1,45 +1,34 @@
-"""The webhooks' TLS identity: a self-signed CA and a serving certificate signed by it.
+"""Keys and certificates, made with the cryptography library. Only the child process that
+runtime.tls starts imports this module: a process that imports cryptography maps about 9 MB of it
+for the rest of its life.
 
-The controller-manager hands the CA to the API server through the webhook configurations' caBundle
+The webhooks' TLS identity is a self-signed CA and a serving certificate signed by it. The
+controller-manager hands the CA to the API server through the webhook configurations' caBundle
 (see runtime/controllers/webhookconfig.py). Its replicas share one CA, kept in a Secret of the liqo
-namespace that the first replica creates (`shared_ca`), so whichever replica the webhook Service
-reaches is trusted; each replica issues its own serving certificate from it. No key material ever
-sits in the stack's state.
+namespace that the first replica creates (runtime/webhooks/sharedca.py), so whichever replica the
+webhook Service reaches is trusted; each replica issues its own serving certificate from it. No key
+material ever sits in the stack's state.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
-import ssl
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from runtime.tls.identities import CertificateAuthority, ServingCertificate, SigningRequest
+
 VALIDITY = datetime.timedelta(days=365)
 
 
-@dataclass(frozen=True)
-class ServingCertificate:
-    ca_pem: bytes
-    cert_pem: bytes
-    key_pem: bytes
-
-    def ssl_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        # ssl loads a chain only from files; they live just long enough to be read
-        with tempfile.TemporaryDirectory() as folder:
-            cert, key = Path(folder, "tls.crt"), Path(folder, "tls.key")
-            cert.write_bytes(self.cert_pem + self.ca_pem)
-            key.write_bytes(self.key_pem)
-            key.chmod(0o600)
-            context.load_cert_chain(cert, key)
-        return context
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _name(common_name: str) -> x509.Name:
@@ -55,12 +44,6 @@ def subject_alt_names(hosts: list[str]) -> list[x509.GeneralName]:
         except ValueError:
             names.append(x509.DNSName(host))
     return names
-
-
-@dataclass(frozen=True)
-class CertificateAuthority:
-    cert_pem: bytes
-    key_pem: bytes
 
 
 def new_ca(common_name: str = "liqo-webhook-ca") -> CertificateAuthority:
@@ -79,12 +62,7 @@ def new_ca(common_name: str = "liqo-webhook-ca") -> CertificateAuthority:
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    return CertificateAuthority(
-        ca.public_bytes(serialization.Encoding.PEM),
-        ca_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
-    )
+    return CertificateAuthority(ca.public_bytes(serialization.Encoding.PEM), _key_pem(ca_key))
 
 
 def issue(hosts: list[str], ca_common_name: str = "liqo-webhook-ca") -> ServingCertificate:
@@ -116,7 +94,24 @@ def issue_with(authority: CertificateAuthority, hosts: list[str]) -> ServingCert
     return ServingCertificate(
         ca_pem=authority.cert_pem,
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
+        key_pem=_key_pem(key),
     )
+
+
+def serving_request(node_name: str, hosts: list[str]) -> SigningRequest:
+    """A request the kubelet-serving signer accepts (subject `system:node:<node>`, group
+    `system:nodes`, `hosts` as SANs), with a new ECDSA key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}"),
+        ]
+    )
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(subject)
+        .add_extension(x509.SubjectAlternativeName(subject_alt_names(hosts)), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return SigningRequest(csr.public_bytes(serialization.Encoding.PEM), _key_pem(key))
