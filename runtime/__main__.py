@@ -32,6 +32,7 @@ from runtime.controllers import (
 from runtime.kube import EngineMetrics, ProbeServer
 from runtime.kube.controlling import gate_on, leading
 from runtime.kube.leaderelection import LeaderElector, default_identity
+from runtime.kube.memory import release_free_memory_every
 from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_kubeconfig
 from runtime.virtualkubelet.node import FIELD_MANAGER, KUBELET_PORT, NODE_ADDRESS
 
@@ -64,10 +65,11 @@ async def serve(
 ) -> None:
     """Runs `main` with the probes (and, with an elector, only its leader's work queues); with
     --metrics-secure-port, /metrics over TLS for callers that `client`'s cluster authenticates and
-    authorizes (cluster mode)."""
+    authorizes (cluster mode). Freed memory goes back to the OS every 30 s (runtime.kube.memory)."""
     gate_on(elector.is_leader if elector else None)  # before the task: it and its tasks inherit the gate
     task = asyncio.ensure_future(main)
     campaign = asyncio.ensure_future(elector.campaign(_exit_on_lost_leadership)) if elector else None
+    trimming = asyncio.ensure_future(release_free_memory_every())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
@@ -85,6 +87,7 @@ async def serve(
     except asyncio.CancelledError:
         logging.info("stopped")
     finally:
+        trimming.cancel()
         if campaign is not None and elector is not None:
             campaign.cancel()
             await asyncio.gather(campaign, return_exceptions=True)
