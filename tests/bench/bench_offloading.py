@@ -11,7 +11,8 @@ Then, in one run and alternating the two ways round by round:
   all N are Running where they were created (for offloaded pods: at home, status reflected back);
 - CPU: the seconds each cluster component and runtime process used during a burst, both ways;
 - single pods: one at a time, time until Running, p50/p99 of each way and the added latency;
-- memory: RSS of the runtime processes with the last 1,000-pod offloaded burst Running;
+- memory: RSS and PSS of the runtime processes before the first burst, when the last 1,000-pod
+  offloaded burst is Running, and MEMORY_SETTLE_SECONDS later (the runtime trims its heap every 30 s);
 - idle: with 100 offloaded pods and nothing changing, the writes each API server receives in
   `--idle` seconds, from its audit log, by client (the node Lease heartbeat counted apart).
 Prints the figures and the ratios offloaded / direct.
@@ -61,6 +62,8 @@ WAYS = ("direct", "offloaded", "both")
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds_bucket"
 CONCURRENCY = 20
 TARGET_MEMORY_MB = 200
+# past the runtime's heap trim (every 30 s, runtime/kube/memory.py) after a burst's last status
+MEMORY_SETTLE_SECONDS = 40
 # Two fake nodes of 1,000 pods each: a 1,000-pod burst fits the virtual node's 90 % share even
 # while the foreign cluster still holds a previous burst.
 LAYOUT = ClusterLayout(foreign=1, nodes_per_cluster=2, node=NodeShape(cpu="256", memory="1Ti", pods=1000))
@@ -312,11 +315,12 @@ async def bursts(
     clusters: Clusters,
     runtime: ExternalRuntime,
     args: argparse.Namespace,
-    memory: dict[str, dict[str, float]],
+    memory: dict[str, dict[str, dict[str, float]]],
     profiles: dict[str, Profile],
 ) -> dict[tuple[int, str, str], BurstFigures]:
     """Per size, workload and pinning mode, `rounds` rounds of both ways, the order alternated;
-    `memory` gets the runtime's RSS and PSS while 1,000 offloaded pods run; with --profile, `profiles` the
+    `memory` gets the runtime's RSS and PSS when 1,000 offloaded pods are Running, and (last round)
+    MEMORY_SETTLE_SECONDS later; with --profile, `profiles` the
     runtime's during the last offloaded burst of the largest size."""
     sizes = [int(s) for s in args.bursts.split(",") if s]
     workloads = ["pods", "deployment"] if args.workload == "both" else [args.workload]
@@ -346,7 +350,10 @@ async def bursts(
                             flush=True,
                         )
                         if way == "offloaded" and size == 1000:
-                            memory.update(RSS=runtime_rss_mb(runtime), PSS=runtime_pss_mb(runtime))
+                            memory["when all are Running"] = runtime_memory_mb(runtime)
+                            if round_no == args.rounds - 1:
+                                await asyncio.sleep(MEMORY_SETTLE_SECONDS)
+                                memory[f"{MEMORY_SETTLE_SECONDS} s later"] = runtime_memory_mb(runtime)
                         await delete_all(clusters, burst)
     unpin(clusters.env, runtime)
     return results
@@ -382,6 +389,10 @@ def cpu_seconds(env: DevEnvironment, runtime: ExternalRuntime) -> dict[str, floa
     own = resource.getrusage(resource.RUSAGE_SELF)
     used["bench client (this process)"] = own.ru_utime + own.ru_stime
     return used
+
+
+def runtime_memory_mb(runtime: ExternalRuntime) -> dict[str, dict[str, float]]:
+    return {"RSS": runtime_rss_mb(runtime), "PSS": runtime_pss_mb(runtime)}
 
 
 def runtime_rss_mb(runtime: ExternalRuntime) -> dict[str, float]:
@@ -573,8 +584,7 @@ def spread(values: list[float]) -> str:
 
 def report(
     single_results: dict[str, list[float]],
-    memory: dict[str, dict[str, float]],
-    memory_before: dict[str, dict[str, float]],
+    memory: dict[str, dict[str, dict[str, float]]],
     idle: dict[str, Counter[str]],
     idle_seconds: float,
 ) -> None:
@@ -590,8 +600,9 @@ def report(
     if memory:
         print("\n== runtime memory with 1,000 offloaded pods (target: under 200 MB)")
         print("  RSS counts the pages the processes share (interpreter, libraries) once per process, PSS once")
-        for kind in memory:
-            for when, figures in (("with the pods", memory[kind]), ("before the first burst", memory_before[kind])):
+        for kind in ("RSS", "PSS"):
+            for when, readings in memory.items():
+                figures = readings[kind]
                 total = sum(figures.values())
                 parts = ", ".join(f"{c} {mb:.0f}" for c, mb in figures.items())
                 print(f"  {kind} {when}: {total:.0f} MB, {total / TARGET_MEMORY_MB:.2f}x the target ({parts})")
@@ -612,8 +623,7 @@ def report(
 async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.Namespace) -> None:
     clusters = Clusters(env)
     print("[bench] bursts ...", flush=True)
-    memory: dict[str, dict[str, float]] = {}
-    memory_before = {"RSS": runtime_rss_mb(runtime), "PSS": runtime_pss_mb(runtime)}
+    memory = {"before the first burst": runtime_memory_mb(runtime)}
     profiles: dict[str, Profile] = {}
     burst_results = await bursts(clusters, runtime, args, memory, profiles)
     print("[bench] single pods ...", flush=True)
@@ -623,7 +633,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     report_bursts(burst_results)
     if profiles:
         report_profile(profiles, "the runtime during the last offloaded burst of the largest size")
-    report(single_results, memory, memory_before, idle, args.idle)
+    report(single_results, memory, idle, args.idle)
 
 
 def main() -> None:
