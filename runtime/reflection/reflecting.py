@@ -116,8 +116,9 @@ class NamespaceWatch:
         trim_foreign: Callable[[Any], Any] | None = None,
     ) -> None:
         self.namespace, self.twin = namespace, twin
-        self.home = Informer(home, resource, namespace=namespace)
-        self.foreign = Informer(foreign, resource, namespace=twin, trim=trim_foreign)
+        # packed: a twin holds one token Secret per offloaded pod, which this store keeps too
+        self.home = Informer(home, resource, namespace=namespace, packed=True)
+        self.foreign = Informer(foreign, resource, namespace=twin, trim=trim_foreign, packed=True)
         self.tasks: list[asyncio.Task[None]] = []
 
     def start(
