@@ -44,9 +44,9 @@ def release_free_memory() -> bool:
 async def release_free_memory_every(interval: float = TRIM_INTERVAL) -> None:
     """release_free_memory() every `interval` seconds, until cancelled: a burst's memory goes back
     to the OS within `interval` of its end."""
-    if _trim is None:
+    if not release_free_memory():
         log.info("this C library has no malloc_trim: freed memory stays with the process")
         return
     while True:
         await asyncio.sleep(interval)
-        _trim()
+        release_free_memory()
