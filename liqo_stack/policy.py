@@ -351,7 +351,7 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
     from lightkube import Client, KubeConfig
     from lightkube.resources.core_v1 import Node, Pod
 
-    from runtime.controllers.advertisement import as_quantity, available_for
+    from runtime.controllers.advertisement import as_quantity, available_for, loads_of
     from runtime.kube.resources import ResourceAdvertisementResource
 
     home_id = config.home.cluster_id
@@ -369,8 +369,8 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
             except Exception as err:
                 if not is_not_found(err):  # no advertisement yet, or no CRD yet (before the first install)
                     raise
-            nodes, pods = list(client.list(Node)), list(client.list(Pod, namespace="*"))
-            offered[foreign.cluster_id] = {r: as_quantity(a) for r, a in available_for(home_id, nodes, pods).items()}
+            nodes, loads = list(client.list(Node)), loads_of(client.list(Pod, namespace="*"))
+            offered[foreign.cluster_id] = {r: as_quantity(a) for r, a in available_for(home_id, nodes, loads).items()}
         except Exception as err:  # an unreachable cluster must not hide the other checks
             unread.append(f"{_foreign_path(index)} ({foreign.cluster_id}): cannot read what it offers: {err}")
     return offered, unread

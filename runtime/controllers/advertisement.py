@@ -9,13 +9,16 @@ once per `settle` seconds of pod and node churn: a burst of 1,000 pods would oth
 advertisement, and the virtual node after it, for nearly every pod.
 
 The pods are read from two disjoint informers: the cluster's own (no origin label) and the
-offloaded ones, which the ShadowPod controller already holds: every event of an offloaded pod is
-then decoded once in the agent, not twice.
+offloaded ones, which the ShadowPod controller already holds (packed). Each pod event updates what
+that pod holds (`PodLoad`: its node, origin and requests), so a recomputation sums those loads and
+decodes no pod.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -29,6 +32,8 @@ from runtime.api.quantities import parse_quantity
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.kube import Informer, WorkQueue
 from runtime.kube.controlling import run_controller
+from runtime.kube.informing import Event, Handler
+from runtime.kube.packing import unpacked
 from runtime.kube.resources import ResourceAdvertisementResource
 
 ALL = "all"  # one key: any change recomputes every advertisement (coalesced by the queue)
@@ -57,19 +62,38 @@ def pod_requests(pod: Any) -> dict[str, Decimal]:
     return totals
 
 
-def available_for(home_id: str, nodes: list[Any], pods: list[Any]) -> dict[str, Decimal]:
+@dataclass(frozen=True, slots=True)
+class PodLoad:
+    """What one pod holds on a node, as the advertisement counts it."""
+
+    node: str
+    origin: str | None  # the home cluster that offloaded it (its origin label), None for a local pod
+    requests: tuple[tuple[str, Decimal], ...]
+
+
+def load_of(pod: Any) -> PodLoad | None:
+    """The load of a pod placed on a node and not finished; None for any other pod."""
+    node = pod.spec.nodeName if pod.spec else None
+    if not node or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
+        return None
+    origin = (pod.metadata.labels or {}).get(names.ORIGIN_LABEL)
+    return PodLoad(node, origin, tuple(sorted(pod_requests(pod).items())))
+
+
+def loads_of(pods: Iterable[Any]) -> list[PodLoad]:
+    return [load for load in map(load_of, pods) if load is not None]
+
+
+def available_for(home_id: str, nodes: list[Any], loads: Iterable[PodLoad]) -> dict[str, Decimal]:
     physical = {n.metadata.name for n in nodes if _is_physical_and_ready(n)}
     available: dict[str, Decimal] = defaultdict(Decimal)
     for node in nodes:
         if node.metadata.name in physical:
             for resource, quantity in ((node.status and node.status.allocatable) or {}).items():
                 available[resource] += parse_quantity(quantity) or Decimal(0)
-    for pod in pods:
-        placed = pod.spec and pod.spec.nodeName in physical
-        finished = pod.status and pod.status.phase in ("Succeeded", "Failed")
-        offloaded_by_home = (pod.metadata.labels or {}).get(names.ORIGIN_LABEL) == home_id
-        if placed and not finished and not offloaded_by_home:
-            for resource, amount in pod_requests(pod).items():
+    for load in loads:
+        if load.node in physical and load.origin != home_id:
+            for resource, amount in load.requests:
                 if resource in available:
                     available[resource] -= amount
     return {resource: max(amount, Decimal(0)) for resource, amount in available.items()}
@@ -98,9 +122,13 @@ class AdvertisementController:
         )
         self.tenants = Informer(client, Namespace, labels={names.TENANT_HOME_LABEL: exists()})
         self.advertisements = Informer(client, ResourceAdvertisementResource)
+        # key -> load, one map per pod informer: a pod whose origin label changes moves between them
+        self.local_loads: dict[str, PodLoad] = {}
+        self.offloaded_loads: dict[str, PodLoad] = {}
         self.queue = WorkQueue(self._reconcile, workers=1, name="advertisement")
-        for informer in (self.nodes, self.local_pods, self.offloaded_pods):
-            informer.add_handler(lambda _: self.queue.add_after(ALL, self.settle))
+        self.nodes.add_handler(lambda _: self.queue.add_after(ALL, self.settle))
+        self.local_pods.add_handler(self._following(self.local_loads))
+        self.offloaded_pods.add_handler(self._following(self.offloaded_loads))
         for informer in (self.tenants, self.advertisements):  # a new home, an edited advertisement: now
             informer.add_handler(lambda _: self.queue.add(ALL))
 
@@ -110,14 +138,29 @@ class AdvertisementController:
             own.append(self.offloaded_pods)
         await run_controller(own, self.queue, shared=self.shared)
 
+    def _following(self, loads: dict[str, PodLoad]) -> Handler:
+        """A pod informer's handler: keeps `loads` as its pods' loads, recomputes when one moved."""
+
+        def on_pod(event: Event) -> None:
+            load = None if event.type == "DELETED" else load_of(unpacked(event.obj))
+            if loads.get(event.key) == load:
+                return  # a change that moves no figure (Pending -> Running): nothing to recompute
+            if load is None:
+                del loads[event.key]
+            else:
+                loads[event.key] = load
+            self.queue.add_after(ALL, self.settle)
+
+        return on_pod
+
     async def _reconcile(self, _: str) -> None:
         nodes = list(self.nodes.store.values())
-        pods = [*self.local_pods.store.values(), *self.offloaded_pods.store.values()]
+        loads = [*self.local_loads.values(), *self.offloaded_loads.values()]
         for tenant in self.tenants.store.values():
             home_id = tenant.metadata.labels[names.TENANT_HOME_LABEL]
             if tenant.metadata.deletionTimestamp:
                 continue
-            resources = {r: as_quantity(a) for r, a in sorted(available_for(home_id, nodes, pods).items())}
+            resources = {r: as_quantity(a) for r, a in sorted(available_for(home_id, nodes, loads).items())}
             await self._publish(tenant.metadata.name, resources)
 
     async def _publish(self, namespace: str, resources: dict[str, str]) -> None:

@@ -64,7 +64,7 @@ class ShadowPodController:
         self._created: set[str] = set()  # keys whose pod this process created: a new one waits
         self._restarts: dict[str, tuple[str, dict[str, int]]] = {}  # key -> (pod uid, its last restart counts)
         self.shadows = Informer(client, ShadowPodResource, packed=True)
-        self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()}, trim=as_the_agent_reads)
+        self.pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: exists()}, trim=as_the_agent_reads, packed=True)
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
         self.status_writes = OwnWrites()  # ShadowPods' events our status patches caused
         self.pod_writes = OwnWrites()  # pods' events our creates caused
@@ -86,7 +86,7 @@ class ShadowPodController:
             self._restarts.pop(key, None)
             return  # the garbage collector removes the pod it owned
         status = dict(shadow.get("status") or {})
-        pod = self.pods.store.get(key)
+        pod = unpacked(self.pods.store.get(key))
         if pod is None:
             if status.get("phase") in TERMINAL_PHASES:
                 return  # finished: a completed or failed pod is never run again

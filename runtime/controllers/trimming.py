@@ -1,8 +1,9 @@
 """The foreign agent's pods as its informers keep them: what its readers use, nothing else.
 
-The agent holds every pod of its cluster (local ones for the advertisement, offloaded ones for the
-ShadowPod controller too), so each byte kept per pod is kept thousands of times. Readers:
-- the advertisement: the node a pod is on, its containers' requests, its phase, its origin label;
+The agent holds every pod of its cluster (local ones for the advertisement, offloaded ones, packed,
+for the ShadowPod controller too), so each byte kept per pod is kept thousands of times. Readers:
+- the advertisement, at each pod event: the node a pod is on, its containers' requests, its phase,
+  its origin label;
 - the ShadowPod controller: UID, labels and annotations, the fields a live pod may change (images,
   resources, activeDeadlineSeconds, tolerations), the phase and the restart counts.
 """

@@ -8,7 +8,7 @@ from typing import Any
 
 from lightkube.resources.core_v1 import Node, Pod
 
-from runtime.controllers.advertisement import available_for, pod_requests
+from runtime.controllers.advertisement import available_for, load_of, pod_requests
 from runtime.controllers.shadowpod import live_changes
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.virtualkubelet.translation import restart_counts
@@ -56,9 +56,9 @@ def test_a_trimmed_pod_gives_its_readers_what_the_whole_pod_gives() -> None:
             "status": {"allocatable": {"cpu": "4"}, "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
-    assert available_for("home", [node], [trimmed]) == available_for("home", [node], [whole]) == {"cpu": 2}, (
-        "4 less the init container's 2"
-    )
+    load = load_of(trimmed)
+    assert load is not None and load == load_of(whole)
+    assert available_for("home", [node], [load]) == {"cpu": 2}, "4 less the init container's 2"
     assert (
         restart_counts(trimmed.to_dict()["status"])
         == restart_counts(whole.to_dict()["status"])

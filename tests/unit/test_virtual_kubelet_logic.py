@@ -4,13 +4,14 @@ advertised resources, and the virtual node's conditions."""
 from __future__ import annotations
 
 import copy
+from decimal import Decimal
 from typing import Any, cast
 
 import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
 from runtime.api import names
-from runtime.controllers.advertisement import available_for
+from runtime.controllers.advertisement import PodLoad, available_for, load_of, loads_of
 from runtime.virtualkubelet.node import node_apply, node_conditions, status_patch
 from runtime.virtualkubelet.translation import (
     CidrMapping,
@@ -145,11 +146,14 @@ def pod(node_name: str, cpu: str, origin: str | None = None, phase: str = "Runni
 def test_advertised_resources_follow_seed_004() -> None:
     nodes = [node("a", "60"), node("b", "40"), node("virtual", "1000", virtual=True), node("down", "50", ready=False)]
     assert available_for("home", nodes, [])["cpu"] == 100
-    busy = [pod("a", "50"), pod("a", "7", origin="home"), pod("b", "3", phase="Succeeded")]
-    available = available_for("home", nodes, busy)
+    busy = [pod("a", "50"), pod("a", "7", origin="home"), pod("b", "3", phase="Succeeded"), pod("", "9")]
+    assert [load_of(p) is None for p in busy] == [False, False, True, True], "finished or unscheduled: no load"
+    loads = loads_of(busy)
+    assert loads[1] == PodLoad("a", "home", (("cpu", Decimal(7)), ("pods", Decimal(1))))
+    available = available_for("home", nodes, loads)
     assert available["cpu"] == 50, "only what pods not offloaded by this home request counts"
     assert available["pods"] == 220 - 1, "one slot taken: the running pod not offloaded by this home"
-    assert available_for("other-home", nodes, busy)["cpu"] == 43
+    assert available_for("other-home", nodes, loads)["cpu"] == 43
 
 
 def test_a_resource_rounded_to_zero_shows_as_a_condition() -> None:
