@@ -212,6 +212,9 @@ async def virtual_kubelet(
     )
     # a stand-by is ready once its home informers are warm (a rollout waits on it; it must not hang)
     probes.add_readiness("informers synced", lambda: kubelet.synced.is_set() or (not leads() and kubelet.warm()))
+    serving = asyncio.Event()
+    if args.kubelet_port:  # the leader's Node names this port: `kubectl logs` before it listens is refused
+        probes.add_readiness("kubelet API serving", lambda: serving.is_set() or not leads())
     started.set()
     if not args.kubelet_port:
         await kubelet.run()
@@ -237,6 +240,7 @@ async def virtual_kubelet(
             tls=certificate.ssl_context(),
         )
         await api.start()
+        serving.set()
         try:
             await running
         finally:

@@ -139,6 +139,8 @@ def demo(replicas: int, timeout: float, **layout: object) -> None:
     for cluster_id in ids[1:]:
         node = names.virtual_node_name(cluster_id)
         wait_for(f"virtual node {node} Ready", lambda node=node: node_ready(env, node), timeout)  # type: ignore[misc]
+        kubelet = f"kubelet-{cluster_id}"  # ready once its kubelet API listens: the demo ends with logs and exec
+        wait_for(f"{kubelet} ready", lambda kubelet=kubelet: runtime.ready(kubelet), timeout)  # type: ignore[misc]
     wait_for(f"namespace {DEMO_NAMESPACE} offloaded", lambda: offloading_phase(env, DEMO_NAMESPACE) == "Ready", timeout)
 
     home = env.client(ids[0])

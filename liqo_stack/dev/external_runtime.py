@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -106,6 +107,17 @@ class ExternalRuntime:
             return None
         found = [line.partition("probes on ")[2].split()[0] for line in lines if "probes on http://" in line]
         return found[-1] if found else None
+
+    def ready(self, component: str) -> bool:
+        """The component's /readyz passes (as a Deployment's rollout would wait for)."""
+        url = self.probes_url(component)
+        if url is None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=5) as response:
+                return bool(response.status == 200)
+        except OSError:  # not listening yet, or 500: not ready
+            return False
 
     def _pid_file(self, component: str) -> Path:
         return self.folder / f"{component}.pid"

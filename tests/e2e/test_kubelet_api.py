@@ -94,9 +94,13 @@ def append_log(dev_env: DevEnvironment, cluster_id: str, message: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def pods(offloaded: str, home: Client) -> dict[str, str]:
-    """One pod on each virtual node: foreign cluster id -> pod name (the same in the twin)."""
-    return pod_on_each_virtual_node(home, offloaded, "shell", CONTAINER)
+def pods(offloaded: str, home: Client, runtime: ExternalRuntime) -> dict[str, str]:
+    """One pod on each virtual node: foreign cluster id -> pod name (the same in the twin), once both
+    virtual kubelets are ready (their kubelet API listens), as a user would wait for their rollout."""
+    found = pod_on_each_virtual_node(home, offloaded, "shell", CONTAINER)
+    kubelets = [f"kubelet-{cluster_id}" for cluster_id in CLUSTERS]
+    wait_until(lambda: all(runtime.ready(kubelet) for kubelet in kubelets), 60, f"{', '.join(kubelets)} ready")
+    return found
 
 
 @pytest.fixture
