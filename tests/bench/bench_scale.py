@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import time
-import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -96,17 +95,10 @@ async def remote_uids(foreign: dict[str, AsyncClient], burst: str) -> dict[str, 
 async def wait_ready(runtime: ExternalRuntime, component: str, timeout: float = 120) -> None:
     """Until the restarted component's /readyz answers 200 (its informers synced)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        url = runtime.probes_url(component)
-        if url:
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as answer:  # loopback probes, no TLS
-                    if answer.status == 200:
-                        return
-            except OSError:
-                pass
+    while not runtime.ready(component):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{component} not ready {timeout:.0f} s after its restart")
         await asyncio.sleep(1)
-    raise TimeoutError(f"{component} not ready {timeout:.0f} s after its restart")
 
 
 async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.Namespace) -> None:
