@@ -33,6 +33,7 @@ from runtime.kube import EngineMetrics, ProbeServer
 from runtime.kube.controlling import gate_on, leading
 from runtime.kube.leaderelection import LeaderElector, default_identity
 from runtime.kube.memory import release_free_memory_every
+from runtime.kube.transport import async_client
 from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_kubeconfig
 from runtime.virtualkubelet.node import FIELD_MANAGER, KUBELET_PORT, NODE_ADDRESS
 
@@ -46,7 +47,7 @@ def _ip_address(value: str) -> str:
 
 def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
     config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
-    return AsyncClient(config, field_manager=field_manager)
+    return async_client(config, field_manager=field_manager)
 
 
 def _exit_on_lost_leadership() -> None:
@@ -199,7 +200,7 @@ async def virtual_kubelet(
     started = asyncio.Event()  # /readyz answers from the start: not ready before the real checks exist
     probes.add_readiness("started", started.is_set)
     kubeconfig = await foreign_kubeconfig(home, args.foreign_cluster_id)
-    foreign = AsyncClient(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
+    foreign = async_client(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
     probes.metrics.count_requests(foreign, args.foreign_cluster_id)
     kubelet = VirtualKubelet(
         home,

@@ -30,6 +30,7 @@ from runtime.api.plan import selected_clusters, twin_namespace_name, virtual_nod
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
+from runtime.kube.transport import async_client
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class ForeignClusters:
         cached = self._clients.get(cluster_id)
         if cached and cached[0] == kubeconfig:
             return cached[1]
-        client = AsyncClient(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
+        client = async_client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
         self._clients[cluster_id] = (kubeconfig, client)
         return client
 

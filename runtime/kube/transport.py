@@ -1,0 +1,134 @@
+"""The HTTP transport under every runtime client: aiohttp beneath lightkube's httpx2 client.
+
+Why by hand: lightkube speaks httpx2, and no kept package adapts aiohttp to httpx2's transport
+interface. Why at all: httpx2's own transport (httpcore2 over anyio) costs about 1.5 ms of CPU per
+request: its pool scans every connection for each request (the watches hold dozens), and anyio's TLS
+stream recomputes its extra attributes on each read. aiohttp, already here for the webhook and
+kubelet servers, parses HTTP in C and keeps its pool in a dict; figures in `tests/bench/bench_client.py`.
+
+Only the transport changes: lightkube builds the requests (auth, headers, URLs) and reads the
+responses through httpx2 as before, and errors surface as the httpx2 exceptions it handles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import httpx2
+import yarl
+from lightkube import AsyncClient, KubeConfig
+from lightkube.config.client_adapter import verify_cluster
+from lightkube.config.kubeconfig import SingleConfig
+
+# the size of httpx2's pool, which this replaces: watches hold a connection each
+MAX_CONNECTIONS = 100
+# headers aiohttp writes itself from the body it sends
+_OWN_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
+
+
+class AiohttpTransport(httpx2.AsyncBaseTransport):
+    """Sends httpx2 requests through one aiohttp session per event loop."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | bool = True) -> None:
+        self._ssl = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _session_here(self) -> aiohttp.ClientSession:
+        """The session, opened in the running loop on first use (an aiohttp session belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=MAX_CONNECTIONS)
+            # httpx2 decodes the body by its Content-Encoding; aiohttp must hand it over as sent
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
+            )
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError("this Kubernetes client was first used in another event loop: make one per loop")
+        return self._session
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        session = self._session_here()
+        body = await request.aread()
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw if k.lower() not in _OWN_HEADERS
+        ]
+        timeout = request.extensions.get("timeout") or {}
+        try:
+            response = await session.request(
+                request.method,
+                yarl.URL(str(request.url), encoded=True),  # httpx2 encoded it already: sent as is
+                headers=headers,
+                data=body or None,
+                skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    sock_connect=timeout.get("connect"),
+                    sock_read=timeout.get("read"),
+                ),
+            )
+        except Exception as err:
+            raise _as_httpx_error(err, request, connecting=True) from err
+        return httpx2.Response(
+            status_code=response.status,
+            headers=list(response.raw_headers),
+            stream=_ResponseStream(response, request),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (response.reason or "").encode()},
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+
+class _ResponseStream(httpx2.AsyncByteStream):
+    def __init__(self, response: aiohttp.ClientResponse, request: httpx2.Request) -> None:
+        self._response = response
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except Exception as err:
+            raise _as_httpx_error(err, self._request, connecting=False) from err
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
+def _as_httpx_error(err: Exception, request: httpx2.Request, *, connecting: bool) -> Exception:
+    """The httpx2 exception lightkube and the informers expect for an aiohttp failure."""
+    message = str(err) or type(err).__name__
+    kind: type[httpx2.TransportError]
+    if isinstance(err, aiohttp.ClientConnectorError | aiohttp.ServerFingerprintMismatch):
+        kind = httpx2.ConnectError
+    elif isinstance(err, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        kind = (
+            httpx2.ConnectTimeout
+            if connecting and isinstance(err, aiohttp.ConnectionTimeoutError)
+            else httpx2.ReadTimeout
+        )
+    elif isinstance(err, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        kind = httpx2.RemoteProtocolError
+    elif isinstance(err, aiohttp.ClientError | OSError):
+        kind = httpx2.ConnectError if connecting else httpx2.ReadError
+    else:
+        return err
+    return kind(message, request=request)
+
+
+def async_client(config: KubeConfig | SingleConfig, *, field_manager: str | None = None, **options: Any) -> AsyncClient:
+    """A lightkube AsyncClient of `config` whose requests go through aiohttp (the runtime's client)."""
+    single = config.get() if isinstance(config, KubeConfig) else config
+    if single is None or single.user is None:
+        raise ValueError("the kubeconfig names no current context with a user")
+    context = verify_cluster(single.cluster, single.user, single.abs_file)
+    return AsyncClient(single, field_manager=field_manager, transport=AiohttpTransport(context), **options)

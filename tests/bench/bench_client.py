@@ -1,0 +1,144 @@
+"""Client benchmark: the runtime's HTTP transport (aiohttp, runtime/kube/transport.py) vs httpx2's own.
+
+    .venv/bin/python -m tests.bench.bench_client [--requests 2000] [--watches 30] [--rounds 3]
+
+Starts its own dev cluster (state under $LIQO_STACK_STATE/bench-client). Each round, for each
+transport in turn (the order alternated): one lightkube AsyncClient holding `--watches` open watches
+(as a virtual kubelet does, most of them quiet), then `--requests` ConfigMaps created, patched, read
+and deleted, 16 at a time (the runtime's workers). Prints this process's CPU per request and the
+wall time of each way, and the ratios aiohttp / httpx2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import resource
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from lightkube import AsyncClient, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.types import PatchType
+
+from liqo_stack.dev import paths
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
+from runtime.kube.transport import async_client
+
+NAMESPACE = "bench"
+QUIET = "bench-quiet"  # what the watches look at: nothing changes there
+WORKERS = 16
+TRANSPORTS: dict[str, Callable[[KubeConfig], AsyncClient]] = {
+    "httpx2": lambda config: AsyncClient(config, field_manager="bench"),
+    "aiohttp": lambda config: async_client(config, field_manager="bench"),
+}
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def bounded(calls: list[Callable[[], Awaitable[Any]]]) -> None:
+    gate = asyncio.Semaphore(WORKERS)
+
+    async def one(call: Callable[[], Awaitable[Any]]) -> None:
+        async with gate:
+            await call()
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
+async def one_way(client: AsyncClient, requests: int, watches: int, tag: str) -> dict[str, float]:
+    """CPU ms per request and seconds per phase for one client."""
+
+    async def watch(index: int) -> None:
+        async for _ in client.watch(ConfigMap, namespace=QUIET, labels={"watch": str(index)}):
+            pass
+
+    watching = [asyncio.create_task(watch(i)) for i in range(watches)]
+    await asyncio.sleep(1)  # the watches connected
+    names = [f"{tag}-{i}" for i in range(requests // 4)]
+    phases: dict[str, Callable[[str], Awaitable[Any]]] = {
+        "create": lambda n: client.create(ConfigMap(metadata=ObjectMeta(name=n, namespace=NAMESPACE), data={"a": n})),
+        "patch": lambda n: client.patch(
+            ConfigMap, n, {"data": {"b": n}}, namespace=NAMESPACE, patch_type=PatchType.MERGE
+        ),
+        "get": lambda n: client.get(ConfigMap, n, namespace=NAMESPACE),
+        "delete": lambda n: client.delete(ConfigMap, n, namespace=NAMESPACE),
+    }
+    figures: dict[str, float] = {}
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
+    for phase, call in phases.items():
+        started = time.perf_counter()
+        await bounded([lambda n=n, call=call: call(n) for n in names])  # type: ignore[misc]
+        figures[f"{phase} s"] = time.perf_counter() - started
+    figures["CPU ms/request"] = (cpu_seconds() - cpu0) * 1000 / (4 * len(names))
+    figures["wall s"] = time.perf_counter() - wall0
+    for task in watching:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.gather(*watching)
+    return figures
+
+
+async def measure(config: KubeConfig, args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in TRANSPORTS}
+    for round_no in range(args.rounds):
+        order = list(TRANSPORTS) if round_no % 2 == 0 else list(TRANSPORTS)[::-1]
+        for name in order:
+            client = TRANSPORTS[name](config)
+            figures = await one_way(client, args.requests, args.watches, f"{name}-{round_no}")
+            await client.close()
+            results[name].append(figures)
+            print(f"  round {round_no + 1} {name:>8}: {figures['CPU ms/request']:.3f} CPU ms/request,"
+                  f" {figures['wall s']:.2f} s", flush=True)  # fmt: skip
+    return results
+
+
+def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:
+    print(
+        f"\n== {args.requests} requests (create, patch, get, delete), {WORKERS} at a time, {args.watches} watches open"
+    )
+    print("  median over rounds (range)")
+    keys = list(next(iter(results.values()))[0])
+    medians: dict[str, dict[str, float]] = {}
+    for name, rounds in results.items():
+        medians[name] = {k: statistics.median(r[k] for r in rounds) for k in keys}
+        cells = ", ".join(
+            f"{k} {medians[name][k]:.3f} ({min(r[k] for r in rounds):.3f}-{max(r[k] for r in rounds):.3f})"
+            for k in keys
+        )
+        print(f"  {name:>8}: {cells}")
+    ratio = {k: medians["aiohttp"][k] / medians["httpx2"][k] for k in keys}
+    print("  aiohttp / httpx2: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--watches", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
+    args = parser.parse_args()
+    env = DevEnvironment(state_dir=paths.state_root() / "bench-client", bin_dir=paths.bin_dir())
+    env.down(progress=lambda m: None)
+    env.up(ClusterLayout(foreign=0, nodes_per_cluster=1), progress=lambda m: print(f"[cluster] {m}", flush=True))
+    try:
+        kube = env.client("home")
+        for name in (NAMESPACE, QUIET):
+            kube.create(Namespace(metadata=ObjectMeta(name=name)))
+        config = KubeConfig.from_file(env.kubeconfig("home"))
+        results = asyncio.run(measure(config, args))
+        report(results, args)
+    finally:
+        if not args.keep:
+            env.down(progress=lambda m: None)
+
+
+if __name__ == "__main__":
+    main()

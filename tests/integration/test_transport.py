@@ -1,0 +1,126 @@
+"""The runtime's HTTP transport (aiohttp under lightkube) against a real API server: what lightkube
+and the informers rely on from httpx2's own transport must hold through it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import httpx2
+import msgspec
+import pytest
+from lightkube import ApiError, AsyncClient, Client, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.types import PatchType
+
+from liqo_stack.dev.clusters import DevEnvironment
+from runtime.kube import Event, Informer
+from runtime.kube.transport import AiohttpTransport, async_client
+
+pytestmark = pytest.mark.clusters
+BIG = {"size": "big"}  # the test's ConfigMaps, apart from kube-root-ca.crt
+
+
+@pytest.fixture
+def namespace(home: Client, unique_name: str) -> Any:
+    home.create(Namespace(metadata=ObjectMeta(name=unique_name)))
+    yield unique_name
+    home.delete(Namespace, unique_name)
+
+
+def runtime_client(dev_env: DevEnvironment, **options: Any) -> AsyncClient:
+    return async_client(KubeConfig.from_file(dev_env.kubeconfig("home")), field_manager="transport-test", **options)
+
+
+def test_requests_go_through_aiohttp_and_errors_keep_their_status(dev_env: DevEnvironment, namespace: str) -> None:
+    client = runtime_client(dev_env)
+    assert isinstance(client._client._client._transport, AiohttpTransport)
+
+    async def scenario() -> None:
+        created = await client.create(ConfigMap(metadata=ObjectMeta(name="cm", namespace=namespace), data={"a": "1"}))
+        assert created.metadata and created.metadata.uid
+        patched = await client.patch(
+            ConfigMap, "cm", {"data": {"b": "2"}}, namespace=namespace, patch_type=PatchType.MERGE
+        )
+        assert patched.data == {"a": "1", "b": "2"}
+        applied = await client.apply(
+            ConfigMap(metadata=ObjectMeta(name="applied", namespace=namespace), data={"c": "3"})
+        )
+        assert applied.data == {"c": "3"}
+        assert (await client.get(ConfigMap, "cm", namespace=namespace)).data == {"a": "1", "b": "2"}
+        with pytest.raises(ApiError) as conflict:
+            await client.create(ConfigMap(metadata=ObjectMeta(name="cm", namespace=namespace)))
+        assert conflict.value.status.code == 409
+        await client.delete(ConfigMap, "cm", namespace=namespace)
+        with pytest.raises(ApiError) as missing:
+            await client.get(ConfigMap, "cm", namespace=namespace)
+        assert missing.value.status.code == 404 and missing.value.status.reason == "NotFound"
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_compressed_list_and_a_watch_stream_arrive_whole(dev_env: DevEnvironment, namespace: str) -> None:
+    """The API server gzips responses over 128 KiB (we ask for gzip as httpx2 does): the list is
+    decoded; a watch streams its events line by line, as the informers read them."""
+    client = runtime_client(dev_env)
+    big = "x" * 60_000
+
+    async def scenario() -> None:
+        metas = [ObjectMeta(name=f"big-{i}", namespace=namespace, labels=BIG) for i in range(4)]
+        await asyncio.gather(*(client.create(ConfigMap(metadata=meta, data={"v": big})) for meta in metas))
+        response = await client._client._client.get(
+            f"/api/v1/namespaces/{namespace}/configmaps", params={"labelSelector": "size=big"}
+        )
+        assert response.headers.get("content-encoding") == "gzip"
+        assert len(response.json()["items"]) == 4
+        listed = [
+            cm.metadata.name
+            async for cm in client.list(ConfigMap, namespace=namespace, labels={"size": "big"})
+            if cm.metadata
+        ]
+        assert sorted(str(n) for n in listed) == [f"big-{i}" for i in range(4)]
+
+        informer = Informer(client, ConfigMap, namespace=namespace)
+        seen: list[Event] = []
+        informer.add_handler(seen.append)
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(informer.synced.wait(), 10)
+        await client.create(ConfigMap(metadata=ObjectMeta(name="late", namespace=namespace)))
+        await client.delete(ConfigMap, "big-0", namespace=namespace)
+        deadline = asyncio.get_running_loop().time() + 10
+        while {(e.type, e.key) for e in seen} < {("ADDED", f"{namespace}/late"), ("DELETED", f"{namespace}/big-0")}:
+            assert asyncio.get_running_loop().time() < deadline, [(e.type, e.key) for e in seen]
+            await asyncio.sleep(0.05)
+        task.cancel()
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_transport_failures_are_httpx2_errors(dev_env: DevEnvironment, namespace: str) -> None:
+    """Refused connections and silent servers raise what lightkube and the informers handle."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    config = KubeConfig.from_file(dev_env.kubeconfig("home")).get()
+    assert config is not None
+    cluster = msgspec.structs.replace(config.cluster, server=f"https://127.0.0.1:{closed_port}")
+    refused = async_client(config._replace(cluster=cluster))
+    quiet = runtime_client(dev_env, timeout=httpx2.Timeout(0.5))
+
+    async def scenario() -> None:
+        with pytest.raises(httpx2.ConnectError):
+            await refused.get(Namespace, namespace)
+        # a watch of a namespace where nothing happens: no byte within the read timeout
+        http = quiet._client._client
+        async with http.stream("GET", f"/api/v1/namespaces/{namespace}/configmaps?watch=true") as stream:
+            with pytest.raises(httpx2.ReadTimeout):
+                async for _ in stream.aiter_lines():
+                    pass
+        await refused.close()
+        await quiet.close()
+
+    asyncio.run(scenario())
