@@ -225,6 +225,8 @@ class BurstFigures:
     seconds: dict[str, list[float]] = field(default_factory=lambda: {way: [] for way in WAYS})
     stages: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # way -> stage -> per-pod seconds
     writes_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> cluster -> writes/pod
+    # way -> cluster -> 'client: verb resource' -> writes/pod (last round of each way)
+    writes_by_kind: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     cpu_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> process -> CPU s/pod
     webhook_seconds: dict[str, list[float]] = field(default_factory=dict)  # way -> home admission webhook p99s
     # seconds of each pod create call at home: in the offloaded namespace, and in one that is not
@@ -302,7 +304,9 @@ async def one_burst(
     used = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
     figures.cpu_per_pod[way] = {n: t / size for n, t in used.items() if t > 0}
     if marks:
-        figures.writes_per_pod[way] = {c: sum(audited_writes(mark).values()) / size for c, mark in marks.items()}
+        counted = {c: audited_writes(mark) for c, mark in marks.items()}
+        figures.writes_per_pod[way] = {c: sum(counts.values()) / size for c, counts in counted.items()}
+        figures.writes_by_kind[way] = {c: {k: n / size for k, n in counts.items()} for c, counts in counted.items()}
     for stage, values in clock.durations(OFFLOADED_STAGES if offloaded else DIRECT_STAGES).items():
         if way == "both":
             break
@@ -571,6 +575,12 @@ def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
                 f"      pod create at home: offloaded namespace {create_cells['offloaded']}, not offloaded"
                 f" {create_cells['not offloaded']}; p99 ratio {ratio:.2f}x (target <= 1.2x)"
             )
+        print("      writes per pod, by client, verb and resource (last round of each way; 0.1 and more):")
+        for way, clusters in figures.writes_by_kind.items():
+            for cluster_id, kinds in clusters.items():
+                cells = ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v >= 0.1)
+                if cells:
+                    print(f"      {way:>9} {cluster_id}: {cells}")
         print("      CPU ms per pod, by process (last round of each way):")
         for way, cpu in figures.cpu_per_pod.items():
             busiest = sorted(cpu.items(), key=lambda item: -item[1])[:9]
