@@ -13,6 +13,7 @@ responses through httpx2 as before, and errors surface as the httpx2 exceptions 
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,6 +27,12 @@ from lightkube.config.kubeconfig import SingleConfig
 
 # the size of httpx2's pool, which this replaces: watches hold a connection each
 MAX_CONNECTIONS = 100
+# asyncio's TLS connections (aiohttp's) each allocate and zero a read buffer of SSLProtocol.max_size,
+# 256 KiB: 330 KB of RSS per connection against httpx2's 83 KB, with dozens of watches each holding
+# one. One TLS record (16 KiB) per read is what a record can hold: 91 KB per connection
+# (tests/bench/bench_client.py). It is a class attribute that asyncio reads per connection.
+TLS_READ_BUFFER = 16 * 1024
+asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 # headers aiohttp writes itself from the body it sends
 _OWN_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
 

@@ -6,7 +6,8 @@ Starts its own dev cluster (state under $LIQO_STACK_STATE/bench-client). Each ro
 transport in turn (the order alternated): one lightkube AsyncClient holding `--watches` open watches
 (as a virtual kubelet does, most of them quiet), then `--requests` ConfigMaps created, patched, read
 and deleted, 16 at a time (the runtime's workers). Prints this process's CPU per request and the
-wall time of each way, and the ratios aiohttp / httpx2.
+wall time of each way, and the ratios aiohttp / httpx2. Then, in a child process per transport (a
+clean heap), the RSS each open watch connection adds.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
@@ -100,6 +105,39 @@ async def measure(config: KubeConfig, args: argparse.Namespace) -> dict[str, lis
     return results
 
 
+def rss_kb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return float(line.split()[1])
+    return 0.0
+
+
+async def connection_memory(transport: str, kubeconfig: str, watches: int) -> float:
+    """KB of RSS per open watch connection (child process: nothing else on its heap)."""
+    client = TRANSPORTS[transport](KubeConfig.from_file(kubeconfig))
+    await client.get(Namespace, QUIET)  # the first connection and what it imports, before the count
+
+    async def watch(index: int) -> None:
+        async for _ in client.watch(ConfigMap, namespace=QUIET, labels={"memory": str(index)}):
+            pass
+
+    before = rss_kb()
+    tasks = [asyncio.create_task(watch(i)) for i in range(watches)]
+    await asyncio.sleep(3)  # every watch connected
+    per_connection = (rss_kb() - before) / watches
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await client.close()
+    return per_connection
+
+
+def connection_memory_in_child(transport: str, kubeconfig: str, watches: int) -> float:
+    command = [sys.executable, "-m", "tests.bench.bench_client", "--connection-memory", transport]
+    command += ["--kubeconfig", kubeconfig, "--watches", str(watches)]
+    return float(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout))
+
+
 def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:
     print(
         f"\n== {args.requests} requests (create, patch, get, delete), {WORKERS} at a time, {args.watches} watches open"
@@ -124,7 +162,12 @@ def main() -> None:
     parser.add_argument("--watches", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
+    parser.add_argument("--connection-memory", choices=sorted(TRANSPORTS), help=argparse.SUPPRESS)  # the child
+    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.connection_memory:
+        print(json.dumps(asyncio.run(connection_memory(args.connection_memory, args.kubeconfig, args.watches))))
+        return
     env = DevEnvironment(state_dir=paths.state_root() / "bench-client", bin_dir=paths.bin_dir())
     env.down(progress=lambda m: None)
     env.up(ClusterLayout(foreign=0, nodes_per_cluster=1), progress=lambda m: print(f"[cluster] {m}", flush=True))
@@ -135,6 +178,9 @@ def main() -> None:
         config = KubeConfig.from_file(env.kubeconfig("home"))
         results = asyncio.run(measure(config, args))
         report(results, args)
+        print(f"\n== RSS per open watch connection ({args.watches} watches, a child process per transport)")
+        for name in TRANSPORTS:
+            print(f"  {name:>8}: {connection_memory_in_child(name, str(env.kubeconfig('home')), args.watches):.0f} KB")
     finally:
         if not args.keep:
             env.down(progress=lambda m: None)
