@@ -16,7 +16,8 @@ WebSocket through to a Node that declares `ExtendWebSocketsToKubelet` (see node.
 of the foreign API server, which speaks the same protocols. A client that only speaks SPDY gets a
 400 saying so.
 
-Imported only when the kubelet API is enabled: aiohttp costs a process ~10 MB.
+Imported only when the kubelet API is enabled (aiohttp itself is loaded by the API clients'
+transport, runtime/kube/transport.py).
 """
 
 from __future__ import annotations
