@@ -46,6 +46,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.kube import Event, Informer
+from runtime.kube.resources import ShadowPodResource
 from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin
 from tests.bench.profiling import Profile, profiled
 from tests.bench.profiling import report as report_profile
@@ -188,7 +189,8 @@ async def delete_if_there(client: AsyncClient, name: str, namespace: str) -> Non
 
 
 async def delete_all(clusters: Clusters, burst: str) -> None:
-    """Delete a burst's pods wherever they are, and wait until none is left (remote copies included)."""
+    """Delete a burst's pods wherever they are, and wait until none is left (remote copies and
+    ShadowPods included)."""
     for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT)):
         with contextlib.suppress(ApiError):  # a burst of bare pods has no Deployment
             await client.delete(Deployment, burst, namespace=namespace)
@@ -208,7 +210,10 @@ async def delete_all(clusters: Clusters, burst: str) -> None:
             (clusters.foreign, TWIN),
         ):
             total += len([p async for p in client.list(Pod, namespace=namespace, labels={"burst": burst})])
-        return total
+        # the ShadowPods too: the garbage collector's work on them (their orphan finalizer) would
+        # otherwise spill into the next burst's figures
+        shadows = clusters.foreign.list(ShadowPodResource, namespace=TWIN, labels={"burst": burst})
+        return total + len([s async for s in shadows])
 
     deadline = time.monotonic() + 600
     while await left():
