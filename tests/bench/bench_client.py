@@ -4,8 +4,8 @@
 
 Starts its own dev cluster (state under $LIQO_STACK_STATE/bench-client). Each round, for each
 transport in turn (the order alternated): one lightkube AsyncClient holding `--watches` open watches
-(as a virtual kubelet does, most of them quiet), then `--requests` ConfigMaps created, patched, read
-and deleted, 16 at a time (the runtime's workers). Prints this process's CPU per request and the
+(as a virtual kubelet does, most of them quiet), then `--requests` requests, 16 at a time (the
+runtime's workers): a quarter of that many ConfigMaps created, patched, read and deleted. Prints this process's CPU per request and the
 wall time of each way, and the ratios aiohttp / httpx2. Then, in a child process per transport (a
 clean heap), the RSS each open watch connection adds.
 """
