@@ -100,9 +100,9 @@ class Clusters:
         return (self.home, OFFLOADED) if offloaded else (self.foreign, DIRECT)
 
 
-async def bounded(calls: Iterable[Awaitable[Any]]) -> None:
-    """Await the calls CONCURRENCY at a time, as a client with that many connections would."""
-    gate = asyncio.Semaphore(CONCURRENCY)
+async def bounded(calls: Iterable[Awaitable[Any]], concurrency: int = CONCURRENCY) -> None:
+    """Await the calls `concurrency` at a time, as a client with that many connections would."""
+    gate = asyncio.Semaphore(concurrency)
 
     async def one(call: Awaitable[Any]) -> None:
         async with gate:
@@ -229,7 +229,6 @@ class BurstFigures:
 
     seconds: dict[str, list[float]] = field(default_factory=lambda: {way: [] for way in WAYS})
     stages: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # way -> stage -> per-pod seconds
-    writes_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> cluster -> writes/pod
     # way -> cluster -> 'client: verb resource' -> writes/pod (last round of each way)
     writes_by_kind: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     cpu_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> process -> CPU s/pod
@@ -310,7 +309,6 @@ async def one_burst(
     figures.cpu_per_pod[way] = {n: t / size for n, t in used.items() if t > 0}
     if marks:
         counted = {c: audited_writes(mark) for c, mark in marks.items()}
-        figures.writes_per_pod[way] = {c: sum(counts.values()) / size for c, counts in counted.items()}
         figures.writes_by_kind[way] = {c: {k: n / size for k, n in counts.items()} for c, counts in counted.items()}
     for stage, values in clock.durations(OFFLOADED_STAGES if offloaded else DIRECT_STAGES).items():
         if way == "both":
@@ -552,7 +550,10 @@ def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
         floor = statistics.median(both) / statistics.median(direct)
         hooks = figures.webhook_seconds
         webhook = "/".join(f"{max(hooks[w]) * 1000:.0f}" if hooks.get(w) else "-" for w in ("offloaded", "direct"))
-        writes = figures.writes_per_pod
+        writes = {
+            way: {c: sum(kinds.values()) for c, kinds in by_cluster.items()}
+            for way, by_cluster in figures.writes_by_kind.items()
+        }
         w_off = writes.get("offloaded", {})
         w_dir = writes.get("direct", {})
         print(
