@@ -5,9 +5,9 @@
 Starts its own dev cluster (state under $LIQO_STACK_STATE/bench-client). Each round, for each
 transport in turn (the order alternated): one lightkube AsyncClient holding `--watches` open watches
 (as a virtual kubelet does, most of them quiet), then `--requests` requests, 16 at a time (the
-runtime's workers): a quarter of that many ConfigMaps created, patched, read and deleted. Prints this process's CPU per request and the
-wall time of each way, and the ratios aiohttp / httpx2. Then, in a child process per transport (a
-clean heap), the RSS each open watch connection adds.
+runtime's workers): a quarter of that many ConfigMaps created, patched, read and deleted. Prints
+this process's CPU per request and the wall time of each way, and the ratios aiohttp / httpx2.
+Then, in a child process per transport (a clean heap), the RSS each open watch connection adds.
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ import argparse
 import asyncio
 import contextlib
 import json
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
@@ -33,6 +31,8 @@ from lightkube.types import PatchType
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from runtime.kube.transport import async_client
+from tests.bench.bench_informer import cpu_seconds, rss_mb
+from tests.bench.bench_offloading import bounded
 
 NAMESPACE = "bench"
 QUIET = "bench-quiet"  # what the watches look at: nothing changes there
@@ -41,21 +41,6 @@ TRANSPORTS: dict[str, Callable[[KubeConfig], AsyncClient]] = {
     "httpx2": lambda config: AsyncClient(config, field_manager="bench"),
     "aiohttp": lambda config: async_client(config, field_manager="bench"),
 }
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-async def bounded(calls: list[Callable[[], Awaitable[Any]]]) -> None:
-    gate = asyncio.Semaphore(WORKERS)
-
-    async def one(call: Callable[[], Awaitable[Any]]) -> None:
-        async with gate:
-            await call()
-
-    await asyncio.gather(*(one(call) for call in calls))
 
 
 async def one_way(client: AsyncClient, requests: int, watches: int, tag: str) -> dict[str, float]:
@@ -80,7 +65,7 @@ async def one_way(client: AsyncClient, requests: int, watches: int, tag: str) ->
     cpu0, wall0 = cpu_seconds(), time.perf_counter()
     for phase, call in phases.items():
         started = time.perf_counter()
-        await bounded([lambda n=n, call=call: call(n) for n in names])  # type: ignore[misc]
+        await bounded((call(n) for n in names), WORKERS)
         figures[f"{phase} s"] = time.perf_counter() - started
     figures["CPU ms/request"] = (cpu_seconds() - cpu0) * 1000 / (4 * len(names))
     figures["wall s"] = time.perf_counter() - wall0
@@ -105,13 +90,6 @@ async def measure(config: KubeConfig, args: argparse.Namespace) -> dict[str, lis
     return results
 
 
-def rss_kb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return float(line.split()[1])
-    return 0.0
-
-
 async def connection_memory(transport: str, kubeconfig: str, watches: int) -> float:
     """KB of RSS per open watch connection (child process: nothing else on its heap)."""
     client = TRANSPORTS[transport](KubeConfig.from_file(kubeconfig))
@@ -121,10 +99,10 @@ async def connection_memory(transport: str, kubeconfig: str, watches: int) -> fl
         async for _ in client.watch(ConfigMap, namespace=QUIET, labels={"memory": str(index)}):
             pass
 
-    before = rss_kb()
+    before = rss_mb() * 1024
     tasks = [asyncio.create_task(watch(i)) for i in range(watches)]
     await asyncio.sleep(3)  # every watch connected
-    per_connection = (rss_kb() - before) / watches
+    per_connection = (rss_mb() * 1024 - before) / watches
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
