@@ -67,6 +67,18 @@ def selected_clusters(status: dict[str, Any]) -> list[str]:
     )
 
 
+def still_pending(status: dict[str, Any]) -> list[str]:
+    """Selected clusters with no outcome yet (Ready neither True nor False): a failure phase is the
+    controller's word so far, not its last, until none is left (SomeFailed comes with the first
+    cluster that failed, while the others may still be creating their twins)."""
+    return [
+        cluster_id
+        for cluster_id, conditions in sorted((status.get("remoteNamespacesConditions") or {}).items())
+        if cluster_id in selected_clusters(status)
+        and not any(c.get("type") == "Ready" and c.get("status") in ("True", "False") for c in conditions)
+    ]
+
+
 def describe_failures(status: dict[str, Any]) -> str:
     lines = []
     for cluster_id, conditions in sorted((status.get("remoteNamespacesConditions") or {}).items()):
@@ -186,7 +198,7 @@ def offload_namespace(
                 f"namespace {name} offloaded: {phase}" + (f", twin {twin} in {', '.join(clusters)}" if clusters else "")
             )
             return
-        if phase in FAILED:
+        if phase in FAILED and not still_pending(status):
             raise click.ClickException(f"offloading of {name} is {phase}:\n{describe_failures(status)}")
         time.sleep(0.5)
     raise click.ClickException(
