@@ -8,6 +8,7 @@ import pytest
 
 from liqo_stack.dev.clusters import (
     KWOK_NODE_ANNOTATION,
+    KWOK_POD_STATUS_PARALLELISM,
     ClusterLayout,
     DevEnvironment,
     DevEnvironmentError,
@@ -91,13 +92,19 @@ def test_fake_nodes_hand_out_disjoint_blocks_of_their_cluster_range() -> None:
 
 
 def test_kwokctl_config_sets_the_cluster_ranges_and_keeps_kwok_off_virtual_nodes() -> None:
-    (config,) = kwokctl_config("10.101.0.0/16", "10.201.0.0/16")
+    config, kwok = kwokctl_config("10.101.0.0/16", "10.201.0.0/16")
     patches = {p["name"]: {a["key"]: a["value"] for a in p["extraArgs"]} for p in config["componentsPatches"]}  # type: ignore[attr-defined]
     assert patches["kube-apiserver"]["service-cluster-ip-range"] == "10.201.0.0/16"
     assert patches["kwok-controller"]["cidr"] == "10.101.0.0/16"
     assert patches["kwok-controller"]["manage-all-nodes"] == "false"
     # kwok's usage kinds as objects (kwokctl drops them from --config without its own metrics-server)
     assert config["options"] == {"bindAddress": "127.0.0.1", "enableCRDs": ["ClusterResourceUsage", "Metric"]}
+    # kwok's own options: more pod status patches in flight, and its defaults kept (it defaults none
+    # once given a KwokConfiguration): the debugging handlers serve `kubectl logs` and `exec`
+    assert kwok["kind"] == "KwokConfiguration"
+    options = kwok["options"]
+    assert options["podPlayStageParallelism"] == KWOK_POD_STATUS_PARALLELISM > 4  # type: ignore[index]
+    assert options["enableDebuggingHandlers"] is True and options["nodeLeaseParallelism"] == 4  # type: ignore[index]
 
 
 def test_dev_cli_refuses_a_bad_range_naming_the_flag() -> None:

@@ -112,7 +112,7 @@ def test_dev_clusters_present_a_kubelet_client_certificate_and_serve_kwoks_debug
         "cluster-signing-key-file": "/pki/ca.key",
     }
     kinds = {str(doc["kind"]): doc for doc in docs[1:]}
-    assert set(kinds) == {"ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"}
+    assert set(kinds) == {"KwokConfiguration", "ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"}
     assert kinds["ClusterLogs"]["spec"] == {
         "logs": [{"logsFile": "/logs/current.log", "previousLogsFile": "/logs/previous.log"}]
     }
