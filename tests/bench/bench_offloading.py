@@ -191,12 +191,14 @@ async def delete_if_there(client: AsyncClient, name: str, namespace: str) -> Non
 async def delete_all(clusters: Clusters, burst: str) -> None:
     """Delete a burst's pods wherever they are, and wait until none is left (remote copies and
     ShadowPods included)."""
-    for client, namespace in ((clusters.home, OFFLOADED), (clusters.foreign, DIRECT)):
+    # where a burst's pods and Deployment are made (a Deployment left would make its pods again)
+    created_in = ((clusters.home, OFFLOADED), (clusters.home, PLAIN), (clusters.foreign, DIRECT))
+    for client, namespace in created_in:
         with contextlib.suppress(ApiError):  # a burst of bare pods has no Deployment
             await client.delete(Deployment, burst, namespace=namespace)
     deletes = [
         delete_if_there(client, pod.metadata.name, namespace)  # type: ignore[union-attr, arg-type]
-        for client, namespace in ((clusters.home, OFFLOADED), (clusters.home, PLAIN), (clusters.foreign, DIRECT))
+        for client, namespace in created_in
         async for pod in client.list(Pod, namespace=namespace, labels={"burst": burst})
     ]
     await bounded(deletes)
