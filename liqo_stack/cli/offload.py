@@ -71,11 +71,11 @@ def still_pending(status: dict[str, Any]) -> list[str]:
     """Selected clusters with no outcome yet (Ready neither True nor False): a failure phase is the
     controller's word so far, not its last, until none is left (SomeFailed comes with the first
     cluster that failed, while the others may still be creating their twins)."""
+    conditions = status.get("remoteNamespacesConditions") or {}
     return [
         cluster_id
-        for cluster_id, conditions in sorted((status.get("remoteNamespacesConditions") or {}).items())
-        if cluster_id in selected_clusters(status)
-        and not any(c.get("type") == "Ready" and c.get("status") in ("True", "False") for c in conditions)
+        for cluster_id in selected_clusters(status)
+        if not any(c.get("type") == "Ready" and c.get("status") in ("True", "False") for c in conditions[cluster_id])
     ]
 
 
