@@ -205,12 +205,7 @@ async def delete_all(clusters: Clusters, burst: str) -> None:
 
     async def left() -> int:
         total = 0
-        for client, namespace in (
-            (clusters.home, OFFLOADED),
-            (clusters.home, PLAIN),
-            (clusters.foreign, DIRECT),
-            (clusters.foreign, TWIN),
-        ):
+        for client, namespace in (*created_in, (clusters.foreign, TWIN)):  # and the remote copies
             total += len([p async for p in client.list(Pod, namespace=namespace, labels={"burst": burst})])
         # the ShadowPods too: the garbage collector's work on them (their orphan finalizer) would
         # otherwise spill into the next burst's figures
