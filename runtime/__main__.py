@@ -30,10 +30,10 @@ from runtime.controllers import (
     ShadowPodController,
 )
 from runtime.kube import EngineMetrics, ProbeServer
+from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.controlling import gate_on, leading
 from runtime.kube.leaderelection import LeaderElector, default_identity
 from runtime.kube.memory import release_free_memory_every
-from runtime.kube.transport import async_client
 from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_kubeconfig
 from runtime.virtualkubelet.node import FIELD_MANAGER, KUBELET_PORT, NODE_ADDRESS
 
@@ -45,7 +45,7 @@ def _ip_address(value: str) -> str:
         raise argparse.ArgumentTypeError(f"not an IP address: {value!r}") from None
 
 
-def client_from(kubeconfig: str | None, field_manager: str) -> AsyncClient:
+def client_from(kubeconfig: str | None, field_manager: str) -> RuntimeClient:
     config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
     return async_client(config, field_manager=field_manager)
 

@@ -28,9 +28,9 @@ from runtime.api import NamespaceOffloadingSpec, OffloadingPhase, names
 from runtime.api.namespacemap import MappingPhase
 from runtime.api.plan import selected_clusters, twin_namespace_name, virtual_node_labels
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
+from runtime.kube.client import async_client
 from runtime.kube.controlling import run_controller
 from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
-from runtime.kube.transport import async_client
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+if TYPE_CHECKING:
+    from runtime.kube.client import RuntimeClient
 
 ReadinessCheck = Callable[[], bool]
 
@@ -39,16 +42,10 @@ class EngineMetrics:
             registry=self.registry,
         )
 
-    def count_requests(self, client: Any, cluster: str) -> None:
-        """Counts every request `client` (a lightkube AsyncClient) sends: a stand-by replica shows it
-        writes nothing. Hooked on its httpx client, the one place every call goes through."""
-        transport = client._client._client  # lightkube keeps its httpx client there (no public accessor)
+    def count_requests(self, client: RuntimeClient, cluster: str) -> None:
+        """Counts every request `client` sends: a stand-by replica shows it writes nothing."""
         counter = self.requests
-
-        async def count(request: Any) -> None:
-            counter.labels(cluster, request.method, resource_of(request.url.path)).inc()
-
-        transport.event_hooks = {**transport.event_hooks, "request": [*transport.event_hooks["request"], count]}
+        client.on_request(lambda method, path: counter.labels(cluster, method, resource_of(path)).inc())
 
 
 def resource_of(path: str) -> str:

@@ -8,8 +8,9 @@ recomputes its extra attributes on each read, while aiohttp, already here for th
 kubelet servers, parses HTTP in C. In the offloading bench this cut the virtual kubelet's CPU
 per pod by 40 % (8.4 -> 4.9 ms) and the agent's by 30 % (3.5 -> 2.5 ms).
 
-Only the transport changes: lightkube builds the requests (auth, headers, URLs) and reads the
-responses through httpx2 as before, and errors surface as the httpx2 exceptions it handles.
+Through this transport lightkube builds the requests (auth, headers, URLs) and reads the responses
+with httpx2 as before, and errors surface as the httpx2 exceptions it handles. The runtime's client
+(runtime/kube/client.py) also sends its one-shot requests here without httpx2 (`send`).
 """
 
 from __future__ import annotations
@@ -17,15 +18,11 @@ from __future__ import annotations
 import asyncio
 import asyncio.sslproto
 import ssl
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import aiohttp
 import httpx2
 import yarl
-from lightkube import AsyncClient, KubeConfig
-from lightkube.config.client_adapter import verify_cluster
-from lightkube.config.kubeconfig import SingleConfig
 
 # the size of httpx2's pool, which this replaces: watches hold a connection each
 MAX_CONNECTIONS = 100
@@ -37,15 +34,23 @@ TLS_READ_BUFFER = 16 * 1024
 asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 # headers aiohttp writes itself from the body it sends
 _OWN_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
+# the callers name these (or leave them out on purpose), aiohttp must not add its own
+_SKIPPED_AUTO_HEADERS = ("Accept-Encoding", "User-Agent", "Content-Type")
+
+
+# what a request hook is told: the HTTP method and the URL path (runtime/kube/serving.py counts them)
+RequestHook = Callable[[str, str], None]
 
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):
-    """Sends httpx2 requests through one aiohttp session, opened in the loop of the first request."""
+    """Sends requests through one aiohttp session, opened in the loop of the first request: httpx2's
+    (lightkube's own path) and those runtime/kube/client.py sends without httpx2."""
 
     def __init__(self, ssl_context: ssl.SSLContext | bool = True) -> None:
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.request_hooks: list[RequestHook] = []
 
     def _session_here(self) -> aiohttp.ClientSession:
         """The session, opened in the running loop on first use (an aiohttp session belongs to one loop)."""
@@ -61,29 +66,45 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             raise RuntimeError("this Kubernetes client was first used in another event loop: make one per loop")
         return self._session
 
+    async def send(
+        self,
+        method: str,
+        url: str,
+        path: str,
+        headers: Mapping[str, str] | list[tuple[str, str]],
+        body: bytes | None,
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        """One request to `url` (already encoded: sent as is); aiohttp's own errors pass through."""
+        for hook in self.request_hooks:
+            hook(method, path)
+        return await self._session_here().request(
+            method,
+            yarl.URL(url, encoded=True),
+            headers=headers,
+            data=body,
+            skip_auto_headers=_SKIPPED_AUTO_HEADERS,
+            allow_redirects=False,
+            timeout=timeout,
+        )
+
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        session = self._session_here()
         body = await request.aread()
         headers = [
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw if k.lower() not in _OWN_HEADERS
         ]
         timeout = request.extensions.get("timeout") or {}
         try:
-            response = await session.request(
+            response = await self.send(
                 request.method,
-                yarl.URL(str(request.url), encoded=True),  # httpx2 encoded it already: sent as is
-                headers=headers,
-                data=body or None,
-                skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    sock_connect=timeout.get("connect"),
-                    sock_read=timeout.get("read"),
-                ),
+                str(request.url),
+                request.url.path,
+                headers,
+                body or None,
+                aiohttp.ClientTimeout(total=None, sock_connect=timeout.get("connect"), sock_read=timeout.get("read")),
             )
         except Exception as err:
-            raise _as_httpx_error(err, request, connecting=True) from err
+            raise as_httpx_error(err, request, connecting=True) from err
         return httpx2.Response(
             status_code=response.status,
             headers=list(response.raw_headers),
@@ -107,13 +128,13 @@ class _ResponseStream(httpx2.AsyncByteStream):
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except Exception as err:
-            raise _as_httpx_error(err, self._request, connecting=False) from err
+            raise as_httpx_error(err, self._request, connecting=False) from err
 
     async def aclose(self) -> None:
         self._response.release()
 
 
-def _as_httpx_error(err: Exception, request: httpx2.Request, *, connecting: bool) -> Exception:
+def as_httpx_error(err: Exception, request: httpx2.Request, *, connecting: bool) -> Exception:
     """The httpx2 exception lightkube and the informers expect for an aiohttp failure."""
     message = str(err) or type(err).__name__
     kind: type[httpx2.TransportError]
@@ -132,12 +153,3 @@ def _as_httpx_error(err: Exception, request: httpx2.Request, *, connecting: bool
     else:
         return err
     return kind(message, request=request)
-
-
-def async_client(config: KubeConfig | SingleConfig, *, field_manager: str | None = None, **options: Any) -> AsyncClient:
-    """A lightkube AsyncClient of `config` whose requests go through aiohttp (the runtime's client)."""
-    single = config.get() if isinstance(config, KubeConfig) else config
-    if single is None or single.user is None:
-        raise ValueError("the kubeconfig names no current context with a user")
-    context = verify_cluster(single.cluster, single.user, single.abs_file)
-    return AsyncClient(single, field_manager=field_manager, transport=AiohttpTransport(context), **options)

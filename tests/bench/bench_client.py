@@ -1,12 +1,14 @@
-"""Client benchmark: the runtime's HTTP transport (aiohttp, runtime/kube/transport.py) vs httpx2's own.
+"""Client benchmark: the runtime's client (runtime/kube/client.py) and transport vs lightkube's own.
 
     .venv/bin/python -m tests.bench.bench_client [--requests 2000] [--watches 30] [--rounds 3]
 
-Starts its own dev cluster (state under $LIQO_STACK_STATE/bench-client). Each round, for each
-transport in turn (the order alternated): one lightkube AsyncClient holding `--watches` open watches
+Three ways: `httpx2`, lightkube's AsyncClient as it comes; `aiohttp`, the same with the runtime's
+aiohttp transport (runtime/kube/transport.py); `runtime`, the runtime's client, whose one-shot
+requests skip httpx2 as well. Starts its own dev cluster (state under $LIQO_STACK_STATE/bench-client).
+Each round, for each way in turn (the order alternated): one lightkube AsyncClient holding `--watches` open watches
 (as a virtual kubelet does, most of them quiet), then `--requests` requests, 16 at a time (the
 runtime's workers): a quarter of that many ConfigMaps created, patched, read and deleted. Prints
-this process's CPU per request and the wall time of each way, and the ratios aiohttp / httpx2.
+this process's CPU per request and the wall time of each way, and their ratios.
 Then, in a child process per transport (a clean heap), the RSS each open watch connection adds.
 """
 
@@ -24,22 +26,35 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
+from lightkube.config.client_adapter import verify_cluster
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import PatchType
 
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
-from runtime.kube.transport import async_client
+from runtime.kube.client import async_client
+from runtime.kube.transport import AiohttpTransport
 from tests.bench.bench_informer import cpu_seconds, rss_mb
 from tests.bench.bench_offloading import bounded
 
 NAMESPACE = "bench"
 QUIET = "bench-quiet"  # what the watches look at: nothing changes there
 WORKERS = 16
+
+
+def with_aiohttp_transport(config: KubeConfig) -> AsyncClient:
+    """lightkube's AsyncClient over the runtime's transport: every request built and read by httpx2."""
+    single = config.get()
+    assert single is not None and single.user is not None
+    context = verify_cluster(single.cluster, single.user, single.abs_file)
+    return AsyncClient(single, field_manager="bench", transport=AiohttpTransport(context))
+
+
 TRANSPORTS: dict[str, Callable[[KubeConfig], AsyncClient]] = {
     "httpx2": lambda config: AsyncClient(config, field_manager="bench"),
-    "aiohttp": lambda config: async_client(config, field_manager="bench"),
+    "aiohttp": with_aiohttp_transport,
+    "runtime": lambda config: async_client(config, field_manager="bench"),
 }
 
 
@@ -130,8 +145,9 @@ def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace)
             for k in keys
         )
         print(f"  {name:>8}: {cells}")
-    ratio = {k: medians["aiohttp"][k] / medians["httpx2"][k] for k in keys}
-    print("  aiohttp / httpx2: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
+    for way, base in (("aiohttp", "httpx2"), ("runtime", "httpx2"), ("runtime", "aiohttp")):
+        ratio = {k: medians[way][k] / medians[base][k] for k in keys}
+        print(f"  {way} / {base}: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
 
 
 def main() -> None:

@@ -1,23 +1,29 @@
-"""The runtime's HTTP transport (aiohttp under lightkube) against a real API server: what lightkube
-and the informers rely on from httpx2's own transport must hold through it."""
+"""The runtime's client and HTTP transport (aiohttp under lightkube) against a real API server: what
+lightkube and the informers rely on from httpx2's own transport must hold through it, whether a
+request goes through httpx2 (lists, watches) or straight to aiohttp (one-shot requests)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import msgspec
 import pytest
-from lightkube import ApiError, AsyncClient, Client, KubeConfig
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.models.rbac_v1 import RoleRef, Subject
+from lightkube.resources.core_v1 import ConfigMap, Namespace, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.kube import Event, Informer
-from runtime.kube.transport import AiohttpTransport, async_client
+from runtime.kube.client import RuntimeClient, async_client
+from runtime.kube.transport import AiohttpTransport
 
 pytestmark = pytest.mark.clusters
 BIG = {"size": "big"}  # the test's ConfigMaps, apart from kube-root-ca.crt
@@ -30,13 +36,21 @@ def namespace(home: Client, unique_name: str) -> Any:
     home.delete(Namespace, unique_name)
 
 
-def runtime_client(dev_env: DevEnvironment, **options: Any) -> AsyncClient:
+def runtime_client(dev_env: DevEnvironment, **options: Any) -> RuntimeClient:
     return async_client(KubeConfig.from_file(dev_env.kubeconfig("home")), field_manager="transport-test", **options)
 
 
 def test_requests_go_through_aiohttp_and_errors_keep_their_status(dev_env: DevEnvironment, namespace: str) -> None:
     client = runtime_client(dev_env)
     assert isinstance(client._client._client._transport, AiohttpTransport)
+    sent: list[tuple[str, str]] = []  # every request, as the runtime's metrics count them
+    client.on_request(lambda method, path: sent.append((method, path)))
+    through_httpx2: list[str] = []  # those lightkube built as httpx2 requests
+
+    async def built(request: httpx2.Request) -> None:
+        through_httpx2.append(f"{request.method} {request.url.path}")
+
+    client._client._client.event_hooks["request"].append(built)
 
     async def scenario() -> None:
         created = await client.create(ConfigMap(metadata=ObjectMeta(name="cm", namespace=namespace), data={"a": "1"}))
@@ -57,6 +71,60 @@ def test_requests_go_through_aiohttp_and_errors_keep_their_status(dev_env: DevEn
         with pytest.raises(ApiError) as missing:
             await client.get(ConfigMap, "cm", namespace=namespace)
         assert missing.value.status.code == 404 and missing.value.status.reason == "NotFound"
+        # one-shot requests skip httpx2; a list keeps lightkube's path, through the same transport
+        assert through_httpx2 == []
+        listed = [c.metadata.name async for c in client.list(ConfigMap, namespace=namespace) if c.metadata]
+        assert "applied" in listed and "cm" not in listed
+        assert through_httpx2 == [f"GET /api/v1/namespaces/{namespace}/configmaps"]
+        assert [method for method, _ in sent] == ["POST", "PATCH", "PATCH", "GET", "POST", "DELETE", "GET", "GET"]
+        assert {path for _, path in sent} == {
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            f"/api/v1/namespaces/{namespace}/configmaps/cm",
+            f"/api/v1/namespaces/{namespace}/configmaps/applied",
+        }
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_token_file_is_read_again_after_a_401(
+    dev_env: DevEnvironment, home: Client, namespace: str, tmp_path: Path
+) -> None:
+    """As lightkube's own auth for in-cluster tokens, which the kubelet rotates: a 401 reads the
+    file again and retries once; a token that did not change leaves the 401 to the caller."""
+    home.create(ServiceAccount(metadata=ObjectMeta(name="reader", namespace=namespace)))
+    home.create(
+        RoleBinding(
+            metadata=ObjectMeta(name="reader", namespace=namespace),
+            roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="ClusterRole", name="view"),
+            subjects=[Subject(kind="ServiceAccount", name="reader", namespace=namespace)],
+        )
+    )
+    request = ServiceAccount.Token(metadata=ObjectMeta(name="reader"), spec=TokenRequestSpec(audiences=[]))
+    answer: Any = home.create(request, name="reader", namespace=namespace)
+    token_file = tmp_path / "token"
+    token_file.write_text("not-a-token\n")
+    config = KubeConfig.from_file(dev_env.kubeconfig("home")).get()
+    assert config is not None and config.user is not None
+    # the CA of the cluster, and the token file instead of the admin's client certificate
+    user = msgspec.structs.replace(
+        config.user,
+        token_file=str(token_file),
+        client_cert=None,
+        client_cert_data=None,
+        client_key=None,
+        client_key_data=None,
+    )
+    client = async_client(config._replace(user=user))
+
+    async def scenario() -> None:
+        with pytest.raises(ApiError) as refused:
+            await client.get(Namespace, namespace)
+        assert refused.value.status.code == 401
+        token_file.write_text(str(answer.status.token))
+        # the cached header is refused, the file is read again and the request retried
+        listed = await client.get(ConfigMap, "kube-root-ca.crt", namespace=namespace)
+        assert listed.metadata and listed.metadata.name == "kube-root-ca.crt"
         await client.close()
 
     asyncio.run(scenario())
