@@ -8,27 +8,30 @@ receive (py-spy in the offloading bench: httpx2's request building 12 %, its sen
 virtual kubelet's samples). Here lightkube still builds the request (`prepare_request`: URL path,
 query, body) and decodes the answer, and aiohttp sends it: nothing else wraps it.
 
-What keeps lightkube's httpx2 path: lists (paged, maybe gzipped), watches (runtime/kube/informing.py
-streams them), and credentials other than a bearer token, a token file or a client certificate
-(exec plugins, basic auth), whose httpx2 auth flows lightkube implements.
+Watches the informers stream (`watch_lines`) are read from aiohttp as they come, split into lines
+here rather than by httpx2's byte, text and line decoders in turn.
+What keeps lightkube's httpx2 path: lists (paged, maybe gzipped), lightkube's own watch(), and
+credentials other than a bearer token, a token file or a client certificate (exec plugins, basic
+auth), whose httpx2 auth flows lightkube implements.
 Errors are those lightkube raises: ApiError for a Kubernetes Status, httpx2's transport errors.
 """
 
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httpx2
 import msgspec
-from lightkube import AsyncClient, KubeConfig
+from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.config.client_adapter import ConnectionParams, verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 from lightkube.core import decoders
-from lightkube.core.generic_client import GenericAsyncClient, transform_exception
+from lightkube.core.generic_client import BasicRequest, GenericAsyncClient, transform_exception
 
 from runtime.kube.transport import AiohttpTransport, RequestHook, as_httpx_error
 
@@ -104,7 +107,7 @@ class _DirectRequests(GenericAsyncClient):
         path = "/" + urllib.parse.quote(request.url, safe=_PATH_SAFE)
         url = self._server + path
         if request.params:
-            url += "?" + urllib.parse.urlencode({k: _query_value(v) for k, v in request.params.items()})
+            url += "?" + urllib.parse.urlencode(_query(request.params))
         send_headers = {**self._headers, **(request.headers or {})}
         body = None
         if request.data is not None:
@@ -137,9 +140,92 @@ class _DirectRequests(GenericAsyncClient):
         except Exception as err:
             raise as_httpx_error(err, httpx2.Request(method, url), connecting=connecting) from err
 
+    def streams_directly(self) -> bool:
+        return self._token is not None
+
+    async def stream_lines(self, request: BasicRequest) -> AsyncIterator[bytes]:
+        """The non-empty lines of a streamed answer to `request` (a watch), until the server ends it."""
+        assert self._token is not None
+        path = "/" + urllib.parse.quote(request.url, safe=_PATH_SAFE)
+        url = self._server + path + "?" + urllib.parse.urlencode(_query(request.params))
+        headers = dict(self._headers)
+        authorization = self._token.header()
+        if authorization:
+            headers["Authorization"] = authorization
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.sock_connect, sock_read=None)
+        connecting = True
+        try:
+            response = await self._transport.send(request.method, url, path, headers, None, timeout)
+            connecting = False
+            try:
+                if response.status >= 400:
+                    if response.status == 401:
+                        self._token.renewed()  # the next attempt reads a rotated token file
+                    raise _status_error(
+                        request.method, url, response.status, list(response.raw_headers), await response.read()
+                    )
+                async for line in lines_of(response.content.iter_any()):
+                    yield line
+            finally:
+                response.release()
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            raise as_httpx_error(err, httpx2.Request(request.method, url), connecting=connecting) from err
+
+
+async def lines_of(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """The non-empty lines of a stream, however its chunks cut them (aiohttp's own readline caps a
+    line's length, and a watch event carrying a large object is one long line)."""
+    pending: list[bytes] = []
+    async for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            line = chunk[start:end]
+            if pending:
+                pending.append(line)
+                line = b"".join(pending)
+                pending.clear()
+            if line:
+                yield line
+            start = end + 1
+        if start < len(chunk):
+            pending.append(chunk[start:])
+    if pending:
+        yield b"".join(pending)
+
+
+async def watch_lines(client: AsyncClient, request: BasicRequest) -> AsyncGenerator[bytes, None]:
+    """The non-empty lines of the watch `request` (lightkube's prepared request) sent with `client`;
+    a refusal raises ApiError (or RuntimeError when the answer is no Kubernetes Status)."""
+    generic = client._client
+    if isinstance(generic, _DirectRequests) and generic.streams_directly():
+        async for line in generic.stream_lines(request):
+            yield line
+        return
+    http_request = generic._client.build_request(
+        request.method, request.url, params=request.params, timeout=generic._watch_timeout
+    )
+    response = await generic._client.send(http_request, stream=True)
+    try:
+        if response.is_error:
+            body = await response.aread()
+            try:
+                status = decoders.decode_status(body)
+            except msgspec.MsgspecError:
+                raise RuntimeError(f"watch answered HTTP {response.status_code}") from None
+            raise ApiError(status=status)
+        async for text in response.aiter_lines():
+            if text:
+                yield text.encode()
+    finally:
+        await response.aclose()
+
+
+def _query(params: dict[str, Any]) -> dict[str, str]:
+    """Query parameters as httpx2 writes them: booleans in lower case, None left out."""
+    return {k: _query_value(v) for k, v in params.items() if v is not None}
+
 
 def _query_value(value: Any) -> str:
-    """A query parameter as httpx2 writes it (booleans in lower case)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -14,6 +14,7 @@ objects compressed (packing.py), for stores that hold one object per offloaded p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -28,6 +29,7 @@ from lightkube.core.generic_client import BasicRequest
 from lightkube.core.resource import NamespacedResource
 from lightkube.core.selector import build_selector
 
+from runtime.kube.client import watch_lines
 from runtime.kube.packing import Packer
 from runtime.kube.serving import EngineMetrics
 
@@ -189,28 +191,13 @@ class Informer:
         an API server going away must end in a retry, not in a crash.
         """
         self._count("watch")
-        generic = self.client._client
-        request = self._watch_request()
-        http_request = generic._client.build_request(
-            request.method, request.url, params=request.params, timeout=generic._watch_timeout
-        )
-        response = await generic._client.send(http_request, stream=True)
-        try:
-            if response.is_error:
-                body = await response.aread()
-                try:
-                    status = decoders.decode_status(body)
-                except msgspec.MsgspecError:
-                    raise RuntimeError(f"watch answered HTTP {response.status_code}") from None
-                raise ApiError(status=status)
-            async for line in response.aiter_lines():
-                if line:
-                    self._on_watch_line(line)
-        finally:
-            await response.aclose()
+        # closed here, not whenever the collector gets to it: its connection goes back at once
+        async with contextlib.aclosing(watch_lines(self.client, self._watch_request())) as lines:
+            async for line in lines:
+                self._on_watch_line(line)
 
-    def _on_watch_line(self, line: str) -> None:
-        event = decoders.decode_watch_event(line.encode())
+    def _on_watch_line(self, line: bytes) -> None:
+        event = decoders.decode_watch_event(line)
         if event.type == "ERROR":
             status = decoders.decode_status(event.object)
             if status.code == 410:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
@@ -11,6 +13,7 @@ from lightkube.resources.core_v1 import Pod, Secret
 
 from runtime.api import names
 from runtime.kube import Event, Informer
+from runtime.kube.client import lines_of
 from runtime.kube.informing import _Gone
 from runtime.reflection.kinds import without_pod_token_values
 from runtime.virtualkubelet.pods import without_spec
@@ -23,8 +26,8 @@ def informer() -> tuple[Informer, list[Event]]:
     return watching, events
 
 
-def line(kind: str, obj: dict[str, Any]) -> str:
-    return json.dumps({"type": kind, "object": obj})
+def line(kind: str, obj: dict[str, Any]) -> bytes:
+    return json.dumps({"type": kind, "object": obj}).encode()
 
 
 def test_a_pod_bookmark_moves_the_resource_version_and_emits_nothing() -> None:
@@ -85,3 +88,20 @@ def test_a_pod_token_secret_keeps_its_keys_not_its_tokens() -> None:
     other = Secret.from_dict({"metadata": {"name": "db"}, "data": {"password": "cHc="}})
     assert without_pod_token_values(token).data == {"token": "", "ca.crt": ""}
     assert without_pod_token_values(other).data == {"password": "cHc="}  # a reflected Secret is compared
+
+
+@pytest.mark.parametrize("size", [1, 7, 65_536])
+def test_stream_chunks_become_whole_lines_however_they_are_cut(size: int) -> None:
+    """A watch stream is cut into chunks anywhere: lines come out whole, empty ones left out, a long
+    one (an event with a large object) in one piece."""
+    long = b"x" * 300_000
+    stream = b"first\n\nsecond\n" + long + b"\nlast"
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(stream), size):
+            yield stream[start : start + size]
+
+    async def collect() -> list[bytes]:
+        return [line async for line in lines_of(chunks())]
+
+    assert asyncio.run(collect()) == [b"first", b"second", long, b"last"]
