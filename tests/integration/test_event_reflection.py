@@ -1,0 +1,102 @@
+"""The event reflector against real API servers: a new foreign event is created at home; a home event
+its store has not seen yet (its own create, still on the way back through the watch) is applied
+in place instead of failing on the conflict."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient, Client, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace
+from lightkube.types import PatchType
+
+from liqo_stack.dev.clusters import DevEnvironment
+from runtime.api import names
+from runtime.reflection.events import EventReflector
+from runtime.reflection.forging import ReflectionSettings
+
+pytestmark = pytest.mark.clusters
+
+
+@pytest.fixture
+def namespaces(home: Client, foreign: dict[str, Client], unique_name: str) -> Iterator[tuple[str, str]]:
+    """A home namespace and a foreign one standing for its twin."""
+    twin = f"{unique_name}-twin"
+    home.create(Namespace(metadata=ObjectMeta(name=unique_name)))
+    foreign["foreign-1"].create(Namespace(metadata=ObjectMeta(name=twin)))
+    yield unique_name, twin
+    home.delete(Namespace, unique_name)
+    foreign["foreign-1"].delete(Namespace, twin)
+
+
+def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
+    dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    namespace, twin = namespaces
+    target: Any = home.create(ConfigMap(metadata=ObjectMeta(name="settings", namespace=namespace)))
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    stamp = now.isoformat().replace("+00:00", "Z")
+    changed: Any = Event.from_dict(
+        {
+            "metadata": {"name": "settings.changed", "namespace": twin},
+            "involvedObject": {"kind": "ConfigMap", "name": "settings", "namespace": twin, "uid": "1"},
+            "reason": "Changed",
+            "message": "changed there",
+            "type": "Normal",
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+        }
+    )
+    foreign["foreign-1"].create(changed)
+
+    async def home_object(kind: str, home_namespace: str, name: str, uid: str | None) -> dict[str, Any] | None:
+        return target.to_dict() if (kind, home_namespace, name) == ("ConfigMap", namespace, "settings") else None
+
+    def reflected() -> list[Any]:
+        listed = home.list(Event, namespace=namespace, labels={names.EVENT_REFLECTED_FROM_LABEL: "foreign-1"})
+        return [e for e in listed if e.reason == "Changed"]
+
+    async def until(condition: Any, what: str) -> Any:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not (found := condition()):
+            assert asyncio.get_running_loop().time() < deadline, what
+            await asyncio.sleep(0.2)
+        return found
+
+    async def scenario() -> tuple[Any, Any]:
+        home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
+        reflector = EventReflector(
+            home_client,
+            foreign=foreign_client,
+            foreign_cluster_id="foreign-1",
+            home_object=home_object,
+            settings=ReflectionSettings,
+        )
+        reflector.follow({namespace: twin})
+        reflector.start()
+        try:
+            (first,) = await until(reflected, "the foreign event created at home")
+            # the home store stops seeing events, as if our own create had not come back yet
+            watch = reflector.watches[namespace]
+            watch.tasks[1].cancel()
+            watch.home.store.clear()
+            foreign["foreign-1"].patch(
+                Event, "settings.changed", {"count": 2}, namespace=twin, patch_type=PatchType.MERGE
+            )
+            (second,) = await until(lambda: [e for e in reflected() if e.count == 2], "the count updated at home")
+            return first, second
+        finally:
+            await reflector.stop()
+            await home_client.close()
+            await foreign_client.close()
+
+    first, second = asyncio.run(scenario())
+    assert first.count == 1 and first.involvedObject.uid == target.metadata.uid
+    assert second.metadata.uid == first.metadata.uid, "the same home event, updated in place"
