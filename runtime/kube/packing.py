@@ -20,6 +20,12 @@ from lightkube.core import decoders
 from lightkube.models.meta_v1 import ObjectMeta
 
 _LEVEL = 1  # the fastest: higher levels gain a few bytes on objects this small
+# The compressor's state, allocated for each pack: zlib's defaults (a 32 KB window, memory level 8)
+# make it 256 KB, which glibc hands back to the OS at each free and maps again at the next pack:
+# 47 µs per 2.4 KB pod in a fresh process. A window sized to the dictionary and memory level 6 make
+# it about 64 KB: 6.8 µs, and 86 bytes out instead of 85 (an ad hoc run of 2,000 pods).
+_MEMORY_LEVEL = 6
+_MIN_WINDOW_BITS, _MAX_WINDOW_BITS = 9, 15
 
 
 class _MetadataOnly(msgspec.Struct):
@@ -32,12 +38,16 @@ class Packer:
     def __init__(self, resource: type[Any]) -> None:
         self.resource = resource
         self._dictionary: bytes | None = None
+        self._window_bits = _MAX_WINDOW_BITS
 
     def pack(self, obj: Any) -> Packed:
         body = msgspec.json.encode(obj)
         if self._dictionary is None:
-            self._dictionary = body  # (zlib uses its last 32 KB)
-        compressor = zlib.compressobj(_LEVEL, zdict=self._dictionary)
+            self._dictionary = body
+            # a window that holds the dictionary and an object of its size: the dictionary's matches
+            # stay in reach, with no more compressor state than that needs (zlib's default is 32 KB)
+            self._window_bits = min(_MAX_WINDOW_BITS, max(_MIN_WINDOW_BITS, (2 * len(body)).bit_length()))
+        compressor = zlib.compressobj(_LEVEL, zlib.DEFLATED, self._window_bits, _MEMORY_LEVEL, zdict=self._dictionary)
         return Packed(self, compressor.compress(body) + compressor.flush())
 
     def json_of(self, data: bytes) -> bytes:

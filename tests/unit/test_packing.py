@@ -6,7 +6,7 @@ import copy
 import tracemalloc
 from typing import Any, cast
 
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from runtime.kube.packing import Packed, Packer, unpacked
 
@@ -108,6 +108,17 @@ def test_pods_of_one_burst_pack_to_a_fraction_of_their_decoded_size() -> None:
     packed_size = held(lambda body: packer.pack(Pod.from_dict(body)))
     assert packed_size < decoded_size / 5, f"packed {packed_size:.0f} B against decoded {decoded_size:.0f} B"
     assert isinstance(packer.pack(Pod.from_dict(bodies[0])), Packed)
+
+
+def test_objects_larger_than_the_window_the_first_one_sized_read_back_whole() -> None:
+    """The first object sizes the compressor's window; a later one many times its size still packs."""
+    packer = Packer(ConfigMap)
+    packer.pack(ConfigMap.from_dict({"metadata": {"name": "small"}, "data": {"a": "b"}}))
+    text = "".join(f"line {i} of a large ConfigMap\n" for i in range(20_000))  # ~600 KB
+    large = ConfigMap.from_dict({"metadata": {"name": "large", "namespace": "apps"}, "data": {"file": text}})
+    packed = packer.pack(large)
+    assert packed.to_dict()["data"]["file"] == text
+    assert packed.metadata is not None and packed.metadata.name == "large"
 
 
 def test_unpacked_decodes_a_packed_object_once_and_passes_the_rest_through() -> None:
