@@ -31,6 +31,7 @@ from lightkube.config.client_adapter import ConnectionParams, verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 from lightkube.core import decoders
+from lightkube.core.exceptions import ConfigError
 from lightkube.core.generic_client import BasicRequest, GenericAsyncClient, transform_exception
 
 from runtime.kube.transport import AiohttpTransport, RequestHook, as_httpx_error
@@ -61,7 +62,10 @@ class BearerToken:
 
     def header(self) -> str | None:
         if self._file and self._header is None:
-            self._header = f"Bearer {Path(self._file).read_text().strip()}"
+            try:
+                self._header = f"Bearer {Path(self._file).read_text().strip()}"
+            except FileNotFoundError:
+                raise ConfigError(f"Token file {self._file} not found") from None  # as lightkube says it
         return self._header
 
     def renewed(self) -> bool:
