@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Event, Namespace
+from lightkube.resources.core_v1 import ConfigMap, Event
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
@@ -21,17 +20,6 @@ from runtime.reflection.events import EventReflector
 from runtime.reflection.forging import ReflectionSettings
 
 pytestmark = pytest.mark.clusters
-
-
-@pytest.fixture
-def namespaces(home: Client, foreign: dict[str, Client], unique_name: str) -> Iterator[tuple[str, str]]:
-    """A home namespace and a foreign one standing for its twin."""
-    twin = f"{unique_name}-twin"
-    home.create(Namespace(metadata=ObjectMeta(name=unique_name)))
-    foreign["foreign-1"].create(Namespace(metadata=ObjectMeta(name=twin)))
-    yield unique_name, twin
-    home.delete(Namespace, unique_name)
-    foreign["foreign-1"].delete(Namespace, twin)
 
 
 def test_an_event_missing_from_the_store_but_there_is_updated_in_place(

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authentication_v1 import TokenReview
-from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
+from lightkube.resources.core_v1 import Pod, Secret, ServiceAccount
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import VirtualNodeSpec, names
@@ -23,17 +22,6 @@ from runtime.reflection.reflecting import HomeEvents
 from runtime.reflection.tokens import TokenReflector
 
 pytestmark = pytest.mark.clusters
-
-
-@pytest.fixture
-def namespaces(home: Client, foreign: dict[str, Client], unique_name: str) -> Iterator[tuple[str, str]]:
-    """A home namespace and a foreign one standing for its twin."""
-    twin = f"{unique_name}-twin"
-    home.create(Namespace(metadata=ObjectMeta(name=unique_name)))
-    foreign["foreign-1"].create(Namespace(metadata=ObjectMeta(name=twin)))
-    yield unique_name, twin
-    home.delete(Namespace, unique_name)
-    foreign["foreign-1"].delete(Namespace, twin)
 
 
 def pod(namespace: str) -> Any:
