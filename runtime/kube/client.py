@@ -40,6 +40,8 @@ from runtime.kube.transport import AiohttpTransport, RequestHook, as_httpx_error
 DEFAULT_TIMEOUT = httpx2.Timeout(10.0)
 # lightkube's methods that answer with one object (lists and watches keep the httpx2 path)
 _ONE_SHOT = frozenset({"get", "post", "put", "patch", "delete", "deletecollection"})
+# what aiohttp raises for a connection or a read that failed (as_httpx_error maps them to httpx2's)
+_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 # characters of a path segment sent as they are (names such as system:node:x keep their colons)
 _PATH_SAFE = "/:@"
 
@@ -108,14 +110,10 @@ class _DirectRequests(GenericAsyncClient):
         if self._token is None or watch or method not in _ONE_SHOT:
             return await super().request(method, res, obj, name, namespace, watch, headers=headers, params=params)
         request = self.prepare_request(method, res, obj, name, namespace, watch, headers=headers, params=params)
-        path = "/" + urllib.parse.quote(request.url, safe=_PATH_SAFE)
-        url = self._server + path
-        if request.params:
-            url += "?" + urllib.parse.urlencode(_query(request.params))
+        path, url = self._target(request)
+        body = None if request.data is None else msgspec.json.encode(request.data)
         send_headers = {**self._headers, **(request.headers or {})}
-        body = None
-        if request.data is not None:
-            body = msgspec.json.encode(request.data)
+        if body is not None:
             send_headers.setdefault("Content-Type", "application/json")
         status, response_headers, content = await self._exchange(request.method, url, path, send_headers, body)
         if status == 401 and self._token.renewed():
@@ -126,22 +124,31 @@ class _DirectRequests(GenericAsyncClient):
             return None
         return decoders.decode_object(content, request.response_type)
 
-    async def _exchange(
-        self, method: str, url: str, path: str, headers: dict[str, str], body: bytes | None
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    def _target(self, request: BasicRequest) -> tuple[str, str]:
+        """The path (what the request hooks are told) and the whole URL of `request`."""
+        path = "/" + urllib.parse.quote(request.url, safe=_PATH_SAFE)
+        query = urllib.parse.urlencode(_query(request.params)) if request.params else ""
+        return path, self._server + path + (f"?{query}" if query else "")
+
+    def _authorize(self, headers: dict[str, str]) -> dict[str, str]:
         assert self._token is not None
         authorization = self._token.header()
         if authorization:
             headers["Authorization"] = authorization
+        return headers
+
+    async def _exchange(
+        self, method: str, url: str, path: str, headers: dict[str, str], body: bytes | None
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         connecting = True
         try:
-            response = await self._transport.send(method, url, path, headers, body, self._timeout)
+            response = await self._transport.send(method, url, path, self._authorize(headers), body, self._timeout)
             connecting = False
             try:
                 return response.status, list(response.raw_headers), await response.read()
             finally:
                 response.release()
-        except Exception as err:
+        except _TRANSPORT_ERRORS as err:
             raise as_httpx_error(err, httpx2.Request(method, url), connecting=connecting) from err
 
     def streams_directly(self) -> bool:
@@ -150,12 +157,8 @@ class _DirectRequests(GenericAsyncClient):
     async def stream_lines(self, request: BasicRequest) -> AsyncIterator[bytes]:
         """The non-empty lines of a streamed answer to `request` (a watch), until the server ends it."""
         assert self._token is not None
-        path = "/" + urllib.parse.quote(request.url, safe=_PATH_SAFE)
-        url = self._server + path + "?" + urllib.parse.urlencode(_query(request.params))
-        headers = dict(self._headers)
-        authorization = self._token.header()
-        if authorization:
-            headers["Authorization"] = authorization
+        path, url = self._target(request)
+        headers = self._authorize(dict(self._headers))
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.sock_connect, sock_read=None)
         connecting = True
         try:
@@ -172,7 +175,7 @@ class _DirectRequests(GenericAsyncClient):
                     yield line
             finally:
                 response.release()
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        except _TRANSPORT_ERRORS as err:
             raise as_httpx_error(err, httpx2.Request(request.method, url), connecting=connecting) from err
 
 
