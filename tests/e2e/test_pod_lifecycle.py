@@ -99,7 +99,15 @@ def test_unoffloading_deletes_controlled_pods_so_they_run_locally_and_fails_bare
 
     wait_until(rescheduled_locally, 120, "the Deployment's pods recreated and Running on physical nodes")
     assert not {cast(Any, p).metadata.name for p in home_pods(home, ns, "drained")} & offloaded, "old pods deleted"
-    deployment = cast(Any, home.get(Deployment, "drained", namespace=ns))
+    # the Deployment's status follows its pods a moment later (the deployment controller's sync)
+    deployment = cast(
+        Any,
+        wait_until(
+            lambda: (d := cast(Any, home.get(Deployment, "drained", namespace=ns))).status.readyReplicas == 3 and d,
+            30,
+            "the Deployment's status counting its 3 local pods ready",
+        ),
+    )
     assert deployment.status.readyReplicas == 3
     solo = get_pod(home, ns, "solo")
     assert solo is not None, "a bare pod is not deleted: nothing would bring it back"
