@@ -226,6 +226,8 @@ class BurstFigures:
 
     seconds: dict[str, list[float]] = field(default_factory=lambda: {way: [] for way in WAYS})
     stages: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # way -> stage -> per-pod seconds
+    # way -> point -> per round, seconds from the first submit until the last pod passed it
+    last_reached: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # way -> cluster -> 'client: verb resource' -> writes/pod (last round of each way)
     writes_by_kind: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     cpu_per_pod: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> process -> CPU s/pod
@@ -307,10 +309,15 @@ async def one_burst(
     if marks:
         counted = {c: audited_writes(mark) for c, mark in marks.items()}
         figures.writes_by_kind[way] = {c: {k: n / size for k, n in counts.items()} for c, counts in counted.items()}
-    for stage, values in clock.durations(OFFLOADED_STAGES if offloaded else DIRECT_STAGES).items():
+    stages = OFFLOADED_STAGES if offloaded else DIRECT_STAGES
+    for stage, values in clock.durations(stages).items():
         if way == "both":
             break
         figures.stages.setdefault(way, {}).setdefault(stage, []).extend(values)
+    for point, at in clock.reached_by_all(stages).items():
+        if way == "both":
+            break
+        figures.last_reached.setdefault(way, {}).setdefault(point, []).append(at)
     figures.seconds[way].append(seconds)
     return seconds
 
@@ -567,6 +574,9 @@ def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
                 for stage, values in stages.items()
             )
             print(f"      {way:>9}: {cells}")
+        for way, points in figures.last_reached.items():
+            cells = ", ".join(f"{point} {statistics.median(values):.1f}" for point, values in points.items())
+            print(f"      {way:>9}, last pod (s after the first submit): {cells}")
         creates = figures.home_creates
         if creates["offloaded"] and creates["not offloaded"]:
             create_cells = {

@@ -4,7 +4,8 @@ Offloaded pods: submitted at home -> bound to the virtual node -> ShadowPod crea
 cluster -> foreign pod created -> foreign pod bound -> foreign pod Running -> Running at home.
 Direct pods: submitted -> bound -> Running. A stage's duration per pod is the difference of two
 first sightings; the table gives p50/p99 per stage, so the slow stage is a number. Watch latency is
-in every sighting alike, so it cancels out of the differences.
+in every sighting alike, so it cancels out of the differences. `reached_by_all` gives when the
+last pod passed each point: the stage that ends the burst.
 """
 
 from __future__ import annotations
@@ -109,6 +110,20 @@ class StageClock:
                 marks[end] - marks[start] for marks in self.seen.values() if start in marks and end in marks
             ]
         return found
+
+    def reached_by_all(self, stages: list[tuple[str, str, str]]) -> dict[str, float]:
+        """Per point, seconds from the burst's first submit until its last pod got there: the
+        burst's critical path (the stage that still held pods when the others were done)."""
+        firsts = [marks["submitted"] for marks in self.seen.values() if "submitted" in marks]
+        if not firsts:
+            return {}
+        start = min(firsts)
+        timeline = {}
+        for point in ["submitted", *(end for _, _, end in stages)]:
+            sightings = [marks[point] for marks in self.seen.values() if point in marks]
+            if sightings:
+                timeline[point] = max(sightings) - start
+        return timeline
 
 
 def percentile(values: list[float], q: float) -> float:
