@@ -24,8 +24,10 @@ import aiohttp
 import httpx2
 import yarl
 
-# the size of httpx2's pool, which this replaces: watches hold a connection each
-MAX_CONNECTIONS = 100
+# No cap on connections: each watch holds one for as long as it runs (a virtual kubelet runs about
+# ten per offloaded namespace), so a capped pool (httpx2's held 100) once full of watches leaves every
+# request waiting forever. What bounds the connections is the workers and informers that use them.
+MAX_CONNECTIONS = 0  # aiohttp: 0 is no limit
 # asyncio's TLS connections (aiohttp's) each allocate and zero a read buffer of SSLProtocol.max_size,
 # 256 KiB: 330 KB of RSS per connection against httpx2's 85 KB, with dozens of watches each holding
 # one. A read of one TLS record's worth (16 KiB, the most a record holds) brings it to 94 KB

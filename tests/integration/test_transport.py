@@ -168,6 +168,41 @@ def test_a_compressed_list_and_a_watch_stream_arrive_whole(dev_env: DevEnvironme
     asyncio.run(scenario())
 
 
+def test_more_watches_than_a_connection_pool_would_hold_leave_requests_room(
+    dev_env: DevEnvironment, namespace: str
+) -> None:
+    """Each watch holds its connection for as long as it runs, and a virtual kubelet runs several
+    per offloaded namespace: past any fixed pool size (httpx2's was 100) a capped pool would leave
+    the next watch, and every request, waiting forever."""
+    client = runtime_client(dev_env)
+    watches = 120
+
+    async def scenario() -> None:
+        informers = [Informer(client, ConfigMap, namespace=namespace) for _ in range(watches)]
+        seen: list[set[str]] = [set() for _ in informers]
+        for informer, keys in zip(informers, seen, strict=True):
+            informer.add_handler(lambda event, keys=keys: keys.add(event.key))
+        tasks = [asyncio.create_task(informer.run()) for informer in informers]
+        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), 30)
+        await asyncio.sleep(1)  # every informer past its list, into its watch
+        created = await asyncio.wait_for(
+            client.create(ConfigMap(metadata=ObjectMeta(name="after-the-watches", namespace=namespace))), 10
+        )
+        assert created.metadata is not None
+        key = f"{namespace}/after-the-watches"
+        deadline = asyncio.get_running_loop().time() + 15
+        while not all(key in keys for keys in seen):
+            missing = sum(key not in keys for keys in seen)
+            assert asyncio.get_running_loop().time() < deadline, f"{missing} of {watches} watches never saw the create"
+            await asyncio.sleep(0.1)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_transport_failures_are_httpx2_errors(dev_env: DevEnvironment, namespace: str) -> None:
     """Refused connections and silent servers raise what lightkube and the informers handle."""
     with socket.socket() as probe:
