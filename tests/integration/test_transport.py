@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,10 @@ def test_a_compressed_list_and_a_watch_stream_arrive_whole(dev_env: DevEnvironme
     asyncio.run(scenario())
 
 
+def _add_key(keys: set[str], event: Event) -> None:
+    keys.add(event.key)
+
+
 def test_more_watches_than_a_connection_pool_would_hold_leave_requests_room(
     dev_env: DevEnvironment, namespace: str
 ) -> None:
@@ -181,7 +186,7 @@ def test_more_watches_than_a_connection_pool_would_hold_leave_requests_room(
         informers = [Informer(client, ConfigMap, namespace=namespace) for _ in range(watches)]
         seen: list[set[str]] = [set() for _ in informers]
         for informer, keys in zip(informers, seen, strict=True):
-            informer.add_handler(lambda event, keys=keys: keys.add(event.key))
+            informer.add_handler(partial(_add_key, keys))
         tasks = [asyncio.create_task(informer.run()) for informer in informers]
         await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), 30)
         await asyncio.sleep(1)  # every informer past its list, into its watch
