@@ -47,7 +47,6 @@ from runtime.controllers.trimming import as_the_agent_reads
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.packing import unpacked
-from runtime.kube.queueing import PER_POD_WORKERS
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.translation import restart_counts
 
@@ -57,9 +56,7 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class ShadowPodController:
-    def __init__(
-        self, client: AsyncClient, cluster_id: str, *, workers: int = PER_POD_WORKERS, recreate_after: float = 1.0
-    ) -> None:
+    def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 16, recreate_after: float = 1.0) -> None:
         self.client = client
         self.cluster_id = cluster_id
         self.recreate_after = recreate_after

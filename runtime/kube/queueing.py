@@ -20,12 +20,6 @@ log = logging.getLogger(__name__)
 
 Reconcile = Callable[[str], Awaitable[None]]
 
-# Workers of a queue with one key per pod (the virtual kubelet's pods and tokens, the agent's ShadowPods). In a
-# burst most of their reconciles wait on one write to a busy API server (100-300 ms at 1,000 pods):
-# 16 workers held the pipeline near the scheduler's own 50 pods/s and ShadowPod creation queued
-# (p50 1.51 s after binding); 64 took it to 0.45 s. A waiting worker is a coroutine, not a thread.
-PER_POD_WORKERS = 64
-
 
 @dataclass
 class QueueStats:

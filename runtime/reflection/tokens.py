@@ -34,7 +34,6 @@ from lightkube.resources.core_v1 import ConfigMap, Secret, ServiceAccount
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.virtualnode import ApiServerAddress
 from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
-from runtime.kube.queueing import PER_POD_WORKERS
 from runtime.kube.serving import EngineMetrics
 from runtime.reflection.forging import is_owned, ownership_labels
 from runtime.reflection.kinds import without_pod_token_values
@@ -277,7 +276,7 @@ class TokenReflector:
         events: HomeEvents,
         metrics: EngineMetrics | None = None,
         # as many as the pod offloader's: a remote pod starts only once its token Secret is there
-        workers: int = PER_POD_WORKERS,
+        workers: int = 16,
         home_config_map: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None,
     ) -> None:
         """`pods`: the home pods on the virtual node (the pod offloader's informer);

@@ -39,7 +39,6 @@ from runtime.api.namespaceoffloading import ready_twin
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.packing import unpacked
-from runtime.kube.queueing import PER_POD_WORKERS
 from runtime.kube.resources import ShadowPodResource
 from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.translation import (
@@ -156,7 +155,7 @@ class PodOffloader:
         offloadings: Informer,
         pod_cidr_mapping: CidrMapping | None = None,
         node_address: str = NODE_ADDRESS,
-        workers: int = PER_POD_WORKERS,
+        workers: int = 16,
         virtual_node_spec: Callable[[], VirtualNodeSpec | None] = lambda: None,
     ) -> None:
         """`virtual_node_spec`: its apiServerTokenSupport and home API server shape new remote pods."""
