@@ -309,15 +309,12 @@ async def one_burst(
     if marks:
         counted = {c: audited_writes(mark) for c, mark in marks.items()}
         figures.writes_by_kind[way] = {c: {k: n / size for k, n in counts.items()} for c, counts in counted.items()}
-    stages = OFFLOADED_STAGES if offloaded else DIRECT_STAGES
-    for stage, values in clock.durations(stages).items():
-        if way == "both":
-            break
-        figures.stages.setdefault(way, {}).setdefault(stage, []).extend(values)
-    for point, at in clock.reached_by_all(stages).items():
-        if way == "both":
-            break
-        figures.last_reached.setdefault(way, {}).setdefault(point, []).append(at)
+    if way != "both":  # its clock sees only the foreign half
+        stages = OFFLOADED_STAGES if offloaded else DIRECT_STAGES
+        for stage, values in clock.durations(stages).items():
+            figures.stages.setdefault(way, {}).setdefault(stage, []).extend(values)
+        for point, at in clock.reached_by_all(stages).items():
+            figures.last_reached.setdefault(way, {}).setdefault(point, []).append(at)
     figures.seconds[way].append(seconds)
     return seconds
 
