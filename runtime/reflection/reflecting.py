@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.serving import EngineMetrics
 from runtime.reflection.forging import (
+    APPLIED_HASH_ANNOTATION,
     ReflectionSettings,
     has_own_policy,
     is_owned,
@@ -328,6 +329,11 @@ class Reflector:
         )
         if remote is not None and up_to_date(desired, remote):
             return
+        copy_key = f"{watch.twin}/{name}"
+        stored_version = (remote.get("metadata") or {}).get("resourceVersion") if remote is not None else None
+        wanted_hash = desired["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]
+        if self.own_writes.in_flight(copy_key, stored_version) == wanted_hash:
+            return  # our last apply wrote exactly this and its echo is on its way
         self._count_write("apply")
         try:
             applied = await self.foreign.patch(
@@ -339,7 +345,7 @@ class Reflector:
                 field_manager=self.field_manager,
                 force=True,
             )
-            self.own_writes.record(f"{watch.twin}/{name}", applied)
+            self.own_writes.record(copy_key, applied, wanted_hash)
         except ApiError as err:
             if err.status.code in (400, 403, 404, 409, 422):  # refused as it is: say so at home, retry later
                 await self.events.warn(

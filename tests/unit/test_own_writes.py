@@ -45,3 +45,14 @@ def test_other_objects_are_not_echoes() -> None:
     own.record("ns/a", config_map("7"))
     assert not own.is_echo(Event("ADDED", "ns/b", config_map("7")))
     assert len(own) == 1
+
+
+def test_a_write_is_in_flight_until_the_store_shows_it() -> None:
+    own = OwnWrites()
+    assert own.in_flight("ns/a", None) is None
+    own.record("ns/a", config_map("7"), "hash-1")
+    assert own.in_flight("ns/a", None) == "hash-1"  # created: the store has nothing yet
+    assert own.in_flight("ns/a", "5") == "hash-1"  # updated: the store still holds the version before
+    assert own.in_flight("ns/a", "7") is None  # the echo came before the write's answer: it is seen
+    own.is_echo(Event("MODIFIED", "ns/a", config_map("7")))
+    assert own.in_flight("ns/a", "7") is None

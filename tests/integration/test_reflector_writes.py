@@ -1,0 +1,91 @@
+"""The generic reflector against real API servers: a reconcile that runs again before the echo of
+its own apply reached the foreign store (the key added again meanwhile, as a restart's requeue does)
+sends nothing more; a change made meanwhile is still written."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from lightkube import ApiError, AsyncClient, Client, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap
+from lightkube.types import PatchType
+from prometheus_client import CollectorRegistry
+
+from liqo_stack.dev.clusters import DevEnvironment
+from runtime.reflection.forging import ReflectionSettings
+from runtime.reflection.kinds import CONFIGMAPS
+from runtime.reflection.reflecting import HomeEvents, ReflectionMetrics, Reflector
+
+pytestmark = pytest.mark.clusters
+
+
+def test_a_reconcile_before_the_echo_of_its_apply_writes_nothing_more(
+    dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    namespace, twin = namespaces
+    home.create(ConfigMap(metadata=ObjectMeta(name="settings", namespace=namespace), data={"v": "1"}))
+
+    def copy_data() -> dict[str, str] | None:
+        try:
+            found: Any = foreign["foreign-1"].get(ConfigMap, "settings", namespace=twin)
+        except ApiError as err:
+            if err.status.code == 404:
+                return None
+            raise
+        return dict(found.data or {})
+
+    async def until(condition: Any, what: str) -> Any:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not (found := condition()):
+            assert asyncio.get_running_loop().time() < deadline, what
+            await asyncio.sleep(0.1)
+        return found
+
+    async def scenario() -> list[float]:
+        home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
+        stats = ReflectionMetrics(CollectorRegistry())
+        reflector = Reflector(
+            CONFIGMAPS,
+            home_client,
+            foreign_client,
+            home_cluster_id="home",
+            foreign_cluster_id="foreign-1",
+            settings_of=lambda _: ReflectionSettings(),
+            events=HomeEvents(home_client, "test"),
+            reflection_metrics=stats,
+        )
+        applies = stats.writes.labels("foreign-1", "configmap", "apply")
+        written: list[float] = []
+        reflector.queue.start()
+        reflector.follow({namespace: twin})
+        try:
+            await until(lambda: copy_data() == {"v": "1"}, "the ConfigMap reflected")
+            await reflector.queue.wait_idle(30)
+            written.append(applies._value.get())
+            # the foreign store stops seeing events, as if the echo of the next apply were late
+            watch = reflector.watches[namespace]
+            watch.tasks[1].cancel()
+            home.patch(ConfigMap, "settings", {"data": {"v": "2"}}, namespace=namespace, patch_type=PatchType.MERGE)
+            await until(lambda: copy_data() == {"v": "2"}, "the change reflected")
+            await reflector.queue.wait_idle(30)
+            written.append(applies._value.get())
+            reflector.queue.add(f"{namespace}/settings")  # again, before the echo
+            await reflector.queue.wait_idle(30)
+            written.append(applies._value.get())
+            # a change while the echo is still late is written all the same
+            home.patch(ConfigMap, "settings", {"data": {"v": "3"}}, namespace=namespace, patch_type=PatchType.MERGE)
+            await until(lambda: copy_data() == {"v": "3"}, "the next change reflected")
+            await reflector.queue.wait_idle(30)
+            written.append(applies._value.get())
+            return written
+        finally:
+            reflector.stop()
+            await reflector.queue.shutdown()
+            await home_client.close()
+            await foreign_client.close()
+
+    assert asyncio.run(scenario()) == [1.0, 2.0, 2.0, 3.0]
