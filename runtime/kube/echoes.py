@@ -7,6 +7,8 @@ reconciled as usual. An echo that arrives before the write's response is simply 
 Until its echo arrives, the store still shows the object as it was before the write: a reconcile of
 the same key in that window (the key added again while the write was in flight) would write the
 same thing again. `in_flight` tells it what it wrote, as client-go controllers' expectations do.
+Every event of a key ends its record, so this holds only while the store sees every event: a store
+that relisted (its watch down meanwhile) or was started anew must `clear()` what it may have missed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class OwnWrites:
         if written is None or written.version == stored_version:
             return None
         return written.tag
+
+    def clear(self) -> None:
+        self._writes.clear()
 
     def __len__(self) -> int:
         return len(self._writes)

@@ -121,6 +121,10 @@ class NamespaceWatch:
         self.home = Informer(home, resource, namespace=namespace, packed=True)
         self.foreign = Informer(foreign, resource, namespace=twin, trim=trim_foreign, packed=True)
         self.tasks: list[asyncio.Task[None]] = []
+        # the copies' events our applies caused: kept with this watch, so a twin watched anew (a
+        # namespace offloaded again) trusts no write made before, which its store may never show
+        self.own_writes = OwnWrites()
+        self._relists_seen = 0
 
     def start(
         self, on_home: Callable[[Event], None], on_foreign: Callable[[Event], None], on_synced: Callable[[], None]
@@ -133,6 +137,15 @@ class NamespaceWatch:
 
     def synced(self) -> bool:
         return self.home.synced.is_set() and self.foreign.synced.is_set()
+
+    def write_in_flight(self, key: str, stored_version: str | None) -> str | None:
+        """The hash our last apply of copy `key` wrote, when the foreign store does not show it yet."""
+        if self.foreign.relists != self._relists_seen:
+            # a relist tells nothing of an object created and deleted while the watch was down:
+            # a record it did not clear may be of a copy long gone
+            self.own_writes.clear()
+            self._relists_seen = self.foreign.relists
+        return self.own_writes.in_flight(key, stored_version)
 
     def stop(self) -> None:
         for task in self.tasks:
@@ -169,7 +182,6 @@ class Reflector:
         self.on_synced: list[Callable[[], None]] = []  # kinds following this one: requeued once it knows
         self.on_home_change: list[Callable[[str, str], None]] = []  # (namespace, name): kinds following this one
         self.stats = reflection_metrics
-        self.own_writes = OwnWrites()  # the foreign copies' events our applies caused
         if reflection_metrics is not None:
             labels = (foreign_cluster_id, kind.name)
             reflection_metrics.reflected.labels(*labels).set_function(self.reflected_count)
@@ -223,14 +235,14 @@ class Reflector:
             if namespace not in self.watches:
                 kind = self.kind
                 watch = NamespaceWatch(kind.resource, self.home, self.foreign, namespace, twin, kind.trim_foreign)
-                watch.start(self._on_home, self._on_foreign(namespace), self._synced)
+                watch.start(self._on_home, self._on_foreign(watch), self._synced)
                 self.watches[namespace] = watch
 
-    def _on_foreign(self, namespace: str) -> Callable[[Event], None]:
+    def _on_foreign(self, watch: NamespaceWatch) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:
-            if self.own_writes.is_echo(event):
+            if watch.own_writes.is_echo(event):
                 return  # exactly what our apply made: nothing to reconcile
-            self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+            self.queue.add(f"{watch.namespace}/{event.key.partition('/')[2]}")
 
         return on_event
 
@@ -332,7 +344,7 @@ class Reflector:
         copy_key = f"{watch.twin}/{name}"
         stored_version = (remote.get("metadata") or {}).get("resourceVersion") if remote is not None else None
         wanted_hash = desired["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]
-        if self.own_writes.in_flight(copy_key, stored_version) == wanted_hash:
+        if watch.write_in_flight(copy_key, stored_version) == wanted_hash:
             return  # our last apply wrote exactly this and its echo is on its way
         self._count_write("apply")
         try:
@@ -345,7 +357,7 @@ class Reflector:
                 field_manager=self.field_manager,
                 force=True,
             )
-            self.own_writes.record(copy_key, applied, wanted_hash)
+            watch.own_writes.record(copy_key, applied, wanted_hash)
         except ApiError as err:
             if err.status.code in (400, 403, 404, 409, 422):  # refused as it is: say so at home, retry later
                 await self.events.warn(

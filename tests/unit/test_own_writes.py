@@ -56,3 +56,10 @@ def test_a_write_is_in_flight_until_the_store_shows_it() -> None:
     assert own.in_flight("ns/a", "7") is None  # the echo came before the write's answer: it is seen
     own.is_echo(Event("MODIFIED", "ns/a", config_map("7")))
     assert own.in_flight("ns/a", "7") is None
+
+
+def test_cleared_writes_are_not_in_flight() -> None:
+    own = OwnWrites()
+    own.record("ns/a", config_map("7"), "hash-1")
+    own.clear()
+    assert own.in_flight("ns/a", None) is None
