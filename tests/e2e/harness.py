@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 import urllib.request
@@ -30,6 +31,17 @@ def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "c
         if value:
             return value
         time.sleep(0.2)
+    raise TimeoutError(f"{what} not met after {timeout:.0f}s")
+
+
+async def wait_until_async(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+    """wait_until for a test whose runtime parts run in this event loop: it keeps running meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        await asyncio.sleep(0.1)
     raise TimeoutError(f"{what} not met after {timeout:.0f}s")
 
 

@@ -18,6 +18,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import names
 from runtime.reflection.events import EventReflector
 from runtime.reflection.forging import ReflectionSettings
+from tests.e2e.harness import wait_until_async
 
 pytestmark = pytest.mark.clusters
 
@@ -50,13 +51,6 @@ def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
         listed = home.list(Event, namespace=namespace, labels={names.EVENT_REFLECTED_FROM_LABEL: "foreign-1"})
         return [e for e in listed if e.reason == "Changed"]
 
-    async def until(condition: Any, what: str) -> Any:
-        deadline = asyncio.get_running_loop().time() + 30
-        while not (found := condition()):
-            assert asyncio.get_running_loop().time() < deadline, what
-            await asyncio.sleep(0.2)
-        return found
-
     async def scenario() -> tuple[Any, Any]:
         home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
         foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
@@ -70,7 +64,7 @@ def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
         reflector.follow({namespace: twin})
         reflector.start()
         try:
-            (first,) = await until(reflected, "the foreign event created at home")
+            (first,) = await wait_until_async(reflected, what="the foreign event created at home")
             # the home store stops seeing events, as if our own create had not come back yet
             watch = reflector.watches[namespace]
             watch.tasks[1].cancel()
@@ -78,7 +72,9 @@ def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
             foreign["foreign-1"].patch(
                 Event, "settings.changed", {"count": 2}, namespace=twin, patch_type=PatchType.MERGE
             )
-            (second,) = await until(lambda: [e for e in reflected() if e.count == 2], "the count updated at home")
+            (second,) = await wait_until_async(
+                lambda: [e for e in reflected() if e.count == 2], what="the count updated at home"
+            )
             return first, second
         finally:
             await reflector.stop()

@@ -6,10 +6,9 @@ write made before."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
-from lightkube import ApiError, AsyncClient, Client, KubeConfig
+from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
@@ -19,6 +18,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from runtime.reflection.forging import ReflectionSettings
 from runtime.reflection.kinds import CONFIGMAPS
 from runtime.reflection.reflecting import HomeEvents, ReflectionMetrics, Reflector
+from tests.e2e.harness import get_or_none, wait_until_async
 
 pytestmark = pytest.mark.clusters
 
@@ -30,20 +30,8 @@ def test_a_reconcile_before_the_echo_of_its_apply_writes_nothing_more(
     home.create(ConfigMap(metadata=ObjectMeta(name="settings", namespace=namespace), data={"v": "1"}))
 
     def copy_data() -> dict[str, str] | None:
-        try:
-            found: Any = foreign["foreign-1"].get(ConfigMap, "settings", namespace=twin)
-        except ApiError as err:
-            if err.status.code == 404:
-                return None
-            raise
-        return dict(found.data or {})
-
-    async def until(condition: Any, what: str) -> Any:
-        deadline = asyncio.get_running_loop().time() + 30
-        while not (found := condition()):
-            assert asyncio.get_running_loop().time() < deadline, what
-            await asyncio.sleep(0.1)
-        return found
+        found = get_or_none(foreign["foreign-1"], ConfigMap, "settings", namespace=twin)
+        return None if found is None else dict(found.data or {})
 
     async def scenario() -> list[float]:
         home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
@@ -64,14 +52,14 @@ def test_a_reconcile_before_the_echo_of_its_apply_writes_nothing_more(
         reflector.queue.start()
         reflector.follow({namespace: twin})
         try:
-            await until(lambda: copy_data() == {"v": "1"}, "the ConfigMap reflected")
+            await wait_until_async(lambda: copy_data() == {"v": "1"}, what="the ConfigMap reflected")
             await reflector.queue.wait_idle(30)
             written.append(applies._value.get())
             # the foreign store stops seeing events, as if the echo of the next apply were late
             watch = reflector.watches[namespace]
             watch.tasks[1].cancel()
             home.patch(ConfigMap, "settings", {"data": {"v": "2"}}, namespace=namespace, patch_type=PatchType.MERGE)
-            await until(lambda: copy_data() == {"v": "2"}, "the change reflected")
+            await wait_until_async(lambda: copy_data() == {"v": "2"}, what="the change reflected")
             await reflector.queue.wait_idle(30)
             written.append(applies._value.get())
             reflector.queue.add(f"{namespace}/settings")  # again, before the echo
@@ -79,7 +67,7 @@ def test_a_reconcile_before_the_echo_of_its_apply_writes_nothing_more(
             written.append(applies._value.get())
             # a change while the echo is still late is written all the same
             home.patch(ConfigMap, "settings", {"data": {"v": "3"}}, namespace=namespace, patch_type=PatchType.MERGE)
-            await until(lambda: copy_data() == {"v": "3"}, "the next change reflected")
+            await wait_until_async(lambda: copy_data() == {"v": "3"}, what="the next change reflected")
             await reflector.queue.wait_idle(30)
             written.append(applies._value.get())
             # unwatched, the copy deleted meanwhile, watched anew: the write whose echo never came
@@ -87,7 +75,7 @@ def test_a_reconcile_before_the_echo_of_its_apply_writes_nothing_more(
             reflector.follow({})
             foreign["foreign-1"].delete(ConfigMap, "settings", namespace=twin)
             reflector.follow({namespace: twin})
-            await until(lambda: copy_data() == {"v": "3"}, "the copy put back")
+            await wait_until_async(lambda: copy_data() == {"v": "3"}, what="the copy put back")
             await reflector.queue.wait_idle(30)
             written.append(applies._value.get())
             return written
