@@ -47,6 +47,8 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.kube import Event, Informer
 from runtime.kube.resources import ShadowPodResource
+from tests.bench.apiserver_profiles import ApiServerProfile, apiservers_profiled
+from tests.bench.apiserver_profiles import report as report_apiservers
 from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin
 from tests.bench.profiling import Profile, profiled
 from tests.bench.profiling import report as report_profile
@@ -325,15 +327,18 @@ async def bursts(
     args: argparse.Namespace,
     memory: dict[str, dict[str, dict[str, float]]],
     profiles: dict[str, Profile],
+    apiserver_profiles: dict[str, ApiServerProfile],
 ) -> dict[tuple[int, str, str], BurstFigures]:
     """Per size, workload and pinning mode, `rounds` rounds of both ways, the order alternated;
     `memory` gets the runtime's RSS and PSS when 1,000 offloaded pods are Running, and (last round)
     MEMORY_SETTLE_SECONDS later; with --profile, `profiles` the
-    runtime's during the last offloaded burst of the largest size."""
+    runtime's during the last offloaded burst of the largest size, and `apiserver_profiles` the API
+    servers' during the last direct and offloaded bursts of that size."""
     sizes = [int(s) for s in args.bursts.split(",") if s]
     workloads = ["pods", "deployment"] if args.workload == "both" else [args.workload]
     modes = ["pinned", "unpinned"] if args.pinning == "both" else [args.pinning]
     plan = cpu_plan([HOME, FOREIGN])
+    served_by = {"direct": [FOREIGN], "offloaded": [HOME, FOREIGN], "both": [HOME, FOREIGN]}  # API servers at work
     if "pinned" in modes:
         print(f"[bench] pinned: {describe(plan)}", flush=True)
     results: dict[tuple[int, str, str], BurstFigures] = {}
@@ -348,11 +353,17 @@ async def bursts(
                     figures = results.setdefault((size, workload, mode), BurstFigures())
                     for way in WAYS if round_no % 2 == 0 else WAYS[::-1]:
                         burst = f"b{size}-{workload[0]}{round_no}-{mode[0]}{way[0]}"
-                        last = size == sizes[-1] and round_no == args.rounds - 1 and way == "offloaded"
+                        last_round = size == sizes[-1] and round_no == args.rounds - 1
+                        last = last_round and way == "offloaded"
                         folder = clusters.env.state_dir.parent / "profiles"
-                        with profiled(runtime, folder, enabled=args.profile and last) as found:
+                        apiservers = args.profile and last_round and way != "both"
+                        with (
+                            profiled(runtime, folder, enabled=args.profile and last) as found,
+                            apiservers_profiled(clusters.env, served_by[way], folder / way, apiservers) as servers,
+                        ):
                             seconds = await one_burst(clusters, runtime, figures, workload, size, burst, way)
                         profiles.update(found)
+                        apiserver_profiles.update({f"{way}: {c}": p for c, p in servers.items()})
                         print(
                             f"  {size:>5} {workload:>10} round {round_no + 1} {mode:>8} {way:>9}: {seconds:7.2f} s",
                             flush=True,
@@ -645,7 +656,8 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     print("[bench] bursts ...", flush=True)
     memory = {"before the first burst": runtime_memory_mb(runtime)}
     profiles: dict[str, Profile] = {}
-    burst_results = await bursts(clusters, runtime, args, memory, profiles)
+    apiserver_profiles: dict[str, ApiServerProfile] = {}
+    burst_results = await bursts(clusters, runtime, args, memory, profiles, apiserver_profiles)
     print("[bench] single pods ...", flush=True)
     single_results = await singles(clusters, args.singles)
     print("[bench] idle ...", flush=True)
@@ -653,6 +665,8 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     report_bursts(burst_results)
     if profiles:
         report_profile(profiles, "the runtime during the last offloaded burst of the largest size")
+    largest = max(int(s) for s in args.bursts.split(",") if s)
+    report_apiservers(apiserver_profiles, f"the last direct and offloaded bursts of {largest} pods", largest)
     report(single_results, memory, idle, args.idle)
 
 
@@ -665,7 +679,11 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=40, help="single-pod samples per way")
     parser.add_argument("--idle", type=float, default=60, help="idle seconds counted (0: skip)")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
-    parser.add_argument("--profile", action="store_true", help="py-spy profile of the runtime, last largest burst")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy profile of the runtime and pprof of the API servers, last largest bursts",
+    )
     args = parser.parse_args()
 
     with running_stack("bench-offloading", args.keep) as (env, runtime):
