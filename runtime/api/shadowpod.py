@@ -10,8 +10,14 @@ from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
 
 
 class ShadowPodSpec(ApiModel):
-    # A core PodSpec, already mutated for the foreign cluster (seed 002); kept verbatim.
-    pod: dict[str, Any] = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    # A core PodSpec, already mutated for the foreign cluster (seed 002); kept verbatim. Atomic: only
+    # the virtual kubelet writes it, whole, so the API server tracks one owner for it instead of one
+    # per field. Its managedFields shrink by a third (949 -> 613 bytes for a small pod) and a create
+    # plus status patch costs the foreign API server 4.3-4.5 ms of CPU instead of 4.7-5.1 (600 of
+    # each, alternated, an ad hoc run).
+    pod: dict[str, Any] = Field(
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "x-kubernetes-map-type": "atomic"}
+    )
 
 
 # status.reason when the foreign API server refused to create the pod (status.message says why)

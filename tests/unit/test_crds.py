@@ -326,4 +326,4 @@ def test_a_shadowpods_pod_is_preserved_whole() -> None:
     from runtime.api.crds import openapi_schema
 
     pod = openapi_schema(ShadowPod)["properties"]["spec"]["properties"]["pod"]
-    assert pod == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    assert pod == {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "x-kubernetes-map-type": "atomic"}
