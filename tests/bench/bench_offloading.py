@@ -338,7 +338,6 @@ async def bursts(
     workloads = ["pods", "deployment"] if args.workload == "both" else [args.workload]
     modes = ["pinned", "unpinned"] if args.pinning == "both" else [args.pinning]
     plan = cpu_plan([HOME, FOREIGN])
-    served_by = {"direct": [FOREIGN], "offloaded": [HOME, FOREIGN], "both": [HOME, FOREIGN]}  # API servers at work
     if "pinned" in modes:
         print(f"[bench] pinned: {describe(plan)}", flush=True)
     results: dict[tuple[int, str, str], BurstFigures] = {}
@@ -357,9 +356,10 @@ async def bursts(
                         last = last_round and way == "offloaded"
                         folder = clusters.env.state_dir.parent / "profiles"
                         apiservers = args.profile and last_round and way != "both"
+                        at_work = [FOREIGN] if way == "direct" else [HOME, FOREIGN]  # the API servers it loads
                         with (
                             profiled(runtime, folder, enabled=args.profile and last) as found,
-                            apiservers_profiled(clusters.env, served_by[way], folder / way, apiservers) as servers,
+                            apiservers_profiled(clusters.env, at_work, folder / way, apiservers) as servers,
                         ):
                             seconds = await one_burst(clusters, runtime, figures, workload, size, burst, way)
                         profiles.update(found)
@@ -665,7 +665,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     report_bursts(burst_results)
     if profiles:
         report_profile(profiles, "the runtime during the last offloaded burst of the largest size")
-    largest = max(int(s) for s in args.bursts.split(",") if s)
+    largest = max(size for size, _, _ in burst_results)
     report_apiservers(apiserver_profiles, f"the last direct and offloaded bursts of {largest} pods", largest)
     report(single_results, memory, idle, args.idle)
 
