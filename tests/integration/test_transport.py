@@ -101,6 +101,8 @@ def test_a_token_file_is_read_again_after_a_401(
             subjects=[Subject(kind="ServiceAccount", name="reader", namespace=namespace)],
         )
     )
+    # the test's own ConfigMap: kube-root-ca.crt appears only when the controller-manager gets to it
+    home.create(ConfigMap(metadata=ObjectMeta(name="readable", namespace=namespace), data={"a": "1"}))
     request = ServiceAccount.Token(metadata=ObjectMeta(name="reader"), spec=TokenRequestSpec(audiences=[]))
     answer: Any = home.create(request, name="reader", namespace=namespace)
     token_file = tmp_path / "token"
