@@ -27,7 +27,7 @@ from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.transport import AiohttpTransport
 
 pytestmark = pytest.mark.clusters
-BIG = {"size": "big"}  # the test's ConfigMaps, apart from kube-root-ca.crt
+BIG = {"size": "big"}  # the big ConfigMaps, apart from any other in the namespace
 
 
 @pytest.fixture
@@ -126,8 +126,8 @@ def test_a_token_file_is_read_again_after_a_401(
         assert refused.value.status.code == 401
         token_file.write_text(str(answer.status.token))
         # the cached header is refused, the file is read again and the request retried
-        listed = await client.get(ConfigMap, "kube-root-ca.crt", namespace=namespace)
-        assert listed.metadata and listed.metadata.name == "kube-root-ca.crt"
+        read = await client.get(ConfigMap, "readable", namespace=namespace)
+        assert read.data == {"a": "1"}
         await client.close()
 
     asyncio.run(scenario())
