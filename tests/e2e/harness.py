@@ -9,9 +9,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import httpx2
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ServiceAccount
 
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
@@ -24,14 +25,27 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _unanswered(error: Exception) -> bool:
+    """An API server too busy to answer this time (a slow reply, 429, 5xx): asked again."""
+    if isinstance(error, ApiError):
+        return error.status.code == 429 or (error.status.code or 0) >= 500
+    return isinstance(error, httpx2.TimeoutException)
+
+
 def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
+    unanswered: Exception | None = None
     while time.monotonic() < deadline:
-        value = condition()
+        try:
+            value = condition()
+        except (ApiError, httpx2.TimeoutException) as error:
+            if not _unanswered(error):
+                raise
+            value, unanswered = None, error
         if value:
             return value
         time.sleep(0.2)
-    raise TimeoutError(f"{what} not met after {timeout:.0f}s")
+    raise TimeoutError(f"{what} not met after {timeout:.0f}s" + (f" (last: {unanswered!r})" if unanswered else ""))
 
 
 async def wait_until_async(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
@@ -45,8 +59,23 @@ async def wait_until_async(condition: Callable[[], Any], timeout: float = 30, wh
     raise TimeoutError(f"{what} not met after {timeout:.0f}s")
 
 
+def create_namespace(client: Client, name: str, labels: dict[str, str] | None = None) -> None:
+    """A namespace as the controller-manager completes it, which takes a while on a loaded machine:
+    pods are refused until its `default` ServiceAccount exists, and their tokens' CA comes from its
+    `kube-root-ca.crt`."""
+    client.create(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
+    wait_until(
+        lambda: (
+            get_or_none(client, ServiceAccount, "default", name)
+            and get_or_none(client, ConfigMap, "kube-root-ca.crt", name)
+        ),
+        60,
+        f"ServiceAccount default and ConfigMap kube-root-ca.crt in {name}",
+    )
+
+
 def offload(home: Client, namespace: str, spec: dict[str, Any]) -> None:
-    home.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    create_namespace(home, namespace)
     home.create(
         NamespaceOffloadingResource.from_dict(
             {"metadata": {"name": names.NAMESPACE_OFFLOADING_NAME, "namespace": namespace}, "spec": spec}

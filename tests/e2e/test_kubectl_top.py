@@ -14,7 +14,7 @@ from lightkube import Client
 from liqo_stack.dev.clusters import USAGE_CPU_ANNOTATION, USAGE_MEMORY_ANNOTATION, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from tests.e2e.harness import VIRTUAL_NODES, pod_on_each_virtual_node, wait_until
-from tests.e2e.test_kubelet_api import kubectl, kubelet_get
+from tests.e2e.test_kubelet_api import granted, kubectl, kubelet_get
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -91,6 +91,7 @@ def tokens(offloaded: str, dev_env: DevEnvironment) -> Iterator[dict[str, str]]:
         ):
             done = kubectl(config, *args)
             assert done.returncode == 0, done.stderr
+        granted(config, offloaded, who, resource.removeprefix("nodes/"))
     yield {who: kubectl(config, "-n", offloaded, "create", "token", who).stdout.strip() for who in ROLES}
     for who in ROLES:
         for kind in ("clusterrolebinding", "clusterrole"):

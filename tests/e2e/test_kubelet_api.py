@@ -187,9 +187,13 @@ def test_kubectl_exec_with_a_terminal_gets_a_tty_of_its_size(
 ) -> None:
     controller, terminal = os.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
-    # the size reaches the remote terminal through the resize channel, just after the start; kwok
-    # may drop what a tty command writes just before it exits (directly too), hence the sleeps
-    script = "test -t 0 && echo is-a-tty; sleep 1; stty size; sleep 1; exit 4"
+    # the size reaches the remote terminal through the resize channel, just after the start (read
+    # until it shows, for up to 10 s); kwok may drop what a tty command writes just before it exits
+    # (directly too), hence the last sleep
+    script = (
+        "test -t 0 && echo is-a-tty; for i in 1 2 3 4 5 6 7 8 9 10; do sleep 1;"
+        ' size=$(stty size); test "$size" = "33 101" && break; done; echo "size $size"; sleep 1; exit 4'
+    )
     command = ["-n", offloaded, "exec", "-it", pods["foreign-1"], "--", "sh", "-c", script]
     process = subprocess.Popen(
         [str(paths.bin_dir() / "kubectl"), *command],
@@ -207,7 +211,7 @@ def test_kubectl_exec_with_a_terminal_gets_a_tty_of_its_size(
     os.close(controller)
     assert process.wait(30) == 4
     text = output.decode(errors="replace")
-    assert "is-a-tty" in text and "33 101" in text, text
+    assert "is-a-tty" in text and "size 33 101" in text, text
 
 
 def test_kubectl_attach_streams_the_remote_containers_output(
@@ -303,6 +307,20 @@ def test_the_kubelet_port_serves_a_certificate_the_home_cluster_signed_for_the_n
     assert subject == {"commonName": f"system:node:{VIRTUAL_NODES[cluster_id]}", "organizationName": "system:nodes"}
 
 
+def granted(kubeconfig: Path, namespace: str, service_account: str, node_subresource: str) -> None:
+    """Wait until the home API server's authorizer has the new binding: the virtual kubelet keeps a
+    denial for a while, so a first call made before that would be refused for the whole test."""
+    who = f"--as=system:serviceaccount:{namespace}:{service_account}"
+    wait_until(
+        lambda: (
+            kubectl(kubeconfig, "auth", "can-i", "get", "nodes", f"--subresource={node_subresource}", who).stdout
+            == "yes\n"
+        ),
+        30,
+        f"{service_account} may get nodes/{node_subresource}",
+    )
+
+
 @pytest.fixture(scope="module")
 def tokens(offloaded: str, dev_env: DevEnvironment) -> Iterator[dict[str, str]]:
     """Bearer tokens of two home ServiceAccounts: `nobody` (no rights) and `debugger` (nodes/proxy)."""
@@ -317,6 +335,7 @@ def tokens(offloaded: str, dev_env: DevEnvironment) -> Iterator[dict[str, str]]:
         extra = [f"--serviceaccount={offloaded}:debugger"] if args[1] == "clusterrolebinding" else []
         done = kubectl(config, *args, *extra)
         assert done.returncode == 0, done.stderr
+    granted(config, offloaded, "debugger", "proxy")
     yield {
         who: kubectl(config, "-n", offloaded, "create", "token", who).stdout.strip() for who in ("nobody", "debugger")
     }

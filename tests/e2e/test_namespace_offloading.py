@@ -126,7 +126,7 @@ def test_controller_killed_mid_offload_converges_without_duplicates(
     time.sleep(0.5)
     runtime.kill("controller-manager")  # mid-offload, again
     runtime.start("controller-manager")
-    wait_phase(home, "restart", "Ready")
+    wait_phase(home, "restart", "Ready", timeout=90)  # two starts, each syncing its informers first
     for client in foreign.values():
         twins = [
             n

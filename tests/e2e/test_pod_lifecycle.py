@@ -14,9 +14,8 @@ from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ResourceQuota
+from lightkube.resources.core_v1 import Event, Node, Pod, ResourceQuota
 from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
@@ -26,6 +25,7 @@ from runtime.kube.resources import NamespaceOffloadingResource, ShadowPodResourc
 from tests.e2e.harness import (
     VIRTUAL_NODES,
     all_running,
+    create_namespace,
     deploy_running,
     get_or_none,
     home_pods,
@@ -98,7 +98,12 @@ def test_unoffloading_deletes_controlled_pods_so_they_run_locally_and_fails_bare
         return pods if all(p.spec.nodeName not in VIRTUAL_NODES.values() for p in pods) else None
 
     wait_until(rescheduled_locally, 120, "the Deployment's pods recreated and Running on physical nodes")
-    assert not {cast(Any, p).metadata.name for p in home_pods(home, ns, "drained")} & offloaded, "old pods deleted"
+    # the old pods may still be terminating while the new ones run: deleted once their remote pods are
+    wait_until(
+        lambda: not {cast(Any, p).metadata.name for p in home_pods(home, ns, "drained")} & offloaded,
+        60,
+        "old pods deleted",
+    )
     # the Deployment's status follows its pods a moment later (the deployment controller's sync)
     deployment = cast(
         Any,
@@ -140,8 +145,11 @@ def test_deselecting_a_cluster_moves_its_pods_to_the_cluster_still_selected(own_
         )
 
     wait_until(moved, 120, "the pods of foreign-1 replaced by pods on foreign-2")
-    left = {cast(Any, p).metadata.name for p in home_pods(home, ns, "moving")}
-    assert not left & leaving, "the pods that ran in foreign-1 are deleted"
+    wait_until(
+        lambda: not {cast(Any, p).metadata.name for p in home_pods(home, ns, "moving")} & leaving,
+        60,
+        "the pods that ran in foreign-1 deleted",
+    )
 
 
 # -- item 2: the home status is the remote one ---------------------------------------------------
@@ -150,7 +158,7 @@ def test_a_pod_that_backed_off_loses_the_reason_once_it_runs(
 ) -> None:
     """Forced onto a virtual node before its namespace was offloaded: OffloadingBackOff, then it runs."""
     ns = unique_name
-    home.create(Namespace(metadata=ObjectMeta(name=ns)))
+    create_namespace(home, ns)
     toleration = {"key": names.VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"}
     home.create(bare_pod("early", ns, nodeName=VIRTUAL_NODES["foreign-1"], tolerations=[toleration]))
     wait_until(lambda: cast(Any, get_pod(home, ns, "early")).status.reason == "OffloadingBackOff", 30, "pod backed off")
@@ -313,7 +321,11 @@ def test_restarts_keep_growing_across_a_remote_pod_recreation(
         seen.append(restarts(home.get(Pod, "restarting", namespace=offloaded)))
         time.sleep(0.2)
     assert min(seen) >= 4, f"the restart count went down: {seen}"
-    assert seen[-1] == 5, f"4 restarts of the old remote pod + its recreation: {seen[-1]}"
+    wait_until(
+        lambda: restarts(home.get(Pod, "restarting", namespace=offloaded)) == 5,
+        30,
+        "5 restarts at home: 4 of the old remote pod + its recreation",
+    )
 
 
 # -- item 6: hostIP is the virtual kubelet's address -------------------------------------------
@@ -448,6 +460,7 @@ def test_changing_the_pod_offloading_strategy_leaves_running_pods_alone(
     new = [p for p in pods if p.metadata.name not in before]
     assert len(new) == 1 and new[0].spec.nodeName not in VIRTUAL_NODES.values(), "a new pod runs locally"
     time.sleep(3)
-    still = {p.metadata.name: p.metadata.uid for p in pods if p.metadata.name in before}
+    now = cast(list[Any], home_pods(home, ns, "steadfast"))
+    still = {p.metadata.name: p.metadata.uid for p in now if p.metadata.name in before}
     assert still == before, "the running remote pods are neither evicted nor recreated"
     assert remote_uids() == remote_before

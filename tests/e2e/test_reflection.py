@@ -9,6 +9,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,10 @@ def test_config_maps_and_secrets_are_reflected_verbatim_with_ownership_labels(
         secret = reflected(client, Secret, "creds", offloaded)
         assert secret.data == home.get(Secret, "creds", namespace=offloaded).data and secret.type == "Opaque"
         # each namespace's root CA is its own cluster's
-        assert names.ORIGIN_LABEL not in labels_of(client, ConfigMap, "kube-root-ca.crt", twin_of(offloaded))
+        twin_root_ca = wait_until(
+            partial(find, client, ConfigMap, "kube-root-ca.crt", twin_of(offloaded)), 60, "the twin's kube-root-ca.crt"
+        )
+        assert names.ORIGIN_LABEL not in (twin_root_ca.metadata.labels or {})
 
 
 def test_service_account_tokens_never_leave_home(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:

@@ -159,8 +159,10 @@ def test_a_reflected_token_authenticates_at_home_as_the_pods_service_account_unt
 
 
 @pytest.fixture
-def foreign_2_tokens_off(home: Client) -> Iterator[None]:
+def foreign_2_tokens_off(offloaded: str, home: Client, foreign: dict[str, Client]) -> Iterator[None]:
     name = names.virtual_node_name("foreign-2")
+    client, twin = foreign["foreign-2"], twin_of(offloaded)
+    probes = iter(range(1000))
 
     def set_support(on: bool) -> None:
         home.patch(
@@ -171,8 +173,19 @@ def foreign_2_tokens_off(home: Client) -> Iterator[None]:
             patch_type=PatchType.MERGE,
         )
 
+    def seen_off() -> bool:
+        """Whether a new pod's remote pod goes without a token: the virtual kubelet reads the
+        setting from a watch of its own, so its first pods may still get one."""
+        probe = f"probe-{next(probes)}"
+        home.create(pod_on("foreign-2", probe, offloaded))
+        _, remote = running_remotely(home, client, offloaded, probe)
+        home.delete(Pod, probe, namespace=offloaded)
+        secret = names.token_secret_name(probe)
+        wait_until(lambda: get_or_none(client, Secret, secret, twin) is None, 60, f"{probe}'s token Secret gone")
+        return remote.spec.automountServiceAccountToken is False
+
     set_support(False)
-    time.sleep(1)  # the virtual kubelet's informer sees it
+    wait_until(seen_off, 120, "the virtual kubelet of foreign-2 sees apiServerTokenSupport off")
     try:
         yield
     finally:

@@ -120,7 +120,11 @@ def test_the_node_shows_exactly_what_is_declared_and_follows_the_sharing_percent
     offloaded: str, home: Client, foreign: dict[str, Client], installed: auto.Stack, declared_again: dict[str, Any]
 ) -> None:
     base = declared_again
-    assert expected_capacity(foreign["foreign-1"], "foreign-1") == capacity_of(home, "foreign-1")
+    wait_until(
+        lambda: expected_capacity(foreign["foreign-1"], "foreign-1") == capacity_of(home, "foreign-1"),
+        60,
+        "liqo-foreign-1 showing 90% of what foreign-1 has free",
+    )
 
     changed = json.loads(json.dumps(base))
     first = changed["foreignClusters"][0]

@@ -11,14 +11,13 @@ from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names, parse_selector
 from runtime.kube.resources import NamespaceOffloadingResource
-from tests.e2e.harness import offload, status_of, wait_phase, wait_until
+from tests.e2e.harness import create_namespace, offload, status_of, wait_phase, wait_until
 from tests.placement import EXPECTED, SELECTORS, schedulable
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -55,7 +54,7 @@ def test_pods_get_their_strategys_constraints(runtime: ExternalRuntime, home: Cl
 
 def test_pods_are_rejected_until_the_offloading_is_ready(runtime: ExternalRuntime, home: Client) -> None:
     labels = {names.SCHEDULING_ENABLED_LABEL: "true"}
-    home.create(Namespace(metadata=ObjectMeta(name="early", labels=labels)))
+    create_namespace(home, "early", labels)
     with pytest.raises(ApiError) as rejected:
         create_pod(home, "early", "too-soon")
     assert "has no NamespaceOffloading yet" in rejection(rejected.value)

@@ -15,6 +15,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.kube import Event, Informer
 from runtime.kube.packing import Packed
+from tests.e2e.harness import wait_until_async
 
 pytestmark = pytest.mark.clusters
 
@@ -23,14 +24,6 @@ def configmap(name: str, namespace: str, value: str = "v") -> ConfigMap:
     return ConfigMap(
         metadata=ObjectMeta(name=name, namespace=namespace, labels={"informer-test": "yes"}), data={"k": value}
     )
-
-
-async def wait_for(condition: Any, timeout: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -55,12 +48,12 @@ def test_lists_in_pages_then_follows_changes(
         events: list[Event] = []
         informer.add_handler(events.append)
         task = asyncio.create_task(informer.run())
-        await asyncio.wait_for(informer.synced.wait(), 10)
+        await asyncio.wait_for(informer.synced.wait(), 30)
         listed = len(events)
         home.create(configmap("cm-new", namespace))
         home.patch(ConfigMap, "cm-0", {"data": {"k": "changed"}}, namespace=namespace)
         home.delete(ConfigMap, "cm-1", namespace=namespace)
-        await wait_for(lambda: len(events) >= listed + 3)
+        await wait_until_async(lambda: len(events) >= listed + 3)
         task.cancel()
         await client.close()
         return events, informer.store, listed
@@ -120,7 +113,7 @@ def test_expired_resource_version_relists_and_synthesises_deletes(
         client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
         first = Informer(client, thing, namespace=namespace)
         task = asyncio.create_task(first.run())
-        await asyncio.wait_for(first.synced.wait(), 10)
+        await asyncio.wait_for(first.synced.wait(), 30)
         task.cancel()
         remembered = dict(first.store)
         home.delete(thing, "goes", namespace=namespace)  # while nobody watches
@@ -130,7 +123,7 @@ def test_expired_resource_version_relists_and_synthesises_deletes(
         events: list[Event] = []
         second.add_handler(events.append)
         task = asyncio.create_task(second.run())
-        await wait_for(lambda: second.relists >= 1)
+        await wait_until_async(lambda: second.relists >= 1)
         task.cancel()
         await client.close()
         return events, second.store, second.relists
@@ -158,7 +151,7 @@ def test_a_pod_informer_outlives_bookmarks_and_watch_timeouts(
         events: list[Event] = []
         informer.add_handler(events.append)
         task = asyncio.create_task(informer.run())
-        await asyncio.wait_for(informer.synced.wait(), 10)
+        await asyncio.wait_for(informer.synced.wait(), 30)
         listed_at = informer.resource_version
         await asyncio.sleep(13)
         bookmarked = informer.resource_version != listed_at  # nothing changed here: only bookmarks move it
@@ -167,7 +160,7 @@ def test_a_pod_informer_outlives_bookmarks_and_watch_timeouts(
             "spec": {"containers": [{"name": "c", "image": "x"}]},
         }
         home.create(cast(Pod, Pod.from_dict(body)))
-        await wait_for(lambda: any(e.key == f"{namespace}/late" for e in events))
+        await wait_until_async(lambda: any(e.key == f"{namespace}/late" for e in events))
         alive = not task.done()
         task.cancel()
         await client.close()

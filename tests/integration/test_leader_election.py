@@ -22,7 +22,7 @@ from runtime.kube.queueing import WorkQueue
 pytestmark = pytest.mark.clusters
 
 # short, in client-go's proportions, so a test waits seconds rather than the default 15
-FAST = LeaderElectionTiming(lease_duration=3, renew_deadline=2, retry_period=0.5)
+FAST = LeaderElectionTiming(lease_duration=4, renew_deadline=3, retry_period=1)
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_a_leader_that_cannot_renew_gives_up_within_the_renew_deadline(
         [leader] = electors(dev_env, namespace, "leader")
         lost = asyncio.Event()
         campaign = asyncio.create_task(leader.campaign(lost.set))
-        await asyncio.wait_for(leader.is_leader.wait(), 5)
+        await asyncio.wait_for(leader.is_leader.wait(), 10)
         # someone else takes the Lease (as after a partition): renewals are refused from now on
         lease = home.get(Lease, "component", namespace=namespace)
         assert lease.spec is not None
@@ -133,7 +133,7 @@ def test_a_stand_by_controller_syncs_its_informers_but_reconciles_only_once_it_l
         queue = WorkQueue(reconcile, workers=1, name="test")
         informer.add_handler(lambda event: queue.add(event.key) if event.key == namespace else None)
         running = asyncio.create_task(run_controller([informer], queue))
-        await asyncio.wait_for(informer.synced.wait(), 10)
+        await asyncio.wait_for(informer.synced.wait(), 30)
         await asyncio.sleep(1)
         warm = namespace in informer.store
         before = list(reconciled)

@@ -158,11 +158,12 @@ def test_a_compressed_list_and_a_watch_stream_arrive_whole(dev_env: DevEnvironme
         seen: list[Event] = []
         informer.add_handler(seen.append)
         task = asyncio.create_task(informer.run())
-        await asyncio.wait_for(informer.synced.wait(), 10)
+        await asyncio.wait_for(informer.synced.wait(), 30)
         await client.create(ConfigMap(metadata=ObjectMeta(name="late", namespace=namespace)))
         await client.delete(ConfigMap, "big-0", namespace=namespace)
-        deadline = asyncio.get_running_loop().time() + 10
-        while {(e.type, e.key) for e in seen} < {("ADDED", f"{namespace}/late"), ("DELETED", f"{namespace}/big-0")}:
+        deadline = asyncio.get_running_loop().time() + 30
+        expected = {("ADDED", f"{namespace}/late"), ("DELETED", f"{namespace}/big-0")}
+        while not expected <= {(e.type, e.key) for e in seen}:
             assert asyncio.get_running_loop().time() < deadline, [(e.type, e.key) for e in seen]
             await asyncio.sleep(0.05)
         task.cancel()

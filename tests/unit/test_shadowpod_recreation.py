@@ -61,12 +61,12 @@ def test_a_first_pod_is_created_at_once() -> None:
 
 def test_a_vanished_pod_is_recreated_only_after_the_delay_and_the_key_comes_back_by_itself() -> None:
     async def scenario() -> tuple[list[str], bool, list[str]]:
-        agent, created = controller(recreate_after=0.2)
+        agent, created = controller(recreate_after=1.0)  # far longer than two reconciles take
         agent.shadows.store[KEY] = shadow(podUID="old", phase="Running")
         await agent.reconcile(KEY)
         await agent.reconcile(KEY)  # a status event meanwhile changes nothing
         early, queued_again = list(created), KEY in agent.queue._delayed
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(1.05)
         await agent.reconcile(KEY)
         return early, queued_again, created
 
