@@ -32,31 +32,43 @@ def _unanswered(error: Exception) -> bool:
     return isinstance(error, httpx2.TimeoutException)
 
 
+def _attempt(condition: Callable[[], Any]) -> tuple[Any, Exception | None]:
+    """The condition's value, or None and the error when the API server was too busy to answer."""
+    try:
+        return condition(), None
+    except (ApiError, httpx2.TimeoutException) as error:
+        if not _unanswered(error):
+            raise
+        return None, error
+
+
+def _not_met(what: str, timeout: float, unanswered: Exception | None) -> TimeoutError:
+    return TimeoutError(f"{what} not met after {timeout:.0f}s" + (f" (last: {unanswered!r})" if unanswered else ""))
+
+
 def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     unanswered: Exception | None = None
     while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except (ApiError, httpx2.TimeoutException) as error:
-            if not _unanswered(error):
-                raise
-            value, unanswered = None, error
+        value, error = _attempt(condition)
         if value:
             return value
+        unanswered = error or unanswered
         time.sleep(0.2)
-    raise TimeoutError(f"{what} not met after {timeout:.0f}s" + (f" (last: {unanswered!r})" if unanswered else ""))
+    raise _not_met(what, timeout, unanswered)
 
 
 async def wait_until_async(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
     """wait_until for a test whose runtime parts run in this event loop: it keeps running meanwhile."""
     deadline = time.monotonic() + timeout
+    unanswered: Exception | None = None
     while time.monotonic() < deadline:
-        value = condition()
+        value, error = _attempt(condition)
         if value:
             return value
+        unanswered = error or unanswered
         await asyncio.sleep(0.1)
-    raise TimeoutError(f"{what} not met after {timeout:.0f}s")
+    raise _not_met(what, timeout, unanswered)
 
 
 def create_namespace(client: Client, name: str, labels: dict[str, str] | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any, cast
@@ -162,7 +163,7 @@ def test_a_reflected_token_authenticates_at_home_as_the_pods_service_account_unt
 def foreign_2_tokens_off(offloaded: str, home: Client, foreign: dict[str, Client]) -> Iterator[None]:
     name = names.virtual_node_name("foreign-2")
     client, twin = foreign["foreign-2"], twin_of(offloaded)
-    probes = iter(range(1000))
+    probes = itertools.count()
 
     def set_support(on: bool) -> None:
         home.patch(
