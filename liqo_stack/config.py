@@ -129,6 +129,26 @@ Quantities = Annotated[dict[str, str], BeforeValidator(_numbers_as_text), AfterV
 Percentage = Annotated[int, Field(ge=1, le=100, strict=True)]
 
 
+def parse_api_server_address(value: str) -> ApiServerAddress:
+    """`https://host:port`, `host:port`, `[ipv6]:port` or a bare host (port 443), as a kubeconfig's
+    `server` or a pod's KUBERNETES_SERVICE_HOST/PORT would say it."""
+    text = value.strip()
+    url = urlsplit(text if "://" in text else f"https://{text}")
+    try:
+        port = url.port or 443
+    except ValueError:
+        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535") from None
+    if url.scheme != "https" or not url.hostname or url.path not in ("", "/") or url.query or url.username:
+        raise ValueError(f"{value!r} is not an API server address: write host:port or https://host:port")
+    return ApiServerAddress(host=url.hostname, port=port)
+
+
+def _api_server_address(value: Any) -> Any:
+    if isinstance(value, str):
+        parse_api_server_address(value)
+    return value
+
+
 class ConfigModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
@@ -145,12 +165,22 @@ class ClusterAccess(ConfigModel):
 
     @model_validator(mode="after")
     def _one_kubeconfig(self) -> Self:
-        if (self.kubeconfig is None) == (self.kubeconfig_path is None):
-            raise ValueError("set exactly one of kubeconfig (content, as a secret) or kubeconfigPath (a file)")
+        if self.kubeconfig is not None and self.kubeconfig_path is not None:
+            raise ValueError("set one of kubeconfig (content, as a secret) or kubeconfigPath (a file), not both")
         return self
+
+    @property
+    def has_kubeconfig(self) -> bool:
+        """False when a program passes its own provider for this cluster instead (liqo_stack.program)."""
+        return self.kubeconfig is not None or self.kubeconfig_path is not None
 
     def kubeconfig_text(self) -> str:
         """The kubeconfig, restricted to `context` when one is named."""
+        if not self.has_kubeconfig:
+            raise ConfigError(
+                f"cluster {self.cluster_id}: no kubeconfig in the stack config; set its kubeconfig "
+                "(`pulumi config set --secret`) or kubeconfigPath"
+            )
         if self.kubeconfig is not None:
             text = self.kubeconfig
         else:
@@ -198,6 +228,9 @@ class ForeignCluster(ClusterAccess):
     remapped_pod_cidr: Cidr | None = Field(default=None, alias="remappedPodCIDR")
     # the classes negotiated for the peering; none: the foreign cluster's default class
     storage_classes: list[StorageClassConfig] = Field(default_factory=list)
+    # where the home cluster's identity reaches this cluster's API server; default: its kubeconfig's
+    # server (needed when a program passes its own provider instead of a kubeconfig)
+    api_server_address: Annotated[str, AfterValidator(_api_server_address)] | None = None
 
     @field_validator("storage_classes")
     @classmethod
@@ -265,26 +298,6 @@ class ReflectionConfig(ConfigModel):
 
     def settings(self) -> dict[str, ReflectorConfig]:
         return {name: self.resources.get(name, ReflectorConfig()) for name in REFLECTED_RESOURCES}
-
-
-def parse_api_server_address(value: str) -> ApiServerAddress:
-    """`https://host:port`, `host:port`, `[ipv6]:port` or a bare host (port 443), as a kubeconfig's
-    `server` or a pod's KUBERNETES_SERVICE_HOST/PORT would say it."""
-    text = value.strip()
-    url = urlsplit(text if "://" in text else f"https://{text}")
-    try:
-        port = url.port or 443
-    except ValueError:
-        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535") from None
-    if url.scheme != "https" or not url.hostname or url.path not in ("", "/") or url.query or url.username:
-        raise ValueError(f"{value!r} is not an API server address: write host:port or https://host:port")
-    return ApiServerAddress(host=url.hostname, port=port)
-
-
-def _api_server_address(value: Any) -> Any:
-    if isinstance(value, str):
-        parse_api_server_address(value)
-    return value
 
 
 class VirtualKubeletConfig(ConfigModel):
@@ -417,6 +430,8 @@ class StackConfig(ConfigModel):
         server of the home kubeconfig (None when it names none)."""
         if self.virtual_kubelet.home_api_server_address is not None:
             return parse_api_server_address(self.virtual_kubelet.home_api_server_address)
+        if not self.home.has_kubeconfig:
+            return None  # the program's own provider reaches home; the runtime uses its in-cluster address
         import yaml
 
         kubeconfig = yaml.safe_load(self.home.kubeconfig_text())

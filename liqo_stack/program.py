@@ -1,12 +1,26 @@
-"""The Pulumi program: stack config -> components. `__main__.py` and the tests both run `main()`."""
+"""The Pulumi program: stack config -> components. `__main__.py` and the tests both run `main()`.
+
+A user's own Pulumi program may run it too, passing the `kubernetes.Provider` it already has for a
+cluster (by cluster id) instead of a kubeconfig in the stack config:
+
+    providers = {"home": home_provider, "foreign-1": foreign_provider}
+    stack = liqo_stack.program.main(providers)
+    k8s.apps.v1.Deployment(..., opts=pulumi.ResourceOptions(provider=home_provider,
+                                                            depends_on=[stack.offloadings["demo"]]))
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import pulumi
 import pulumi.runtime.config as pulumi_config
+import pulumi_kubernetes as k8s
 
 from liqo_stack import config as stack_config
 from liqo_stack.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
+from liqo_stack.components.cluster import provider
 from liqo_stack.plan import stack_plan
 
 
@@ -18,13 +32,40 @@ def load_config() -> stack_config.StackConfig:
         raise pulumi.RunError(f"{err}\nFix Pulumi.<stack>.yaml (or `pulumi config set ...`) and run again.") from None
 
 
-def main() -> None:
+@dataclass(frozen=True)
+class LiqoStack:
+    """What a program gets back: the clusters (with their providers) and the declared offloadings."""
+
+    clusters: Mapping[str, Cluster]
+    offloadings: Mapping[str, pulumi.CustomResource]
+
+
+def _cluster(access: stack_config.ClusterAccess, path: str, given: k8s.Provider | None) -> Cluster:
+    kubeconfig = pulumi.Output.secret(access.kubeconfig_text()) if access.has_kubeconfig else None
+    if given is not None:
+        return Cluster(access.cluster_id, given, kubeconfig)
+    if kubeconfig is None:
+        raise stack_config.ConfigError(
+            f"{path}: cluster {access.cluster_id} has no kubeconfig: set kubeconfig (as a secret) or kubeconfigPath, "
+            "or pass the program's own kubernetes.Provider for it"
+        )
+    return Cluster(access.cluster_id, provider(access.cluster_id, kubeconfig), kubeconfig)
+
+
+def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
+    """Declare the stack. `providers`: a program's own provider per cluster id, used instead of one
+    made from that cluster's kubeconfig."""
     config = load_config()
+    given = dict(providers or {})
+    known = {config.home.cluster_id, *(f.cluster_id for f in config.foreign_clusters)}
+    unknown = sorted(set(given) - known)
     try:
-        home = Cluster(config.home.cluster_id, pulumi.Output.secret(config.home.kubeconfig_text()))
+        if unknown:
+            raise stack_config.ConfigError(f"providers given for clusters the stack config does not name: {unknown}")
+        home = _cluster(config.home, "liqo:home", given.get(config.home.cluster_id))
         foreigns = {
-            f.cluster_id: Cluster(f.cluster_id, pulumi.Output.secret(f.kubeconfig_text()))
-            for f in config.foreign_clusters
+            f.cluster_id: _cluster(f, f"liqo:foreignClusters[{i}]", given.get(f.cluster_id))
+            for i, f in enumerate(config.foreign_clusters)
         }
     except stack_config.ConfigError as err:
         raise pulumi.RunError(str(err)) from None
@@ -44,7 +85,8 @@ def main() -> None:
             agent=agent,
         )
         handlers.append(peering.virtual_kubelet)
-    NamespaceOffloadings("offloadings", home, config.namespaces, home_plane, handlers)
+    offloadings = NamespaceOffloadings("offloadings", home, config.namespaces, home_plane, handlers)
 
     for key, value in stack_plan(config).items():
         pulumi.export(key, value)
+    return LiqoStack(clusters={home.cluster_id: home, **foreigns}, offloadings=offloadings.offloadings)

@@ -68,17 +68,20 @@ def _plain(value: Any) -> Any:
 
 
 def _objects(args: StackValidationArgs) -> list[tuple[str, Mapping[str, Any]]]:
-    """The Kubernetes objects of the stack (KubeObject resources) whose manifest is known at preview."""
+    """The Kubernetes objects of the stack (pulumi-kubernetes resources), each with the cluster id of its
+    provider (`clusterIdentifier`, which the stack sets to the id of its config; else the provider's name)."""
     objects: list[tuple[str, Mapping[str, Any]]] = []
     for resource in args.resources:
-        if not resource.resource_type.endswith("liqo:KubeObject"):
+        kind = resource.resource_type
+        if not kind.startswith("kubernetes:") or resource.provider is None:
             continue
         try:
-            manifest = _plain(resource.props["manifest"])
-            cluster_id = str(resource.props["cluster_id"])
+            manifest = _plain(dict(resource.props))
+            provider = resource.provider
+            cluster_id = str((provider.props or {}).get("clusterIdentifier") or provider.name)
         except Exception:  # computed from outputs not known yet: not an RBAC object (those are literal)
             continue
-        if isinstance(manifest, dict):
+        if isinstance(manifest, dict) and manifest.get("kind"):
             objects.append((cluster_id, manifest))
     return objects
 

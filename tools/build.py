@@ -117,11 +117,17 @@ def run(
     return out
 
 
-def upstream_gomod(module: str, version: str, workdir: Path, log: IO[str]) -> dict:
-    info = json.loads(run(["go", "mod", "download", "-json", f"{module}@{version}"], workdir, log))
+def download(module: str, version: str, workdir: Path, log: IO[str]) -> dict:
+    """`go mod download -json`: where the module's go.mod (`GoMod`) and its sources (`Dir`) are."""
+    info: dict = json.loads(run(["go", "mod", "download", "-json", f"{module}@{version}"], workdir, log))
     if "Error" in info:
         raise BuildError(f"cannot download {module}@{version}: {info['Error']}")
-    return json.loads(run(["go", "mod", "edit", "-json", info["GoMod"]], workdir, log))
+    return info
+
+
+def parsed_gomod(path: str, workdir: Path, log: IO[str]) -> dict:
+    parsed: dict = json.loads(run(["go", "mod", "edit", "-json", path], workdir, log))
+    return parsed
 
 
 def restated_replaces(gomod: dict, pin: dict) -> list[str]:
@@ -136,7 +142,7 @@ def restated_replaces(gomod: dict, pin: dict) -> list[str]:
             continue
         if "FORBIDDEN" in new["Path"]:
             continue  # guards upstream uses against accidental imports; irrelevant here
-        version = required.get(old)
+        version = pin.get("replace_versions", {}).get(old) or required.get(old)
         if not version or version.startswith("v0.0.0"):
             version = pin.get("staging_version")
         if not version:
@@ -148,6 +154,7 @@ def restated_replaces(gomod: dict, pin: dict) -> list[str]:
 def fields(pin: dict, pins: dict) -> dict[str, str]:
     return {
         "version": pin["version"],
+        "release": pin.get("release", pin["version"]),
         "kubernetes_version": pins.get("kubernetes", {}).get("version", ""),
         "pulumi_version": pins.get("pulumi", {}).get("version", ""),
     }
@@ -186,6 +193,65 @@ def go_default_name(import_path: str) -> str:
 
 def executables(pin: dict) -> list[str]:
     return [binary_name(p, pin) for p in pin["packages"]] + [Path(s).name for s in pin.get("scripts", [])]
+
+
+# -- generated files a package embeds -------------------------------------------------------------
+
+
+def go_json(value: object) -> str:
+    """`value` as Go's json.Marshal writes it: compact, non-ASCII as is, and <, >, &, U+2028 and
+    U+2029 escaped (Go's HTML-safe default). Python writes the same escapes for control characters."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(char, escape)
+    return text
+
+
+def pulumi_kubernetes_embeds(source: Path, pin: dict, pins: dict) -> None:
+    """What upstream's `go generate` (cmd/pulumi-resource-kubernetes/generate.go) writes, without
+    compiling Pulumi's codegen packages for it (minutes of CPU to set one field):
+    - schema-embed.json: schema.json re-marshalled through `schema.PackageSpec` with `version` set.
+      The checked-in file is already in the struct's field order with empty fields omitted, so
+      the bytes are schema.json compacted with `version` after `displayName`, as the struct has it;
+    - terraform-mapping-embed.json: terraform-mapping.json through `interface{}`, whose maps Go
+      writes with sorted keys.
+    tools/NOTES.md says how the bytes were checked against the Go generator's."""
+    package = source / "cmd" / "pulumi-resource-kubernetes"
+    schema = json.loads((package / "schema.json").read_text())
+    versioned: dict = {}
+    for key, value in schema.items():
+        versioned[key] = value
+        if key == "displayName":
+            versioned["version"] = fields(pin, pins)["release"]
+    if "version" not in versioned:
+        raise BuildError(f"{package / 'schema.json'} has no displayName to place the version after")
+    (package / "schema-embed.json").write_text(go_json(versioned))
+    mapping = json.loads((package / "terraform-mapping.json").read_text())
+    (package / "terraform-mapping-embed.json").write_text(go_json(sort_keys(mapping)))
+
+
+def sort_keys(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: sort_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [sort_keys(item) for item in value]
+    return value
+
+
+EMBEDS: dict[str, Callable[[Path, dict, dict], None]] = {"pulumi-kubernetes": pulumi_kubernetes_embeds}
+
+
+def writable_copy(source: Path, target: Path) -> None:
+    """The module cache is read-only; the generated files go into a copy of the module."""
+    shutil.copytree(source, target, copy_function=shutil.copyfile)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def cache_key(pin: dict, pins: dict) -> str:
@@ -305,10 +371,16 @@ def prepare(build: ToolBuild, reporter: Reporter) -> None:
     build.phase = "downloading"
     reporter.say(f"{build.prefix} {pin['version']}: downloading modules (full log: {build.log})")
     with build.log.open("w") as log:
-        gomod = upstream_gomod(pin["module"], pin["version"], work, log)
+        upstream = download(pin["module"], pin["version"], work, log)
+        gomod = parsed_gomod(upstream["GoMod"], work, log)
         wrapper = [f"module liqo-stack.local/tools/{build.name}", "", f"go {gomod['Go']}", ""]
         wrapper.append(f"require {pin['module']} {pin['version']}")
         replaces = restated_replaces(gomod, pin)
+        if pin.get("embeds"):
+            # built from a copy with the generated files in place, like upstream's `go generate && go build`
+            writable_copy(Path(upstream["Dir"]), work / "upstream")
+            EMBEDS[pin["embeds"]](work / "upstream", pin, build.pins)
+            replaces.append(f"{pin['module']} => ./upstream")
         if replaces:
             wrapper += ["", "replace (", *[f"\t{line}" for line in replaces], ")"]
         (work / "go.mod").write_text("\n".join(wrapper) + "\n")
@@ -427,17 +499,44 @@ def memory_available() -> int | None:
     return None
 
 
+def plugin_dir(pin: dict, pins: dict) -> Path:
+    """<cache>/plugins/<kind>-<name>-v<release>: laid out like PULUMI_HOME/plugins, from which
+    liqo_stack.dev.pulumi_offline installs each plugin into a PULUMI_HOME."""
+    plugin = pin["plugin"]
+    return cache_root() / "plugins" / f"{plugin['kind']}-{plugin['name']}-v{fields(pin, pins)['release']}"
+
+
+def replace_link(link: Path, target: Path, *, hard: bool = False) -> None:
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    if hard:
+        link.hardlink_to(target)
+    else:
+        link.symlink_to(target)
+
+
 def link_bins(pins: dict) -> None:
     target_dir = bin_dir()
     target_dir.mkdir(parents=True, exist_ok=True)
     for name, pin in pins.items():
         if not is_built(name, pin, pins):
             continue
+        built = tool_dir(name, pin, pins) / "bin"
+        if pin.get("plugin"):
+            plugins = plugin_dir(pin, pins)
+            plugins.mkdir(parents=True, exist_ok=True)
+            for exe in executables(pin):
+                replace_link(plugins / exe, built / exe)
+            continue
+        host = pin.get("bundled_with")
+        if host and is_built(host, pins[host], pins):
+            # hard links: Pulumi resolves symlinks before it compares the two places (tools/NOTES.md)
+            host_bin = tool_dir(host, pins[host], pins) / "bin"
+            for exe in executables(pin):
+                replace_link(host_bin / exe, built / exe, hard=True)
+            built = host_bin
         for exe in executables(pin):
-            link = target_dir / exe
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(tool_dir(name, pin, pins) / "bin" / exe)
+            replace_link(target_dir / exe, built / exe)
 
 
 def main(argv: list[str] | None = None, out: IO[str] | None = None) -> int:

@@ -7,7 +7,6 @@ import pulumi
 from liqo_stack import manifests
 from liqo_stack.components.cluster import Cluster
 from liqo_stack.config import RuntimeConfig, RuntimeMode
-from liqo_stack.resources.kube_object import KubeObject
 from runtime.api import names
 
 
@@ -24,7 +23,7 @@ def deploy_controller(
     depends_on: list[pulumi.Resource],
     replicas: int = 1,
     env: list[manifests.Manifest] | None = None,
-) -> KubeObject:
+) -> pulumi.CustomResource:
     """Returns the Deployment; in external mode it has no replicas (the runtime runs locally with this identity).
 
     `replicas` (cluster mode) elect a leader on the component's Lease; with more than one, a

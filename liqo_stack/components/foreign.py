@@ -8,14 +8,13 @@ from liqo_stack import manifests
 from liqo_stack.components._controller import deploy_controller
 from liqo_stack.components.cluster import Cluster
 from liqo_stack.config import RuntimeConfig
-from liqo_stack.resources.kube_object import KubeObject
 from runtime.api import foreign_crd_manifests, names
 
 
 class ForeignAgent(pulumi.ComponentResource):
-    namespace: KubeObject
-    crds: list[KubeObject]
-    agent: KubeObject
+    namespace: pulumi.CustomResource
+    crds: list[pulumi.CustomResource]
+    agent: pulumi.CustomResource
 
     def __init__(self, name: str, foreign: Cluster, runtime: RuntimeConfig, opts: pulumi.ResourceOptions | None = None):
         super().__init__("liqo-stack:index:ForeignAgent", name, None, opts)

@@ -8,15 +8,14 @@ from liqo_stack import manifests
 from liqo_stack.components._controller import deploy_controller
 from liqo_stack.components.cluster import Cluster
 from liqo_stack.config import RuntimeConfig, RuntimeMode
-from liqo_stack.resources.kube_object import KubeObject
 from runtime.api import home_crd_manifests, names
 
 
 class HomeControlPlane(pulumi.ComponentResource):
-    namespace: KubeObject
-    crds: list[KubeObject]
-    controller_manager: KubeObject
-    webhooks: list[KubeObject]
+    namespace: pulumi.CustomResource
+    crds: list[pulumi.CustomResource]
+    controller_manager: pulumi.CustomResource
+    webhooks: list[pulumi.CustomResource]
 
     def __init__(self, name: str, home: Cluster, runtime: RuntimeConfig, opts: pulumi.ResourceOptions | None = None):
         super().__init__("liqo-stack:index:HomeControlPlane", name, None, opts)

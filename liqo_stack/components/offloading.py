@@ -31,6 +31,8 @@ class NamespaceOffloadings(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("liqo-stack:index:NamespaceOffloadings", name, None, opts)
+        # by namespace: a program's own objects in an offloaded namespace depend on its offloading
+        self.offloadings: dict[str, pulumi.CustomResource] = {}
         for ns in declared:
             # The namespace is the application team's: ensured, never deleted by the stack.
             namespace = home.object(
@@ -39,7 +41,7 @@ class NamespaceOffloadings(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, retain_on_delete=True),
             )
             # Deleted before the controllers that remove its finalizer (they are its dependencies).
-            home.object(
+            self.offloadings[ns.name] = home.object(
                 f"offloading-{ns.name}",
                 manifests.namespace_offloading(ns.name, offloading_spec(ns)),
                 pulumi.ResourceOptions(

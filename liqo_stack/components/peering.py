@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pulumi
+import pulumi_kubernetes as k8s
 
 from liqo_stack import manifests
 from liqo_stack.components._controller import deploy_controller
 from liqo_stack.components.cluster import Cluster
+from liqo_stack.components.credentials import home_identity_kubeconfig
 from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
 from liqo_stack.config import ForeignCluster, StackConfig
-from liqo_stack.resources.token_kubeconfig import TokenKubeconfig
 from runtime.api import ReflectorSettings, VirtualNodeSpec, names
 from runtime.api.virtualnode import HealthCheck, OffloadingPatch, SecretReference, StorageType
 
@@ -72,6 +75,7 @@ class Peering(pulumi.ComponentResource):
         )
         in_tenant = pulumi.ResourceOptions(parent=self, depends_on=[self.tenant_namespace])
         account = foreign.object("home-identity", manifests.service_account(identity, tenant, component), in_tenant)
+        # The cluster's token controller fills the Secret; pulumi-kubernetes waits for its data.
         token = foreign.object(
             "home-identity-token",
             manifests.service_account_token(identity, tenant, component),
@@ -87,27 +91,16 @@ class Peering(pulumi.ComponentResource):
             manifests.binding("Role", identity, identity, identity, tenant, component, ns=tenant),
             pulumi.ResourceOptions(parent=self, depends_on=[role, account, *agent.crds]),
         )
-        credentials = TokenKubeconfig(
-            f"{foreign_id}:home-identity-kubeconfig",
-            cluster_id=foreign_id,
-            admin_kubeconfig=foreign.kubeconfig,
-            namespace=tenant,
-            secret_name=f"{identity}-token",
-            account=identity,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[token]),
-        )
+        kubeconfig = home_identity_kubeconfig(foreign_config, foreign, identity, cast(k8s.core.v1.Secret, token).data)
 
         # -- home side: credentials, the VirtualNode, and its virtual kubelet --------------------
         ns = names.LIQO_NAMESPACE
         in_liqo = pulumi.ResourceOptions(parent=self, depends_on=[home_plane.namespace])
         secret = home.object(
             f"credentials-{foreign_id}",
-            credentials.kubeconfig.apply(
-                lambda kubeconfig: manifests.secret(
-                    names.credentials_secret_name(foreign_id), ns, {"kubeconfig": kubeconfig}, component
-                )
-            ),
+            manifests.secret(names.credentials_secret_name(foreign_id), ns, {}, component),
             in_liqo,
+            string_data=kubeconfig.apply(lambda text: {"kubeconfig": text}),
         )
         self.virtual_kubelet = deploy_controller(
             home,

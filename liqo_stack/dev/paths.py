@@ -26,6 +26,11 @@ def bin_dir() -> Path:
     return cache_root() / "bin"
 
 
+def plugins_dir() -> Path:
+    """Pulumi plugins built from the pinned toolchain, laid out like PULUMI_HOME/plugins (<kind>-<name>-v<version>/)."""
+    return cache_root() / "plugins"
+
+
 def state_root() -> Path:
     """Dev clusters, their kubeconfigs and the Pulumi file backend: $LIQO_STACK_STATE, else $XDG_STATE_HOME."""
     explicit = os.environ.get("LIQO_STACK_STATE")

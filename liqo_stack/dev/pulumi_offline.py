@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +40,10 @@ class PulumiEnvironment:
         return self.state_dir / "home"
 
     def env_vars(self) -> dict[str, str]:
-        """Variables for the pulumi CLI and the programs it runs."""
+        """Variables for the pulumi CLI and the programs it runs (the built plugins installed first)."""
         (self.state_dir / "backend").mkdir(parents=True, exist_ok=True)
         self.pulumi_home.mkdir(parents=True, exist_ok=True)
+        self.install_plugins()
         return {
             "PULUMI_BACKEND_URL": self.backend_url,
             "PULUMI_HOME": str(self.pulumi_home),
@@ -53,6 +55,36 @@ class PulumiEnvironment:
             # The pinned engine first, then this interpreter's environment: dynamic providers run there.
             "PATH": os.pathsep.join([str(self.bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }
+
+    def install_plugins(self, built: Path | None = None) -> list[str]:
+        """Install each plugin the toolchain built (tools/build.py: `pulumi-resource-kubernetes`) into
+        PULUMI_HOME, as `pulumi plugin install --file` does for a downloaded one; the engine then finds
+        it by the version the SDK asks for, and nothing is fetched. Returns what it installed now."""
+        installed = []
+        source = built or paths.plugins_dir()
+        for plugin in sorted(source.iterdir()) if source.is_dir() else []:
+            kind, _, rest = plugin.name.partition("-")
+            name, _, version = rest.rpartition("-v")
+            target = self.pulumi_home / "plugins" / plugin.name
+            if target.is_dir() and not target.with_name(f"{plugin.name}.partial").exists():
+                continue
+            subprocess.run(
+                [
+                    str(self.bin_dir / "pulumi"),
+                    "plugin",
+                    "install",
+                    kind,
+                    name,
+                    f"v{version}",
+                    "--file",
+                    str(plugin / f"pulumi-{kind}-{name}"),
+                ],
+                env={**os.environ, "PULUMI_HOME": str(self.pulumi_home), "PULUMI_SKIP_UPDATE_CHECK": "true"},
+                check=True,
+                capture_output=True,
+            )
+            installed.append(f"{kind} {name} v{version}")
+        return installed
 
     def command(self) -> auto.PulumiCommand:
         return auto.PulumiCommand(root=str(self.bin_dir.parent), skip_version_check=False)

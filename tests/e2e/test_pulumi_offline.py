@@ -15,7 +15,6 @@ from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from liqo_stack.resources.kube_object import KubeObject
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -30,16 +29,16 @@ def assert_gone(client: Client, name: str) -> None:
 
 def round_trip(stack: auto.Stack, client: Client, name: str) -> None:
     first = stack.up(on_output=print)
-    assert first.summary.resource_changes == {"create": 2}  # the stack and the ConfigMap
+    assert first.summary.resource_changes == {"create": 3}  # the stack, the provider and the ConfigMap
     live = client.get(ConfigMap, name, namespace="default")
     assert live.data == {"hello": "world"}
     assert live.metadata is not None
     assert first.outputs["uid"].value == live.metadata.uid
 
     second = stack.up(on_output=print)
-    assert second.summary.resource_changes == {"same": 2}
+    assert second.summary.resource_changes == {"same": 3}
     preview = stack.preview(on_output=print)
-    assert preview.change_summary == {auto.OpType.SAME: 2}
+    assert preview.change_summary == {auto.OpType.SAME: 3}
 
     stack.destroy(on_output=print)
     assert_gone(client, name)
@@ -52,20 +51,17 @@ def test_inline_program_round_trip(
     kubeconfig = dev_env.kubeconfig("foreign-1").read_text()
 
     def program() -> None:
-        greeting = KubeObject(
-            "greeting",
-            cluster_id="foreign-1",
-            kubeconfig=kubeconfig,
-            manifest={
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": unique_name, "namespace": "default"},
-                "data": {"hello": "world"},
-            },
-        )
         import pulumi
+        import pulumi_kubernetes as k8s
 
-        pulumi.export("uid", greeting.uid)
+        cluster = k8s.Provider("foreign-1", kubeconfig=pulumi.Output.secret(kubeconfig), cluster_identifier="foreign-1")
+        greeting = k8s.core.v1.ConfigMap(
+            "greeting",
+            metadata={"name": unique_name, "namespace": "default"},
+            data={"hello": "world"},
+            opts=pulumi.ResourceOptions(provider=cluster),
+        )
+        pulumi.export("uid", greeting.metadata.uid)
 
     stack = pulumi_env.stack_for_program("inline-round-trip", "dev", program)
     round_trip(stack, foreign["foreign-1"], unique_name)
@@ -94,7 +90,7 @@ def test_a_changed_value_is_previewed_then_updated_in_place(
 
     stack.set_config("greeting", auto.ConfigValue("again"))
     preview = stack.preview(diff=True, on_output=print)
-    assert preview.change_summary == {auto.OpType.SAME: 1, auto.OpType.UPDATE: 1}
+    assert preview.change_summary == {auto.OpType.SAME: 2, auto.OpType.UPDATE: 1}
     stack.up(on_output=print)
     live = client.get(ConfigMap, unique_name, namespace="default")
     assert live.data == {"hello": "again"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,18 +22,25 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         self.resources.append(args)
         outputs = dict(args.inputs)
-        if args.typ.endswith("TokenKubeconfig"):
-            outputs["kubeconfig"] = "apiVersion: v1\nkind: Config\n"
+        if args.typ == "kubernetes:core/v1:Secret" and args.inputs.get("type") == "kubernetes.io/service-account-token":
+            # what the foreign cluster's token controller fills in (pulumi-kubernetes waits for it)
+            outputs["data"] = {"token": base64.b64encode(b"token-of-home").decode(), "ca.crt": "Q0E="}
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         return {}, None
 
     def objects(self) -> list[pulumi.runtime.MockResourceArgs]:
-        return [r for r in self.resources if r.typ.endswith("KubeObject")]
+        """The Kubernetes objects: pulumi-kubernetes resources (not its providers)."""
+        return [r for r in self.resources if r.typ.startswith("kubernetes:")]
+
+    @staticmethod
+    def cluster_of(resource: pulumi.runtime.MockResourceArgs) -> str:
+        """The cluster id, from the resource's provider: `<provider urn>::<id>`, whose urn ends with its name."""
+        return str(resource.provider).split("::")[-2]
 
     def in_cluster(self, cluster_id: str) -> list[dict[str, Any]]:
-        return [r.inputs["manifest"] for r in self.objects() if r.inputs["cluster_id"] == cluster_id]
+        return [r.inputs for r in self.objects() if self.cluster_of(r) == cluster_id]
 
     def by_name(self, name: str) -> pulumi.runtime.MockResourceArgs:
         return next(r for r in self.resources if r.name == name)
@@ -40,7 +48,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 def stack_config(tmp_path: Path) -> dict[str, Any]:
     kubeconfig = tmp_path / "kubeconfig.yaml"
-    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443', certificate-authority-data: QURNSU4=}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: admin}}]\n"
+    )
     return {
         "liqo:home": json.dumps({"clusterId": "home", "kubeconfigPath": str(kubeconfig)}),
         "liqo:foreignClusters": json.dumps(
@@ -103,7 +115,7 @@ def test_each_cluster_gets_its_objects(mocks: RecordingMocks) -> None:
 def test_external_mode_scales_runtime_deployments_to_zero(mocks: RecordingMocks) -> None:
     run_program()
 
-    deployments = [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "Deployment"]
+    deployments = [m for r in mocks.objects() if (m := r.inputs)["kind"] == "Deployment"]
     assert len(deployments) == 1 + 2 + 2  # controller-manager, two virtual kubelets, two foreign agents
     assert {d["spec"]["replicas"] for d in deployments} == {0}
 
@@ -172,7 +184,7 @@ def test_every_component_runs_with_the_configured_leader_election(mocks: Recordi
     pulumi.runtime.set_all_config(config)
     run_program()
 
-    deployments = [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "Deployment"]
+    deployments = [m for r in mocks.objects() if (m := r.inputs)["kind"] == "Deployment"]
     assert len(deployments) == 5
     for deployment in deployments:
         [container] = deployment["spec"]["template"]["spec"]["containers"]
@@ -192,7 +204,7 @@ def test_every_deployment_runs_a_command_line_the_runtime_accepts(mocks: Recordi
     config["liqo:runtime"] = json.dumps({"mode": "cluster", "replicas": 2})
     pulumi.runtime.set_all_config(config)
     run_program()
-    deployments = [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "Deployment"]
+    deployments = [m for r in mocks.objects() if (m := r.inputs)["kind"] == "Deployment"]
     assert deployments
     for deployment in deployments:
         [container] = deployment["spec"]["template"]["spec"]["containers"]
@@ -210,7 +222,7 @@ def test_one_replica_has_no_disruption_budget_nor_anti_affinity(mocks: Recording
     pulumi.runtime.set_all_config(config)
     run_program()
 
-    assert [m for r in mocks.objects() if (m := r.inputs["manifest"])["kind"] == "PodDisruptionBudget"] == []
+    assert [m for r in mocks.objects() if (m := r.inputs)["kind"] == "PodDisruptionBudget"] == []
     deployment = deployment_named(mocks, "home", names.CONTROLLER_MANAGER)
     assert deployment["spec"]["replicas"] == 1
     assert "affinity" not in deployment["spec"]["template"]["spec"]
@@ -225,9 +237,9 @@ def test_two_replicas_get_a_disruption_budget_and_land_on_different_nodes(
     run_program()
 
     budgets = {
-        (r.inputs["cluster_id"], m["metadata"]["name"]): m
+        (mocks.cluster_of(r), m["metadata"]["name"]): m
         for r in mocks.objects()
-        if (m := r.inputs["manifest"])["kind"] == "PodDisruptionBudget"
+        if (m := r.inputs)["kind"] == "PodDisruptionBudget"
     }
     assert set(budgets) == {
         ("home", "liqo-virtual-kubelet-foreign-1"),

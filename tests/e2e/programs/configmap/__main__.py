@@ -1,21 +1,22 @@
-"""A tiny program: one ConfigMap, in the cluster whose kubeconfig file the stack config names."""
+"""A tiny program as an infra team writes one: one ConfigMap through pulumi-kubernetes, in the cluster
+whose kubeconfig file the stack config names (an explicit provider, SSA, ConfigMaps mutable)."""
 
 from pathlib import Path
 
 import pulumi
-
-from liqo_stack.resources.kube_object import KubeObject
+import pulumi_kubernetes as k8s
 
 config = pulumi.Config()
-greeting = KubeObject(
-    "greeting",
-    cluster_id=config.require("clusterId"),
-    kubeconfig=Path(config.require("kubeconfigPath")).read_text(),
-    manifest={
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": config.require("name"), "namespace": "default"},
-        "data": {"hello": config.get("greeting") or "world"},
-    },
+cluster = k8s.Provider(
+    "cluster",
+    kubeconfig=pulumi.Output.secret(Path(config.require("kubeconfigPath")).read_text()),
+    cluster_identifier=config.require("clusterId"),
+    enable_config_map_mutable=True,
 )
-pulumi.export("uid", greeting.uid)
+greeting = k8s.core.v1.ConfigMap(
+    "greeting",
+    metadata={"name": config.require("name"), "namespace": "default"},
+    data={"hello": config.get("greeting") or "world"},
+    opts=pulumi.ResourceOptions(provider=cluster),
+)
+pulumi.export("uid", greeting.metadata.uid)

@@ -5,16 +5,14 @@ import pulumi
 
 from liqo_stack import manifests
 from liqo_stack.program import main
-from liqo_stack.resources.kube_object import KubeObject
 from runtime.api import names
 
-main()
+stack = main()
 identity = names.home_identity_name("home")
-KubeObject(
-    "foreign-1:home-identity-cluster-admin",
-    cluster_id="foreign-1",
-    kubeconfig=pulumi.Output.secret("not used by a preview"),
-    manifest=manifests.binding(
+stack.clusters["foreign-1"].object(
+    "home-identity-cluster-admin",
+    manifests.binding(
         "ClusterRole", "home-identity-cluster-admin", "cluster-admin", identity, names.tenant_namespace("home"), "test"
     ),
+    pulumi.ResourceOptions(),
 )

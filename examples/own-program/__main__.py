@@ -1,0 +1,55 @@
+"""An infra team's own Pulumi program: its own `kubernetes.Provider`s, liqo-stack's components, and
+its application (a ConfigMap and a Deployment) in a namespace the stack offloads.
+
+The `liqo:` stack config names the clusters by id (see the README); the clusters' kubeconfigs come
+from this program's own config (`kubeconfigs:<cluster id>`, as secrets), not from `liqo:`.
+"""
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+import liqo_stack.program
+
+config = pulumi.Config()
+kubeconfigs = config.require_secret_object("kubeconfigs")
+providers = {
+    cluster_id: k8s.Provider(
+        cluster_id,
+        kubeconfig=kubeconfigs.apply(lambda found, cluster_id=cluster_id: found[cluster_id]),
+        cluster_identifier=cluster_id,
+        enable_server_side_apply=True,
+    )
+    for cluster_id in config.require_object("clusters")
+}
+stack = liqo_stack.program.main(providers)
+
+app = config.get("namespace") or "demo"
+home = pulumi.ResourceOptions(provider=providers["home"], depends_on=[stack.offloadings[app]])
+settings = k8s.core.v1.ConfigMap(
+    "web-settings",
+    metadata={"name": "web-settings", "namespace": app},
+    data={"greeting": "hello from home"},
+    opts=home,
+)
+labels = {"app": "web"}
+k8s.apps.v1.Deployment(
+    "web",
+    metadata={"name": "web", "namespace": app},
+    spec={
+        "replicas": 2,
+        "selector": {"matchLabels": labels},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "web",
+                        "image": "registry.example/web:1.0",
+                        "envFrom": [{"configMapRef": {"name": "web-settings"}}],
+                    }
+                ]
+            },
+        },
+    },
+    opts=pulumi.ResourceOptions.merge(home, pulumi.ResourceOptions(depends_on=[settings])),
+)
