@@ -37,7 +37,7 @@ PYTHON = "3.11"
 GLIBC_MINOR = 36  # bookworm's glibc 2.36: which binary wheels run in the image
 BASE_PACKAGES = ("python3",)
 # Install-time dependencies: the runtime never imports them (it must run without Pulumi).
-INSTALL_TIME_ONLY = frozenset({"click", "pulumi"})
+INSTALL_TIME_ONLY = frozenset({"click", "pulumi", "pulumi-kubernetes"})
 REQUIRED_TOOLS = ("debootstrap", "umoci", "skopeo", "chroot")
 INSTALL_DIR = "/opt/liqo-stack"
 HOME_DIR = "/home/nonroot"

@@ -3,7 +3,7 @@
 Every object the stack declares is a pulumi-kubernetes resource of its own type (a `Deployment` is a
 `kubernetes:apps/v1:Deployment`), created through the cluster's provider:
 - server-side apply, with one field manager for the whole stack (`liqo-stack`, as the stack used before
-  pulumi-kubernetes; the runtime's writers and hand edits are told apart from it by name);
+  pulumi-kubernetes; the runtime's writers and hand edits are told apart from it by name), forced;
 - `clusterIdentifier` = the stable cluster id of the stack config, so a new kubeconfig for the same
   cluster is an update of the provider and never replaces an object;
 - ConfigMaps and Secrets updated in place (pulumi-kubernetes replaces them by default; a user of
@@ -20,9 +20,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-# The field manager of every object the stack applies (pulumi-kubernetes otherwise picks a random one per object).
+# How pulumi-kubernetes applies each object of the stack (annotations it reads on the object):
+# - one field manager, `liqo-stack` (it otherwise picks a random one per object);
+# - forced: the stack is the source of truth for the fields it declares, so `up` takes back a field a
+#   hand edit (kubectl edit/patch) took over instead of failing on the conflict. Fields it does not
+#   declare (the runtime's caBundles, status, finalizers) stay with their writers.
 FIELD_MANAGER = "liqo-stack"
-FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
+APPLY_ANNOTATIONS = {"pulumi.com/patchFieldManager": FIELD_MANAGER, "pulumi.com/patchForce": "true"}
 
 Manifest = dict[str, Any]
 
@@ -57,9 +61,9 @@ def snake_case(field: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower()
 
 
-def with_field_manager(manifest: Manifest) -> Manifest:
+def with_apply_annotations(manifest: Manifest) -> Manifest:
     metadata = dict(manifest.get("metadata") or {})
-    metadata["annotations"] = {**(metadata.get("annotations") or {}), FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **APPLY_ANNOTATIONS}
     return {**manifest, "metadata": metadata}
 
 
@@ -69,7 +73,7 @@ def declare(
     """`manifest` as the pulumi-kubernetes resource of its kind. Nested fields stay as the manifest
     writes them (camelCase): the SDK sends a plain dict as it is. `overrides` replace top-level
     fields with values known later (outputs), e.g. a Secret's `string_data`."""
-    manifest = with_field_manager(manifest)
+    manifest = with_apply_annotations(manifest)
     api_version, kind = manifest["apiVersion"], manifest["kind"]
     fields = {snake_case(k): v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
     fields.update(overrides)

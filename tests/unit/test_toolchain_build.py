@@ -222,3 +222,82 @@ def test_compilers_collect_garbage_less_often_only_with_memory_to_spare(
     monkeypatch.setenv("GOGC", "150")  # the user's choice wins
     monkeypatch.setattr(build, "memory_available", lambda: 20 << 30)
     assert build.go_env()["GOGC"] == "150"
+
+
+def test_a_pinned_replace_version_wins_over_the_required_one(build: ModuleType) -> None:
+    gomod = {
+        "Require": [{"Path": "github.com/pulumi/pulumi-kubernetes/sdk/v4", "Version": "v4.24.0"}],
+        "Replace": [{"Old": {"Path": "github.com/pulumi/pulumi-kubernetes/sdk/v4"}, "New": {"Path": "../sdk"}}],
+    }
+    pin = {"module": "m", "replace_versions": {"github.com/pulumi/pulumi-kubernetes/sdk/v4": "v4.25.0"}}
+    assert build.restated_replaces(gomod, pin) == [
+        "github.com/pulumi/pulumi-kubernetes/sdk/v4 => github.com/pulumi/pulumi-kubernetes/sdk/v4 v4.25.0"
+    ]
+
+
+def test_json_is_written_as_go_marshals_it(build: ModuleType) -> None:
+    value = {"b": "<a href='x'>&</a>", "a": [1, 2.5, True, None], "u": "é\u2028\n\t\x01"}
+    assert build.go_json(value) == (
+        '{"b":"\\u003ca href=\'x\'\\u003e\\u0026\\u003c/a\\u003e","a":[1,2.5,true,null],"u":"é\\u2028\\n\\t\\u0001"}'
+    )
+    assert build.sort_keys({"z": {"y": 1, "x": 2}, "a": [{"d": 1, "c": 2}]}) == {
+        "a": [{"c": 2, "d": 1}],
+        "z": {"x": 2, "y": 1},
+    }
+
+
+PLUGIN_MAIN = """package main
+
+import (
+	_ "embed"
+	"fmt"
+)
+
+//go:embed schema-embed.json
+var schema []byte
+
+//go:embed terraform-mapping-embed.json
+var mapping []byte
+
+func main() { fmt.Printf("%s\\n%s\\n", schema, mapping) }
+"""
+
+PLUGIN_PINS = """
+[pulumi-kubernetes]
+module = "example.com/provider"
+version = "v1.0.0"
+release = "4.25.0"
+packages = ["cmd/pulumi-resource-kubernetes"]
+embeds = "pulumi-kubernetes"
+plugin = { kind = "resource", name = "kubernetes" }
+"""
+
+
+@needs_go
+def test_a_plugin_is_built_with_its_generated_embeds_and_kept_out_of_bin(
+    build: ModuleType, fake_toolchain: Path
+) -> None:
+    """The module cache is read-only: the embedded files are generated into a copy of the module."""
+    schema = {"name": "kubernetes", "displayName": "Kubernetes", "description": "<k8s>", "types": {}}
+    publish(
+        fake_toolchain.parent / "proxy",
+        "example.com/provider",
+        "v1.0.0",
+        {
+            "cmd/pulumi-resource-kubernetes/main.go": PLUGIN_MAIN,
+            "cmd/pulumi-resource-kubernetes/schema.json": json.dumps(schema, indent=4),
+            "cmd/pulumi-resource-kubernetes/terraform-mapping.json": '{"b": 1, "a": {"d": 2, "c": 3}}',
+        },
+    )
+    fake_toolchain.write_text(PLUGIN_PINS)
+    code, out = build_output(build, "--pins", str(fake_toolchain))
+    assert code == 0, out
+    cache = fake_toolchain.parent / "cache"
+    plugin = cache / "plugins" / "resource-kubernetes-v4.25.0" / "pulumi-resource-kubernetes"
+    assert not (cache / "bin" / "pulumi-resource-kubernetes").exists()  # on PATH, Pulumi would warn
+    embedded = subprocess.run([str(plugin)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert embedded == [
+        '{"name":"kubernetes","displayName":"Kubernetes","version":"4.25.0","description":"\\u003ck8s\\u003e",'
+        '"types":{}}',
+        '{"a":{"c":3,"d":2},"b":1}',
+    ]
