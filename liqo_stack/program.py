@@ -40,16 +40,16 @@ class LiqoStack:
     offloadings: Mapping[str, pulumi.CustomResource]
 
 
-def _cluster(access: stack_config.ClusterAccess, path: str, given: k8s.Provider | None) -> Cluster:
-    kubeconfig = pulumi.Output.secret(access.kubeconfig_text()) if access.has_kubeconfig else None
-    if given is not None:
-        return Cluster(access.cluster_id, given, kubeconfig)
-    if kubeconfig is None:
+def _kubeconfig(access: stack_config.ClusterAccess, path: str, has_provider: bool) -> pulumi.Output[str] | None:
+    """The cluster's kubeconfig from the config (a secret), checked before any resource is registered."""
+    if access.has_kubeconfig:
+        return pulumi.Output.secret(access.kubeconfig_text())
+    if not has_provider:
         raise stack_config.ConfigError(
             f"{path}: cluster {access.cluster_id} has no kubeconfig: set kubeconfig (as a secret) or kubeconfigPath, "
             "or pass the program's own kubernetes.Provider for it"
         )
-    return Cluster(access.cluster_id, provider(access.cluster_id, kubeconfig), kubeconfig)
+    return None
 
 
 def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
@@ -59,16 +59,21 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
     given = dict(providers or {})
     known = {config.home.cluster_id, *(f.cluster_id for f in config.foreign_clusters)}
     unknown = sorted(set(given) - known)
+    accesses = {config.home.cluster_id: ("liqo:home", config.home)} | {
+        f.cluster_id: (f"liqo:foreignClusters[{i}]", f) for i, f in enumerate(config.foreign_clusters)
+    }
     try:
         if unknown:
             raise stack_config.ConfigError(f"providers given for clusters the stack config does not name: {unknown}")
-        home = _cluster(config.home, "liqo:home", given.get(config.home.cluster_id))
-        foreigns = {
-            f.cluster_id: _cluster(f, f"liqo:foreignClusters[{i}]", given.get(f.cluster_id))
-            for i, f in enumerate(config.foreign_clusters)
-        }
+        kubeconfigs = {cid: _kubeconfig(access, path, cid in given) for cid, (path, access) in accesses.items()}
     except stack_config.ConfigError as err:
         raise pulumi.RunError(str(err)) from None
+    clusters = {
+        cid: Cluster(cid, given.get(cid) or provider(cid, kubeconfig), kubeconfig)  # type: ignore[arg-type]
+        for cid, kubeconfig in kubeconfigs.items()
+    }
+    home = clusters[config.home.cluster_id]
+    foreigns = {f.cluster_id: clusters[f.cluster_id] for f in config.foreign_clusters}
 
     home_plane = HomeControlPlane("home", home, config.runtime)
     handlers: list[pulumi.Resource] = [home_plane.controller_manager]
@@ -89,4 +94,4 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
 
     for key, value in stack_plan(config).items():
         pulumi.export(key, value)
-    return LiqoStack(clusters={home.cluster_id: home, **foreigns}, offloadings=offloadings.offloadings)
+    return LiqoStack(clusters=clusters, offloadings=offloadings.offloadings)

@@ -9,6 +9,7 @@ nothing; an object made by hand and then declared is adopted in place.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +35,7 @@ pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 TAINT = {"key": "drift.example/dedicated", "value": "infra", "effect": "NoSchedule"}
 DECLARED_NAMESPACE = "drift-apps"
 ADOPTED_NAMESPACE = "drift-adopted"
+IMPORTED_NAMESPACE = "drift-imported"
 TENANT = names.tenant_namespace("home")
 IDENTITY = names.home_identity_name("home")
 
@@ -182,4 +184,45 @@ def test_a_hand_made_object_once_declared_is_adopted_in_place(
     adopted = offloading_of(home, ADOPTED_NAMESPACE)
     assert adopted.metadata.uid == offloading_uid
     assert adopted["spec"]["podOffloadingStrategy"] == "LocalAndRemote"  # now as declared
+    assert_no_drift(stack)
+
+
+def test_pulumi_import_takes_a_hand_made_object_into_the_state(
+    stack: auto.Stack, home: Client, dev_env: DevEnvironment, pulumi_env: PulumiEnvironment
+) -> None:
+    """`pulumi import` through the home cluster's provider (it did not work with the dynamic provider)."""
+    kubectl(dev_env, "home", "create", "namespace", IMPORTED_NAMESPACE)
+    uid = home.get(Namespace, IMPORTED_NAMESPACE).metadata.uid  # type: ignore[union-attr]
+    deployment = stack.export_stack().deployment
+    assert deployment is not None
+    [provider] = [r for r in deployment["resources"] if r["urn"].endswith("pulumi:providers:kubernetes::home")]
+    pulumi = [str(pulumi_env.bin_dir / "pulumi"), "--non-interactive", "--stack", stack.name]
+    env = {**os.environ, **pulumi_env.env_vars()}
+    work_dir = stack.workspace.work_dir
+    imported = subprocess.run(
+        [
+            *pulumi,
+            "import",
+            "kubernetes:core/v1:Namespace",
+            "imported",
+            IMPORTED_NAMESPACE,
+            "--yes",
+            "--protect=false",
+            "--generate-code=false",
+            "--provider",
+            f"home={provider['urn']}::{provider['id']}",
+        ],
+        cwd=work_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    deployment = stack.export_stack().deployment
+    assert deployment is not None
+    [entry] = [r for r in deployment["resources"] if r["urn"].endswith("kubernetes:core/v1:Namespace::imported")]
+    assert entry["outputs"]["metadata"]["uid"] == uid
+    # the program does not declare it: forget it again, so the next `up` does not delete it
+    subprocess.run([*pulumi, "state", "delete", entry["urn"], "--yes"], cwd=work_dir, env=env, check=True)
+    assert home.get(Namespace, IMPORTED_NAMESPACE).metadata.uid == uid  # type: ignore[union-attr]
     assert_no_drift(stack)

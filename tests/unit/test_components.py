@@ -11,6 +11,7 @@ from typing import Any
 
 import pulumi
 import pytest
+import yaml
 
 from runtime.api import names
 
@@ -44,6 +45,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def by_name(self, name: str) -> pulumi.runtime.MockResourceArgs:
         return next(r for r in self.resources if r.name == name)
+
+
+# how the engine is told a value is secret (pulumi's wire signature)
+SECRET_SIG_KEY, SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
 
 
 def stack_config(tmp_path: Path) -> dict[str, Any]:
@@ -298,3 +303,55 @@ def test_the_controller_manager_may_create_secrets_in_the_liqo_namespace_only(mo
         if m["kind"] == "ClusterRole" and m["metadata"]["name"] == names.CONTROLLER_MANAGER
     ]
     assert not any("create" in r["verbs"] and "secrets" in r["resources"] for r in cluster_wide[0]["rules"])
+
+
+def test_each_cluster_gets_one_provider_keyed_by_its_id(mocks: RecordingMocks) -> None:
+    run_program()
+
+    providers = {r.name: r.inputs for r in mocks.resources if r.typ == "pulumi:providers:kubernetes"}
+    assert set(providers) == {"home", "foreign-1", "foreign-2"}
+    for cluster_id, inputs in providers.items():
+        assert inputs["clusterIdentifier"] == cluster_id  # a new kubeconfig never replaces an object
+        assert inputs["enableServerSideApply"] == "true"
+        assert inputs["enableSecretMutable"] == "true" and inputs["enableConfigMapMutable"] == "true"
+    assert {mocks.cluster_of(r) for r in mocks.objects()} == {"home", "foreign-1", "foreign-2"}
+
+
+@pulumi.runtime.test  # type: ignore[untyped-decorator]
+def run_program_with_own_providers() -> None:
+    import pulumi_kubernetes as k8s
+
+    from liqo_stack.program import main
+
+    main({cid: k8s.Provider(f"own-{cid}", kubeconfig="{}") for cid in ("home", "foreign-1", "foreign-2")})
+
+
+def test_a_programs_own_providers_replace_the_kubeconfigs(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:home"] = json.dumps({"clusterId": "home"})
+    config["liqo:foreignClusters"] = json.dumps(
+        [{"clusterId": f"foreign-{i}", "apiServerAddress": f"10.0.0.{i}:6443"} for i in (1, 2)]
+    )
+    config["liqo:virtualKubelet"] = json.dumps({"homeApiServerAddress": "10.0.0.9:6443"})
+    pulumi.runtime.set_all_config(config)
+    run_program_with_own_providers()
+
+    providers = {r.name for r in mocks.resources if r.typ == "pulumi:providers:kubernetes"}
+    assert providers == {"own-home", "own-foreign-1", "own-foreign-2"}
+    [credentials] = [m for m in mocks.in_cluster("own-home") if m["metadata"]["name"] == "liqo-credentials-foreign-2"]
+    secret = credentials["stringData"]
+    assert secret[SECRET_SIG_KEY] == SECRET_SIG, "the kubeconfig goes to the engine as a secret"
+    kubeconfig = yaml.safe_load(secret["value"]["kubeconfig"])
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://10.0.0.2:6443"
+    assert kubeconfig["users"][0]["user"]["token"] == "token-of-home"
+
+
+def test_a_cluster_with_neither_kubeconfig_nor_provider_is_named(mocks: RecordingMocks, tmp_path: Path) -> None:
+    config = stack_config(tmp_path)
+    foreign = json.loads(config["liqo:foreignClusters"])
+    del foreign[1]["kubeconfigPath"]
+    config["liqo:foreignClusters"] = json.dumps(foreign)
+    pulumi.runtime.set_all_config(config)
+    with pytest.raises(Exception, match=r"liqo:foreignClusters\[1\]: cluster foreign-2 has no kubeconfig"):
+        run_program()
+    assert mocks.resources == []
