@@ -29,6 +29,8 @@ def assert_gone(client: Client, name: str) -> None:
 
 def round_trip(stack: auto.Stack, client: Client, name: str) -> None:
     first = stack.up(on_output=print)
+    # the plugins come from PULUMI_HOME and the language host from beside the CLI: nothing "from $PATH"
+    assert "warning" not in (first.stdout + first.stderr).lower(), first.stdout + first.stderr
     assert first.summary.resource_changes == {"create": 3}  # the stack, the provider and the ConfigMap
     live = client.get(ConfigMap, name, namespace="default")
     assert live.data == {"hello": "world"}
