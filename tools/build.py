@@ -16,7 +16,7 @@ a failure names it.
 
     python3 tools/build.py              # build what is missing, print the bin directory
     python3 tools/build.py --check      # exit 1 if anything is missing, build nothing
-    python3 tools/build.py --jobs 2     # compile two tools at once (default 1; see tools/NOTES.md)
+    python3 tools/build.py --jobs 1     # compile one tool at a time (default 2; see tools/NOTES.md)
 """
 
 from __future__ import annotations
@@ -545,8 +545,8 @@ def main(argv: list[str] | None = None, out: IO[str] | None = None) -> int:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=int(os.environ.get("LIQO_STACK_BUILD_JOBS", "1")),
-        help="tools compiled at once (default 1, env LIQO_STACK_BUILD_JOBS); capped by free memory",
+        default=int(os.environ.get("LIQO_STACK_BUILD_JOBS", "2")),
+        help="tools compiled at once (default 2, env LIQO_STACK_BUILD_JOBS); capped by free memory",
     )
     parser.add_argument(
         "--progress-interval", type=float, default=PROGRESS_INTERVAL, help="seconds between 'still ...' lines"
@@ -562,8 +562,9 @@ def main(argv: list[str] | None = None, out: IO[str] | None = None) -> int:
         parser.error(f"unknown tool(s) {unknown}; known: {sorted(pins)}")
     missing = [n for n in names if not is_built(n, pins[n], pins)]
     if args.check:
+        width = max(map(len, names))
         for n in names:
-            reporter.say(f"{n:12} {pins[n]['version']:10} {'missing' if n in missing else 'ok'}")
+            reporter.say(f"{n:{width}} {'missing' if n in missing else 'ok':7} {pins[n]['version']}")
         return 1 if missing else 0
     if missing and shutil.which("go") is None:
         raise SystemExit("go is not on PATH: install Go 1.26 or newer, then run tools/build.py again")
