@@ -2,7 +2,9 @@
 its application (a ConfigMap and a Deployment) in a namespace the stack offloads.
 
 The `liqo:` stack config names the clusters by id (see the README); the clusters' kubeconfigs come
-from this program's own config (`kubeconfigs:<cluster id>`, as secrets), not from `liqo:`.
+from this program's own config (`kubeconfigs`, a secret object keyed by cluster id), not from `liqo:`.
+`app: false` installs liqo-stack alone: with the runtime outside the clusters (`runtime.mode:
+external`), start it before the application's pods are created, so that its webhook places them.
 """
 
 import pulumi
@@ -23,33 +25,39 @@ providers = {
 }
 stack = liqo_stack.program.main(providers)
 
-app = config.get("namespace") or "demo"
-home = pulumi.ResourceOptions(provider=providers["home"], depends_on=[stack.offloadings[app]])
-settings = k8s.core.v1.ConfigMap(
-    "web-settings",
-    metadata={"name": "web-settings", "namespace": app},
-    data={"greeting": "hello from home"},
-    opts=home,
-)
-labels = {"app": "web"}
-k8s.apps.v1.Deployment(
-    "web",
-    metadata={"name": "web", "namespace": app},
-    spec={
-        "replicas": 2,
-        "selector": {"matchLabels": labels},
-        "template": {
-            "metadata": {"labels": labels},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "web",
-                        "image": "registry.example/web:1.0",
-                        "envFrom": [{"configMapRef": {"name": "web-settings"}}],
-                    }
-                ]
+
+def application(app: str) -> None:
+    """A ConfigMap and a Deployment that reads it, in the offloaded namespace `app`."""
+    home = pulumi.ResourceOptions(provider=providers["home"], depends_on=[stack.offloadings[app]])
+    settings = k8s.core.v1.ConfigMap(
+        "web-settings",
+        metadata={"name": "web-settings", "namespace": app},
+        data={"greeting": "hello from home"},
+        opts=home,
+    )
+    labels = {"app": "web"}
+    k8s.apps.v1.Deployment(
+        "web",
+        metadata={"name": "web", "namespace": app},
+        spec={
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "web",
+                            "image": "registry.example/web:1.0",
+                            "envFrom": [{"configMapRef": {"name": "web-settings"}}],
+                        }
+                    ]
+                },
             },
         },
-    },
-    opts=pulumi.ResourceOptions.merge(home, pulumi.ResourceOptions(depends_on=[settings])),
-)
+        opts=pulumi.ResourceOptions.merge(home, pulumi.ResourceOptions(depends_on=[settings])),
+    )
+
+
+if config.get_bool("app") is not False:
+    application(config.get("namespace") or "demo")

@@ -112,9 +112,10 @@ def test_hand_edits_show_in_a_refreshed_preview_and_up_repairs_them(
         "-p",
         edited_taints,
     )
-    extra_rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}
-    add_rule = json.dumps([{"op": "add", "path": "/rules/-", "value": extra_rule}])
-    kubectl(dev_env, "foreign-1", "patch", "role", "-n", TENANT, IDENTITY, "--type=json", "-p", add_rule)
+    # a rule widened by hand (pulumi-kubernetes' diff does not report a list item appended beyond the
+    # declared ones, so the edit changes a declared rule: see README, Drift)
+    widen_rule = json.dumps([{"op": "replace", "path": "/rules/0/resources", "value": ["secrets"]}])
+    kubectl(dev_env, "foreign-1", "patch", "role", "-n", TENANT, IDENTITY, "--type=json", "-p", widen_rule)
     selector = json.dumps({"scheduling": {"nodeSelector": {names.TYPE_LABEL: "by-hand-selector"}}})
     kubectl(dev_env, "home", "patch", "runtimeclass", names.RUNTIME_CLASS_NAME, "--type=merge", "-p", selector)
 
@@ -210,7 +211,7 @@ def test_pulumi_import_takes_a_hand_made_object_into_the_state(
             "--protect=false",
             "--generate-code=false",
             "--provider",
-            f"home={provider['urn']}::{provider['id']}",
+            f"home={provider['urn']}",
         ],
         cwd=work_dir,
         env=env,

@@ -146,7 +146,8 @@ def test_the_release_stack_upgrades_in_place(
     foreign: dict[str, Client],
 ) -> None:
     clients = {"home": home, **foreign}
-    old = [r for r in resources(installed) if r["type"] == "pulumi-python:dynamic:Resource"]
+    # pulumi-python:dynamic/liqo:KubeObject and .../liqo:TokenKubeconfig
+    old = [r for r in resources(installed) if r["type"].startswith("pulumi-python:dynamic")]
     objects = [
         (r["outputs"]["cluster_id"], m["apiVersion"], m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])
         for r in old
