@@ -92,6 +92,13 @@ def test_what_the_runtime_and_others_write_never_shows(
     assert names.NAMESPACE_OFFLOADING_FINALIZER in (offloading.metadata.finalizers or [])
     # a label and an annotation the stack never declared, added by someone else
     kubectl(dev_env, "home", "label", "runtimeclass", names.RUNTIME_CLASS_NAME, "team.example/owner=infra")
+    # ... and one by another tool (its own field manager)
+    home.patch(
+        RuntimeClass,
+        names.RUNTIME_CLASS_NAME,
+        {"metadata": {"labels": {"team.example/cost-center": "42"}}},
+        field_manager="team-tool",
+    )
     kubectl(dev_env, "home", "annotate", "virtualnode", "-n", names.LIQO_NAMESPACE, "liqo-foreign-1", "note=x")
     assert_no_drift(stack)
 
@@ -134,7 +141,11 @@ def test_hand_edits_show_in_a_refreshed_preview_and_up_repairs_them(
     assert [r.to_dict() for r in role.rules] == manifests.HOME_IDENTITY_TENANT_RULES
     runtime_class: Any = home.get(RuntimeClass, names.RUNTIME_CLASS_NAME)
     assert runtime_class.scheduling.nodeSelector == {names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}
-    assert runtime_class.metadata.labels["team.example/owner"] == "infra"  # not ours: kept
+    labels = runtime_class.metadata.labels
+    assert labels["team.example/cost-center"] == "42"  # another writer's: kept
+    # pulumi-kubernetes takes over what `kubectl` wrote (managers kubectl*, as after `kubectl apply`)
+    # when it updates an object, so the update removed the label `kubectl label` added: see README, Drift
+    assert "team.example/owner" not in labels
     assert_no_drift(stack)
 
 
