@@ -118,17 +118,17 @@ def resources(stack: auto.Stack) -> list[dict[str, Any]]:
 
 def live_uids(clients: dict[str, Client], objects: list[tuple[str, str, str, str | None, str]]) -> dict[Any, str]:
     """uid of each (cluster, apiVersion, kind, namespace, name) as the cluster has it now."""
+    from lightkube.codecs import resource_registry
     from lightkube.generic_resource import get_generic_resource, load_in_cluster_generic_resources
 
+    for client in clients.values():
+        load_in_cluster_generic_resources(client)  # the CRDs' kinds (VirtualNode, NamespaceOffloading, ...)
     uids = {}
     for cluster_id, api_version, kind, namespace, name in objects:
-        client = clients[cluster_id]
-        load_in_cluster_generic_resources(client)
-        resource = get_generic_resource(api_version, kind)  # type: ignore[no-untyped-call]
+        resource = get_generic_resource(api_version, kind) or resource_registry.load(api_version, kind)  # type: ignore[no-untyped-call]
         assert resource is not None, (api_version, kind)
-        uids[(cluster_id, api_version, kind, namespace, name)] = client.get(
-            resource, name, namespace=namespace
-        ).metadata.uid
+        found: Any = clients[cluster_id].get(resource, name, namespace=namespace)
+        uids[(cluster_id, api_version, kind, namespace, name)] = found.metadata.uid
     return uids
 
 
