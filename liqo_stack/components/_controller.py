@@ -9,6 +9,8 @@ from liqo_stack.components.cluster import Cluster
 from liqo_stack.config import RuntimeConfig, RuntimeMode
 from runtime.api import names
 
+SKIP_AWAIT = "pulumi.com/skipAwait"
+
 
 def deploy_controller(
     cluster: Cluster,
@@ -45,10 +47,13 @@ def deploy_controller(
     )
     running = replicas if runtime.mode is RuntimeMode.CLUSTER else 0
     args = [*args, *runtime.leader_election.args()]
+    manifest = manifests.deployment(name, ns, runtime.pinned_image, args, name, running, component, env)
+    if not running:
+        # pulumi-kubernetes waits for a Deployment's rollout; scaled to zero there is none, and it would
+        # warn "Replicas scaled to 0" on every up (cluster mode waits: the runtime must come up)
+        manifest["metadata"].setdefault("annotations", {})[SKIP_AWAIT] = "true"
     deployment = cluster.object(
-        resource_name,
-        manifests.deployment(name, ns, runtime.pinned_image, args, name, running, component, env),
-        pulumi.ResourceOptions(parent=parent, depends_on=[account, binding, *depends_on]),
+        resource_name, manifest, pulumi.ResourceOptions(parent=parent, depends_on=[account, binding, *depends_on])
     )
     if replicas > 1:
         cluster.object(

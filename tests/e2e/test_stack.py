@@ -104,6 +104,10 @@ def liqo_owned(client: Client) -> list[str]:
 def test_up_creates_every_object_in_its_cluster(stack: auto.Stack, home: Client, foreign: dict[str, Client]) -> None:
     result = stack.up(on_output=print)
     assert result.summary.result == "succeeded"
+    # what a user reads as something wrong: plugins from $PATH, Deployments "scaled to 0" (external mode)
+    assert "warning" not in (result.stdout + result.stderr).lower(), result.stdout + result.stderr
+    types = {r["type"] for r in (stack.export_stack().deployment or {})["resources"]}
+    assert all(t.startswith(("kubernetes:", "pulumi:", "liqo-stack:index:")) for t in types), sorted(types)
     assert home.get(RuntimeClass, names.RUNTIME_CLASS_NAME).handler == "liqo"
     storage_class: Any = home.get(StorageClass, names.STORAGE_CLASS_NAME)
     assert (storage_class.provisioner, storage_class.volumeBindingMode) == ("liqo.io/storage", "WaitForFirstConsumer")

@@ -123,6 +123,8 @@ def test_external_mode_scales_runtime_deployments_to_zero(mocks: RecordingMocks)
     deployments = [m for r in mocks.objects() if (m := r.inputs)["kind"] == "Deployment"]
     assert len(deployments) == 1 + 2 + 2  # controller-manager, two virtual kubelets, two foreign agents
     assert {d["spec"]["replicas"] for d in deployments} == {0}
+    # nothing to roll out, nothing for pulumi-kubernetes to wait for (nor to warn about)
+    assert {d["metadata"]["annotations"].get("pulumi.com/skipAwait") for d in deployments} == {"true"}
 
 
 def test_the_virtual_kubelet_announces_its_pod_ip_as_node_address(mocks: RecordingMocks) -> None:
@@ -230,6 +232,7 @@ def test_one_replica_has_no_disruption_budget_nor_anti_affinity(mocks: Recording
     assert [m for r in mocks.objects() if (m := r.inputs)["kind"] == "PodDisruptionBudget"] == []
     deployment = deployment_named(mocks, "home", names.CONTROLLER_MANAGER)
     assert deployment["spec"]["replicas"] == 1
+    assert "pulumi.com/skipAwait" not in deployment["metadata"]["annotations"]  # up waits for the rollout
     assert "affinity" not in deployment["spec"]["template"]["spec"]
 
 
