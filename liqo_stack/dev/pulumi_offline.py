@@ -52,7 +52,8 @@ class PulumiEnvironment:
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             # a crash of a Python provider process then shows its threads' tracebacks in the diagnostics
             "PYTHONFAULTHANDLER": "1",
-            # The pinned engine first, then this interpreter's environment: dynamic providers run there.
+            # The pinned engine first, then this interpreter's environment: the policy pack's analyzer
+            # (liqo_stack/policy_host.py) and the retired dynamic providers of an upgrade run there.
             "PATH": os.pathsep.join([str(self.bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }
 
@@ -89,11 +90,19 @@ class PulumiEnvironment:
     def command(self) -> auto.PulumiCommand:
         return auto.PulumiCommand(root=str(self.bin_dir.parent), skip_version_check=False)
 
+    @property
+    def scratch_dir(self) -> Path:
+        """TMPDIR of the engine and its plugins: pulumi-kubernetes writes each provider's kubeconfig to a
+        temporary file (for Helm) and never removes it; here they stay with the state, which
+        `liqo-stack dev down` (or the test session's temporary directory) removes."""
+        return self.state_dir / "tmp"
+
     def workspace_options(self, work_dir: Path | None = None) -> auto.LocalWorkspaceOptions:
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
         return auto.LocalWorkspaceOptions(
             work_dir=str(work_dir) if work_dir else None,
             pulumi_home=str(self.pulumi_home),
-            env_vars=self.env_vars(),
+            env_vars={**self.env_vars(), "TMPDIR": str(self.scratch_dir)},
             pulumi_command=self.command(),
         )
 
