@@ -481,7 +481,7 @@ def withdrawals(status: dict[str, Any]) -> dict[str, str]:
     found = {}
     for cluster_id, conditions in (status.get("remoteNamespacesConditions") or {}).items():
         for condition in conditions:
-            if condition.get("type") == "OffloadingRequired":
+            if condition.get("type") == "OffloadingRequired" and condition.get("status") == "False":
                 found[cluster_id] = str(condition.get("message") or condition.get("reason") or "")
     return found
 

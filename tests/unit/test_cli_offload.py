@@ -172,3 +172,20 @@ def test_info_shows_capacities_in_kubernetes_units() -> None:
     assert display_quantity("memory", "8Gi") == "8Gi"
     assert display_quantity("cpu", "0.5") == "500m" and display_quantity("cpu", "8") == "8"
     assert display_quantity("cpu", "7800m") == "7800m" and display_quantity("pods", "110") == "110"
+
+
+def test_the_readmes_selectors_select_dev_clusters() -> None:
+    """Issue 35 (1): every `--selector` in the README matches a virtual node of the dev stack."""
+    import re
+    from pathlib import Path
+
+    from runtime.api import parse_selector
+    from runtime.api.plan import selected_clusters, virtual_node_labels
+
+    repo = Path(__file__).resolve().parents[2]
+    stack = yaml.safe_load((repo / "Pulumi.dev.yaml").read_text())["config"]["liqo:foreignClusters"]
+    labels = {c["clusterId"]: virtual_node_labels(c["clusterId"], c.get("labels") or {}) for c in stack}
+    examples = re.findall(r"--selector '([^']+)'", (repo / "README.md").read_text())
+    assert examples
+    for example in examples:
+        assert selected_clusters(parse_selector([example]), labels), f"{example!r} selects no dev cluster"
