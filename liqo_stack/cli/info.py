@@ -11,7 +11,7 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Node
 from lightkube.utils.quantity import parse_quantity
 
-from liqo_stack.cli.offload import home_client, with_cluster
+from liqo_stack.cli.offload import home_client, shown_labels, with_cluster
 from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource, VirtualNodeResource
 
@@ -97,7 +97,7 @@ def render(data: dict[str, Any]) -> str:
             state = "node not registered yet (is its virtual kubelet running?)"
         lines.append(f"  {p['clusterId']:<16} {p['virtualNode']:<24} sharing {p['sharingPercentage']}%  {state}")
         labels = node.get("labels") or p["labels"]
-        lines.append("    labels: " + (", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"))
+        lines.append(f"    labels: {shown_labels(labels) or 'none'}")
     lines.append("OFFLOADED NAMESPACES")
     if not data["namespaces"]:
         lines.append("  none: liqo-stack offload namespace NAME")

@@ -160,9 +160,15 @@ def read_peers(client: Client) -> list[Peer]:
 def describe_peers(peers: list[Peer]) -> str:
     if not peers:
         return "  (no virtual node: peer a foreign cluster first, `pulumi up` with liqo:foreignClusters)"
-    return "\n".join(
-        f"  {p.node} ({p.cluster_id}): " + ", ".join(f"{k}={v}" for k, v in sorted(p.labels.items())) for p in peers
-    )
+    return "\n".join(f"  {p.node} ({p.cluster_id}): {shown_labels(p.labels)}" for p in peers)
+
+
+def shown_labels(labels: dict[str, str]) -> str:
+    """A virtual node's labels, without the kubernetes.io ones every node has (hostname, os, arch)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if not k.startswith(KUBERNETES_LABELS))
+
+
+KUBERNETES_LABELS = ("kubernetes.io/", "node.kubernetes.io/", "beta.kubernetes.io/")  # every node has them
 
 
 def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool) -> str:
@@ -172,12 +178,12 @@ def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool) 
             f"{k}={v}"
             for p in peers
             for k, v in sorted(p.labels.items())
-            if k not in (names.TYPE_LABEL, names.REMOTE_CLUSTER_ID_LABEL)
+            if k not in (names.TYPE_LABEL, names.REMOTE_CLUSTER_ID_LABEL) and not k.startswith(KUBERNETES_LABELS)
         ),
         None,
     )
-    what = "the selector" if given else "the namespace's current cluster selector"
-    text = f"{what} {format_selector(selector)} matches no virtual node. The virtual nodes and their labels:\n"
+    what = "" if given else "the namespace's current cluster selector "
+    text = f"{what}{format_selector(selector)} matches no virtual node. The virtual nodes and their labels:\n"
     text += describe_peers(peers)
     text += "\nNothing was changed."
     if suggestion:
@@ -439,11 +445,7 @@ def get_offloading(client: Client, namespace: str) -> Any | None:
 
 
 def wait_settled(client: Client, name: str, timeout: float) -> None:
-    click.echo(
-        f"NamespaceOffloading {name}/{names.NAMESPACE_OFFLOADING_NAME} applied; "
-        f"waiting up to {format_duration(timeout)} ...",
-        err=True,
-    )
+    click.echo(f"waiting up to {format_duration(timeout)} for the offloading of {name} to settle ...", err=True)
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:

@@ -455,7 +455,10 @@ def test_cli_selector_matching_no_virtual_node_fails_listing_them(
     result = cli(dev_env, "offload", "namespace", "cli-nowhere", "--selector", "region in (asia,mars), !staging")
     assert result.exit_code == 2, result.output
     assert "Invalid value for --selector" in result.output and "matches no virtual node" in result.output
-    assert "liqo-foreign-1 (foreign-1): liqo.io/remote-cluster-id=foreign-1" in result.output
+    assert (
+        "liqo-foreign-1 (foreign-1): liqo.io/remote-cluster-id=foreign-1, liqo.io/type=virtual-node, region=europe\n"
+        in (result.output)
+    )
     assert "region=europe" in result.output and "region=us-west" in result.output and "staging=true" in result.output
     assert not list(home.list(NamespaceOffloadingResource, namespace="cli-nowhere")), "nothing applied"
 
@@ -606,4 +609,4 @@ def test_cli_unoffload_of_a_namespace_that_does_not_exist_says_so_and_info_reads
     assert plain.exit_code == 1 and "namespace cli-plain is not offloaded" in plain.output
     text = cli(dev_env, "info").output
     assert re.search(r"liqo-foreign-1 .* cpu \d+m?, memory \d+(Ki|Mi|Gi|Ti), pods \d+", text), text
-    assert "labels: liqo.io/remote-cluster-id=foreign-1, liqo.io/type=virtual-node, region=europe" in text
+    assert "labels: liqo.io/remote-cluster-id=foreign-1, liqo.io/type=virtual-node, region=europe\n" in text, text
