@@ -576,9 +576,6 @@ def test_cli_unoffload_waits_for_the_twins_and_pods_come_home_without_failures(
 
     result = cli(dev_env, "unoffload", "namespace", "cli-leave", "--yes")
     assert result.exit_code == 0, result.output
-    assert "Twin namespaces to be deleted:" in result.output and "cli-leave-home" in result.output
-    assert "withdrawing the twin cli-leave-home" in result.output, "progress while the twins go"
-    assert "namespace cli-leave unoffloaded" in result.output
     for cluster_id, client in foreign.items():
         assert get_or_none(client, Namespace, "cli-leave-home") is None, f"the twin still there in {cluster_id}"
 
@@ -596,6 +593,10 @@ def test_cli_unoffload_waits_for_the_twins_and_pods_come_home_without_failures(
         if (e.metadata.labels or {}).get(names.EVENT_REFLECTED_FROM_LABEL) and "being terminated" in (e.message or "")
     ]
     assert not torn, torn
+    # what it said: what goes, then progress until it is gone
+    assert "Twin namespaces to be deleted:" in result.output and "cli-leave-home" in result.output
+    assert "withdrawing the twin cli-leave-home" in result.output, "progress while the twins go"
+    assert "namespace cli-leave unoffloaded" in result.output
 
 
 def test_cli_unoffload_of_a_namespace_that_does_not_exist_says_so_and_info_reads_as_kubectl(
