@@ -96,6 +96,52 @@ class Effects:
         return asdict(self)
 
 
+NOT_SELECTED = "cluster no longer selected"
+
+
+def twin_deleted(namespace: str, cluster_id: str, twin: str | None, state: TwinState, why: str) -> dict[str, Any]:
+    """One entry of `Effects.twins_deleted`: the twin with what is in it (pods and COUNTED_KINDS)."""
+    return {
+        "namespace": namespace,
+        "cluster": cluster_id,
+        "twin": twin,
+        "pods": state.pods,
+        "objects": dict(state.objects),
+        "dataAtRisk": state.pods > 0 or sum(state.objects.values()) > 0,
+        "why": why,
+    }
+
+
+def pods_losing_node(namespace: str, cluster_id: str, pods: list[PodOnNode]) -> list[dict[str, Any]]:
+    """Entries of `Effects.pods_losing_node`: the pods of `namespace` on the virtual node of a twin deleted."""
+    return [
+        {"pod": f"{pod.namespace}/{pod.name}", "node": names.virtual_node_name(cluster_id), "why": "twin deleted"}
+        for pod in pods
+        if pod.namespace == namespace
+    ]
+
+
+def count_twin(client: Any, twin: str) -> tuple[int, dict[str, int]]:
+    """Pods, and objects of COUNTED_KINDS (not those every namespace has), in a twin namespace.
+
+    Needs only list rights in the twin: the home identity's credentials (`liqo-stack offload`) do."""
+    from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Secret, Service
+
+    pods = len(list(client.list(Pod, namespace=twin)))
+    kinds: list[tuple[str, Any]] = [
+        ("configmaps", ConfigMap),
+        ("secrets", Secret),
+        ("services", Service),
+        ("persistentvolumeclaims", PersistentVolumeClaim),
+    ]
+    objects = {}
+    for kind_name, kind in kinds:
+        listed = [o for o in client.list(kind, namespace=twin) if not _built_in(kind_name, o)]
+        if listed:
+            objects[kind_name] = len(listed)
+    return pods, objects
+
+
 def planned_selection(config: StackConfig, snapshot: Snapshot) -> dict[str, tuple[list[str], str]]:
     """Per namespace declared in the stack: the clusters it will be offloaded to, and the twin name."""
     labels = {
@@ -135,33 +181,13 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
             if cluster_id in kept:
                 continue
             state = snapshot.twins.get((cluster_id, twin or ""), TwinState(exists=False, ours=True))
-            objects = sum(state.objects.values())
-            found.twins_deleted.append(
-                {
-                    "namespace": namespace,
-                    "cluster": cluster_id,
-                    "twin": twin,
-                    "pods": state.pods,
-                    "objects": dict(state.objects),
-                    "dataAtRisk": state.pods > 0 or objects > 0,
-                    "why": "peering removed"
-                    if cluster_id not in peered
-                    else (
-                        "namespace no longer offloaded by the stack"
-                        if namespace not in plan
-                        else "cluster no longer selected"
-                    ),
-                }
+            why = (
+                "peering removed"
+                if cluster_id not in peered
+                else ("namespace no longer offloaded by the stack" if namespace not in plan else NOT_SELECTED)
             )
-            for pod in snapshot.pods_on_node.get(cluster_id, []):
-                if pod.namespace == namespace:
-                    found.pods_losing_node.append(
-                        {
-                            "pod": f"{pod.namespace}/{pod.name}",
-                            "node": names.virtual_node_name(cluster_id),
-                            "why": "twin deleted",
-                        }
-                    )
+            found.twins_deleted.append(twin_deleted(namespace, cluster_id, twin, state, why))
+            found.pods_losing_node += pods_losing_node(namespace, cluster_id, snapshot.pods_on_node.get(cluster_id, []))
 
     # -- a peering removed: every pod on its virtual node loses it
     for cluster_id, pods in sorted(snapshot.pods_on_node.items()):
@@ -247,7 +273,7 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
 
 def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
     from lightkube import ApiError
-    from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, Service
+    from lightkube.resources.core_v1 import Namespace, Node, Pod
 
     from runtime.controllers.advertisement import pod_requests
     from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
@@ -312,18 +338,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
                     continue
                 raise
             ours = (ns.metadata.labels or {}).get(names.ORIGIN_LABEL) == home_id
-            pods = len(list(client.list(Pod, namespace=twin)))
-            kinds: list[tuple[str, Any]] = [
-                ("configmaps", ConfigMap),
-                ("secrets", Secret),
-                ("services", Service),
-                ("persistentvolumeclaims", PersistentVolumeClaim),
-            ]
-            objects = {}
-            for kind_name, kind in kinds:
-                listed = [o for o in client.list(kind, namespace=twin) if not _built_in(kind_name, o)]
-                if listed:
-                    objects[kind_name] = len(listed)
+            pods, objects = count_twin(client, twin)
             snapshot.twins[(cluster_id, twin)] = TwinState(exists=True, ours=ours, pods=pods, objects=objects)
     return snapshot
 

@@ -9,10 +9,31 @@ import click
 import yaml
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Node
+from lightkube.utils.quantity import parse_quantity
 
-from liqo_stack.cli.offload import home_client, with_cluster
+from liqo_stack.cli.offload import home_client, shown_labels, with_cluster
 from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource, VirtualNodeResource
+
+_BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+_BYTES = ("memory", "ephemeral-storage")
+
+
+def display_quantity(resource: str, quantity: str) -> str:
+    """A capacity in Kubernetes' units, as a person reads it: cpu in cores or millicores (`8`, `500m`),
+    bytes in the largest binary unit that keeps at least 10 of it, rounded down (`115Gi`, `1536Mi`)."""
+    amount = parse_quantity(quantity)
+    if amount is None:
+        return quantity
+    if resource == "cpu":
+        millis = int(amount * 1000)
+        return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+    if resource in _BYTES or resource.startswith("hugepages-"):
+        for suffix, size in _BINARY:
+            if amount >= 10 * size or (amount >= size and amount % size == 0):
+                return f"{int(amount // size)}{suffix}"
+        return str(int(amount))
+    return str(int(amount)) if amount == amount.to_integral_value() else quantity
 
 
 def node_summary(client: Client, name: str) -> dict[str, Any]:
@@ -25,7 +46,8 @@ def node_summary(client: Client, name: str) -> dict[str, Any]:
     conditions = (node.status.conditions if node.status else None) or []
     ready = next((c.status for c in conditions if c.type == "Ready"), "Unknown")
     capacity = dict((node.status.capacity if node.status else None) or {})
-    return {"registered": True, "ready": ready, "capacity": capacity}
+    labels = dict((node.metadata.labels if node.metadata else None) or {})
+    return {"registered": True, "ready": ready, "capacity": capacity, "labels": labels}
 
 
 def collect(client: Client) -> dict[str, Any]:
@@ -69,10 +91,13 @@ def render(data: dict[str, Any]) -> str:
         node = p["node"]
         if node["registered"]:
             capacity = node["capacity"]
-            state = f"node Ready={node['ready']}, cpu {capacity.get('cpu', '?')}, memory {capacity.get('memory', '?')}"
+            shown = {r: display_quantity(r, capacity[r]) for r in ("cpu", "memory", "pods") if r in capacity}
+            state = f"node Ready={node['ready']}, " + ", ".join(f"{r} {q}" for r, q in shown.items())
         else:
             state = "node not registered yet (is its virtual kubelet running?)"
         lines.append(f"  {p['clusterId']:<16} {p['virtualNode']:<24} sharing {p['sharingPercentage']}%  {state}")
+        labels = node.get("labels") or p["labels"]
+        lines.append(f"    labels: {shown_labels(labels) or 'none'}")
     lines.append("OFFLOADED NAMESPACES")
     if not data["namespaces"]:
         lines.append("  none: liqo-stack offload namespace NAME")
@@ -94,7 +119,8 @@ def render(data: dict[str, Any]) -> str:
 @click.option("--output", "-o", type=click.Choice(["yaml", "json"]), help="machine-readable output")
 @with_cluster
 def info(output: str | None, kubeconfig: str | None, context: str | None) -> None:
-    """Peerings, virtual nodes (readiness, capacity) and offloaded namespaces with per-cluster status."""
+    """Peerings, virtual nodes (readiness, capacity, the labels cluster selectors match) and offloaded
+    namespaces with per-cluster status."""
     data = collect(home_client(kubeconfig, context))
     if output == "json":
         click.echo(json.dumps(data, indent=2))

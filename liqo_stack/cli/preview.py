@@ -11,6 +11,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -110,6 +111,18 @@ def _objects(objects: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in objects.items()) or "no objects"
 
 
+def twin_deleted_line(t: dict[str, Any]) -> str:
+    """One of `Effects.twins_deleted` as a line (`liqo-stack offload` shows the same before it asks)."""
+    return (
+        f"{'DATA AT RISK: ' if t['dataAtRisk'] else ''}{t['cluster']}: {t['twin']} "
+        f"(namespace {t['namespace']}, {t['why']}): {t['pods']} pods, {_objects(t['objects'])}"
+    )
+
+
+def pod_losing_node_line(p: dict[str, Any]) -> str:
+    return f"{p['pod']} on {p['node']} ({p['why']})"
+
+
 def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
     """(section title, lines) for the text and markdown outputs."""
     e = report.effects
@@ -118,17 +131,11 @@ def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
         sections.append(
             (
                 "Twin namespaces to be deleted",
-                [
-                    f"{'DATA AT RISK: ' if t['dataAtRisk'] else ''}{t['cluster']}: {t['twin']} "
-                    f"(namespace {t['namespace']}, {t['why']}): {t['pods']} pods, {_objects(t['objects'])}"
-                    for t in e.twins_deleted
-                ],
+                [twin_deleted_line(t) for t in e.twins_deleted],
             )
         )
     if e.pods_losing_node:
-        sections.append(
-            ("Pods losing their virtual node", [f"{p['pod']} on {p['node']} ({p['why']})" for p in e.pods_losing_node])
-        )
+        sections.append(("Pods losing their virtual node", [pod_losing_node_line(p) for p in e.pods_losing_node]))
     if e.nodes_shrunk:
         sections.append(
             (

@@ -38,6 +38,19 @@ def virtual_node_labels(foreign_cluster_id: str, suggested: Mapping[str, str]) -
     }
 
 
+def selection_labels(
+    declared: Mapping[str, Mapping[str, str]], node_labels: Mapping[str, Mapping[str, str]]
+) -> dict[str, dict[str, str]]:
+    """The labels a cluster selector is matched against, per foreign cluster id (seed 003): those of its
+    virtual Node at home (suggested by the foreign cluster, plus any an administrator added), or, while
+    the Node does not exist yet, the labels its VirtualNode declares. `declared`: cluster id -> the
+    VirtualNode's labels; `node_labels`: cluster id -> its Node's labels."""
+    return {
+        cluster_id: dict(node_labels.get(cluster_id) or virtual_node_labels(cluster_id, labels))
+        for cluster_id, labels in declared.items()
+    }
+
+
 def virtual_node_taints(extra: list[Taint]) -> list[Taint]:
     base = Taint(key=names.VIRTUAL_NODE_TAINT_KEY, value=names.VIRTUAL_NODE_TAINT_VALUE, effect="NoExecute")
     return [base, *[t for t in extra if t.key != base.key]]

@@ -111,3 +111,28 @@ def selector_matches(selector: NodeSelector, labels: Mapping[str, str]) -> bool:
     if not selector.node_selector_terms:
         return True
     return any(term_matches(term, labels) for term in selector.node_selector_terms)
+
+
+def format_requirement(req: NodeSelectorRequirement) -> str:
+    """A requirement in the `--selector` syntax (the inverse of `parse_requirement`)."""
+    values = req.values or []
+    match req.operator:
+        case "In":
+            return f"{req.key}={values[0]}" if len(values) == 1 else f"{req.key} in ({','.join(values)})"
+        case "NotIn":
+            return f"{req.key}!={values[0]}" if len(values) == 1 else f"{req.key} notin ({','.join(values)})"
+        case "Exists":
+            return req.key
+        case "DoesNotExist":
+            return f"!{req.key}"
+    return f"{req.key} {req.operator} {values[0] if values else ''}".rstrip()  # Gt, Lt: no CLI syntax
+
+
+def format_selector(selector: NodeSelector) -> str:
+    """The selector as the `--selector` flags that make it; every cluster when it has no term."""
+    if not selector.node_selector_terms:
+        return "(none: every cluster)"
+    return " ".join(
+        "--selector '" + ", ".join(format_requirement(r) for r in term.match_expressions or []) + "'"
+        for term in selector.node_selector_terms
+    )

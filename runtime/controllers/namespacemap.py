@@ -5,7 +5,8 @@ the namespace (labelled with the home cluster it serves) and binds the home iden
 `liqo-home-in-twin-namespace` role there, and nowhere else. A namespace of that name that was
 not created for this home cluster is never adopted, changed or deleted: the mapping fails with
 a message saying why. Twins no longer requested (or whose NamespaceMap is gone) are deleted,
-only if they carry this home cluster's label. State lives in the API server alone.
+only if they carry this home cluster's label; their mapping stays in the status as Terminating
+until the namespace is gone. State lives in the API server alone.
 """
 
 from __future__ import annotations
@@ -51,6 +52,16 @@ def twin_holders(desired: dict[str, str], reported: dict[str, Any]) -> dict[str,
         if twin not in holders or already:
             holders[twin] = local
     return holders
+
+
+def withdrawn_until_gone(desired: dict[str, str], reported: dict[str, Any], leaving: set[str]) -> dict[str, Any]:
+    """Withdrawn mappings whose twin is still there (being deleted): reported Terminating until it is
+    gone, so the home side (and `liqo-stack unoffload`) waits for the twin itself, not for the request."""
+    return {
+        local: {"remoteNamespace": entry["remoteNamespace"], "phase": MappingPhase.TERMINATING.value}
+        for local, entry in reported.items()
+        if local not in desired and isinstance(entry, dict) and entry.get("remoteNamespace") in leaving
+    }
 
 
 class NamespaceMapController:
@@ -112,10 +123,14 @@ class NamespaceMapController:
                     current[local] = self._failed(
                         twin, f"{self.cluster_id} refused namespace {twin}: {err.status.message}"
                     )
+        ours = set()
         for ns in list(self.namespaces.store.values()):
             labels = ns.metadata.labels or {}
             if labels.get(names.ORIGIN_LABEL) == home_id and ns.metadata.name not in wanted_twins:
-                await self._delete_twin(ns.metadata.name)
+                ours.add(ns.metadata.name)
+                if not ns.metadata.deletionTimestamp:
+                    await self._delete_twin(ns.metadata.name)
+        current.update(withdrawn_until_gone(desired, reported, ours))
         if mapping is not None and reported != current:
             # a merge patch keeps keys it does not mention: withdrawn mappings are set to null
             patch = {"status": {"currentMapping": {**dict.fromkeys(reported), **current}}}

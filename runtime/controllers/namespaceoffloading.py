@@ -26,7 +26,7 @@ from lightkube.types import PatchType
 
 from runtime.api import NamespaceOffloadingSpec, OffloadingPhase, names
 from runtime.api.namespacemap import MappingPhase
-from runtime.api.plan import selected_clusters, twin_namespace_name, virtual_node_labels
+from runtime.api.plan import selected_clusters, selection_labels, twin_namespace_name
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.client import async_client
 from runtime.kube.controlling import run_controller
@@ -127,17 +127,17 @@ class NamespaceOffloadingController:
             for labels in self._node_labels.values()
             if names.REMOTE_CLUSTER_ID_LABEL in labels
         }
-        clusters = {}
-        for vn in self.virtual_nodes.store.values():
-            spec = vn.get("spec") or {}
-            cluster_id = spec["clusterID"]
-            clusters[cluster_id] = {
-                "labels": node_labels.get(cluster_id) or virtual_node_labels(cluster_id, spec.get("labels") or {}),
+        specs = [vn.get("spec") or {} for vn in self.virtual_nodes.store.values()]
+        labels = selection_labels({spec["clusterID"]: spec.get("labels") or {} for spec in specs}, node_labels)
+        return {
+            spec["clusterID"]: {
+                "labels": labels[spec["clusterID"]],
                 "secret": (spec.get("kubeconfigSecretRef") or {}).get(
                     "name", names.credentials_secret_name(spec["clusterID"])
                 ),
             }
-        return clusters
+            for spec in specs
+        }
 
     async def reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
@@ -186,7 +186,12 @@ class NamespaceOffloadingController:
             if mapping is not None:
                 remaining.add(cluster_id)
             if not wanted:
-                why = "withdrawing the twin" if mapping is not None else "the cluster selector does not match it"
+                why = (
+                    f"withdrawing the twin {mapping.get('remoteNamespace') or twin} "
+                    f"({'being deleted' if phase == MappingPhase.TERMINATING.value else 'requested to go'})"
+                    if mapping is not None
+                    else ("no twin here" if terminating else "the cluster selector does not match it")
+                )
                 conditions[cluster_id] = [_condition("OffloadingRequired", "False", "NotSelected", why)]
                 continue
             required = _condition("OffloadingRequired", "True", "ClusterSelected", f"twin namespace {twin}")

@@ -6,8 +6,9 @@ namespace, about the HOME object (its kind, name and UID), so `kubectl describe`
 One home event per foreign event, named from the foreign event's UID: when the foreign cluster
 counts a repeat (count, or series for events.k8s.io) the home event's count and lastTimestamp
 follow in place, and a restarted virtual kubelet finds its events instead of making new ones.
-Events about objects with no home counterpart (or about a foreign object that is not ours) are
-dropped; home events are never reflected to foreign clusters.
+Events about objects with no home counterpart (or about a foreign object that is not ours), and
+foreign controllers' complaints that the twin is being torn down, are dropped; home events are
+never reflected to foreign clusters.
 
 `home_event` and `needs_write` are pure; the reflector decides from synced stores and writes only
 when the home event does not already say what the foreign one says.
@@ -103,6 +104,13 @@ def home_event(
         "lastTimestamp": last,
     }
     return body
+
+
+def about_teardown(foreign_event: Mapping[str, Any], twin: str) -> bool:
+    """A foreign controller complaining that the twin namespace is being deleted (the API server refuses
+    new content in a terminating namespace, e.g. FailedToUpdateEndpointSlices while an unoffload or a
+    deselection tears the twin down): the foreign side's business, nothing a home user can act on."""
+    return f"in namespace {twin} because it is being terminated" in str(foreign_event.get("message") or "")
 
 
 def needs_write(desired: Mapping[str, Any], existing: Mapping[str, Any] | None) -> bool:
@@ -212,6 +220,8 @@ class EventReflector:
         involved = foreign_event.get("involvedObject") or {}
         kind = involved.get("kind")
         if kind not in REFLECTED_EVENT_KINDS or involved.get("namespace") not in (None, "", watch.twin):
+            return
+        if about_teardown(foreign_event, watch.twin):
             return
         target = await self.home_object(kind, namespace, str(involved.get("name")), involved.get("uid"))
         if target is None:

@@ -14,7 +14,8 @@ Per home pod (the key), in the twin namespace its NamespaceOffloading got in thi
 - the namespace no longer offloaded to this cluster (unoffloaded, or this cluster deselected):
   its twin and the remote pods go, so a pod that ran there ends as on a drained node: Failed
   (reason OffloadingAborted), then deleted when a controller owns it, which makes a new one where
-  the namespace now allows; a pod that never ran stays Pending with reason OffloadingBackOff.
+  the namespace now allows; a pod that never ran stays Pending with reason OffloadingBackOff, and
+  a Warning event on it names the command that offloads its namespace here.
   A cluster still selected whose twin is not Ready (unreachable, failing) is no withdrawal: its
   running pods are left alone.
 Deletes happen only on what the synced stores say, so a restart never removes a pod still wanted.
@@ -100,6 +101,19 @@ def _killed(container: dict[str, Any], now: str) -> dict[str, Any]:
     if started:
         terminated["startedAt"] = started
     return {**container, "ready": False, "started": False, "state": {"terminated": terminated}}
+
+
+def not_offloaded_message(namespace: str, foreign_cluster_id: str, *, offloaded: bool) -> str:
+    """A pod on the virtual node of a cluster its namespace is not offloaded to: why, and what to run."""
+    if offloaded:  # offloaded, but the cluster selector leaves this cluster out
+        return (
+            f"namespace {namespace} is not offloaded to {foreign_cluster_id} (its cluster selector leaves it out): "
+            f"select it with `liqo-stack offload namespace {namespace} --selector ...`"
+        )
+    return (
+        f"namespace {namespace} is not offloaded to {foreign_cluster_id}: "
+        f"offload it with `liqo-stack offload namespace {namespace}`; the pod starts once it is"
+    )
 
 
 def now() -> str:
@@ -212,6 +226,15 @@ class PodOffloader:
             return Placement.WITHDRAWN, None  # reported, and this cluster is not (or no longer) selected
         return Placement.WAITING, None  # no status yet
 
+    def not_offloaded_message(self, namespace: str) -> str:
+        """Why a pod of `namespace` on this node cannot run here, with the command that fixes it."""
+        offloading = self.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
+        return not_offloaded_message(
+            namespace,
+            self.foreign_cluster_id,
+            offloaded=offloading is not None and not offloading.metadata.deletionTimestamp,
+        )
+
     def twin_of(self, namespace: str) -> str | None:
         """The twin namespace in this foreign cluster, if the offloading there is Ready."""
         where, twin = self.placement(namespace)
@@ -266,7 +289,7 @@ class PodOffloader:
             if pod.metadata.deletionTimestamp:
                 await self._release(pod)  # nothing of it is left remotely, or ever will be
             elif where is Placement.WITHDRAWN:
-                await self._withdrawn(pod, f"namespace {namespace} is not offloaded to {self.foreign_cluster_id}")
+                await self._withdrawn(pod, self.not_offloaded_message(namespace))
             else:
                 await self._back_off(pod, f"namespace {namespace} is not offloaded to {self.foreign_cluster_id} yet")
             return
@@ -310,7 +333,7 @@ class PodOffloader:
             spec = remote_pod_spec_with(home_pod, home_api)
             meta = remote_pod_metadata(home_pod, **ids)
         except TranslationError as err:
-            await self._back_off(pod, str(err))
+            await self._back_off(pod, str(err), warn=True)
             return
         body = {"metadata": {**meta, "name": pod.metadata.name, "namespace": twin}, "spec": {"pod": spec}}
         try:
@@ -403,7 +426,7 @@ class PodOffloader:
                 await self._evict(pod)  # the status write went through, the delete did not
             return
         if not ever_ran(status):
-            await self._back_off(pod, message)
+            await self._back_off(pod, message, warn=True)
             return
         await self._replace_status(pod, status, aborted_status(status, message, now()))
         log.info("pod %s/%s aborted: %s", pod.metadata.namespace, pod.metadata.name, message)
@@ -414,13 +437,18 @@ class PodOffloader:
         with unless_gone():
             await self.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace)
 
-    async def _back_off(self, pod: Any, message: str) -> None:
+    async def _back_off(self, pod: Any, message: str, *, warn: bool = False) -> None:
+        """Pending with reason OffloadingBackOff (seed 002); `warn`: the user has to act, so a Warning
+        event on the pod says it too (once per message, as the status changes)."""
         status = pod.to_dict().get("status") or {}
         if status.get("phase", "Pending") != "Pending":
             return  # a phase never goes backwards
         if status.get("reason") == BACKOFF_REASON and status.get("message") == message:
             return
         await self._patch_status(pod, {"phase": "Pending", "reason": BACKOFF_REASON, "message": message})
+        if warn:
+            with unless_gone():
+                await self._warn(pod, BACKOFF_REASON, message)
 
     async def _replace_status(self, pod: Any, current: dict[str, Any], desired: dict[str, Any]) -> None:
         """Make the home pod's status exactly `desired`: a merge patch that also nulls what must go."""

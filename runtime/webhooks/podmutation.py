@@ -5,6 +5,8 @@
 - Local: nothing added: the taint keeps the pod on physical nodes.
 - Remote: the pod tolerates the taint and must land on a virtual node the selector matches.
 - `runtimeClassName: liqo` means Remote whatever the namespace's strategy.
+- While the namespace is being unoffloaded, pods are admitted as local ones, untouched: seed 003's
+  unoffload reschedules the offloaded pods locally, so their controllers' replacements must not fail.
 The pod's own required node affinity is kept: each of its terms is ANDed with each of ours.
 """
 
@@ -83,6 +85,11 @@ def mutate_pod(pod: dict[str, Any], strategy: PodOffloadingStrategy, selector: N
     return mutated
 
 
+def unoffloading(offloading: Any | None) -> bool:
+    """The namespace's offloading is being deleted: its pods are admitted as local ones, unchanged."""
+    return offloading is not None and bool((offloading.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def not_ready_reason(namespace: str, offloading: Any | None) -> str | None:
     """Why a pod of a `liqo.io/scheduling-enabled=true` namespace can't be admitted yet (seed 003:
     pod creations are rejected until pod offloading is possible); None when it can."""
@@ -95,8 +102,6 @@ def not_ready_reason(namespace: str, offloading: Any | None) -> str | None:
     meta = offloading.get("metadata") or {}
     status = offloading.get("status") or {}
     phase = status.get("offloadingPhase")
-    if meta.get("deletionTimestamp"):
-        return f"namespace {namespace} is being unoffloaded; create the pod again once that is done"
     if status.get("observedGeneration") != meta.get("generation") or phase in (None, OffloadingPhase.IN_PROGRESS):
         return f"the offloading of namespace {namespace} is not ready yet (phase {phase or 'pending'}); retry shortly"
     return None

@@ -8,20 +8,34 @@ removing the twins; and a controller killed mid-offload converging after restart
 from __future__ import annotations
 
 import json
+import re
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, Service
+from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource
-from tests.e2e.harness import exists, offload, status_of, twin_gone, unoffload, wait_phase, wait_until
+from tests.e2e.harness import (
+    all_running,
+    create_namespace,
+    deploy_running,
+    exists,
+    get_or_none,
+    offload,
+    status_of,
+    twin_gone,
+    unoffload,
+    wait_phase,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -364,3 +378,236 @@ def test_an_unreachable_foreign_cluster_fails_only_itself(
     wait_until(
         lambda: not list(home.list(NamespaceOffloadingResource, namespace="before-outage")), 60, "finalizer released"
     )
+
+
+# -- issue 35: the CLI on a live offloading, as a user types it ------------------------------------
+
+
+def cli(dev_env: DevEnvironment, *args: str) -> Any:
+    """`liqo-stack ARGS --kubeconfig <home>`; its stdin is not a terminal (CliRunner), as in a script."""
+    from click.testing import CliRunner
+
+    from liqo_stack.cli import main
+
+    return CliRunner().invoke(main, [*args, "--kubeconfig", str(dev_env.kubeconfig("home"))])
+
+
+def in_a_terminal(dev_env: DevEnvironment, args: list[str], answer: str, timeout: float = 120) -> tuple[int, str]:
+    """`liqo-stack ARGS` on a terminal (a pty): `answer` typed at its question. (exit code, what it printed)"""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    primary, secondary = pty.openpty()
+    command = [str(Path(sys.executable).parent / "liqo-stack"), *args, "--kubeconfig", str(dev_env.kubeconfig("home"))]
+    process = subprocess.Popen(command, stdin=secondary, stdout=secondary, stderr=secondary, close_fds=True)
+    os.close(secondary)
+    seen, answered = b"", False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([primary], [], [], 1)
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # EIO: the command exited and closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if not answered and b"[y/N]" in seen:
+                os.write(primary, answer.encode() + b"\n")
+                answered = True
+        code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(primary)
+    return code, seen.decode(errors="replace")
+
+
+def pinned_pod(namespace: str, name: str, cluster_id: str) -> Any:
+    return Pod.from_dict({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [{"name": "app", "image": "nginx"}],
+            "nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: cluster_id},
+        },
+    })  # fmt: skip
+
+
+def pod_running(home: Client, namespace: str, name: str) -> bool:
+    pod: Any = get_or_none(home, Pod, name, namespace)
+    return bool(pod and pod.status and pod.status.phase == "Running")
+
+
+def test_cli_selector_matching_no_virtual_node_fails_listing_them(
+    runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment
+) -> None:
+    """Issue 35 (1): the README's old example selected nothing and still exited 0."""
+    create_namespace(home, "cli-nowhere")
+    result = cli(dev_env, "offload", "namespace", "cli-nowhere", "--selector", "region in (asia,mars), !staging")
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --selector" in result.output and "matches no virtual node" in result.output
+    assert (
+        "liqo-foreign-1 (foreign-1): liqo.io/remote-cluster-id=foreign-1, liqo.io/type=virtual-node, region=europe\n"
+        in (result.output)
+    )
+    assert "region=europe" in result.output and "region=us-west" in result.output and "staging=true" in result.output
+    assert not list(home.list(NamespaceOffloadingResource, namespace="cli-nowhere")), "nothing applied"
+
+
+def test_cli_offload_again_keeps_what_is_not_given_and_prints_each_change(
+    runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment
+) -> None:
+    """Issue 35 (3): a plain `offload` turned Remote + selector into LocalAndRemote with no selector."""
+    create_namespace(home, "cli-keep")
+    first = cli(
+        dev_env, "offload", "namespace", "cli-keep", "--pod-offloading-strategy", "Remote", "--selector", "region"
+    )
+    assert first.exit_code == 0, first.output
+    assert "podOffloadingStrategy: Remote" in first.output and "clusterSelector: --selector 'region'" in first.output
+    again = cli(dev_env, "offload", "namespace", "cli-keep")
+    assert again.exit_code == 0, again.output
+    assert "nothing to change" in again.output and "offloaded: Ready" in again.output
+    spec = home.get(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace="cli-keep")["spec"]
+    assert spec["podOffloadingStrategy"] == "Remote"
+    assert spec["clusterSelector"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "Exists"}]}]
+    }
+    changed = cli(dev_env, "offload", "namespace", "cli-keep", "--pod-offloading-strategy", "LocalAndRemote")
+    assert changed.exit_code == 0, changed.output
+    assert "podOffloadingStrategy: Remote -> LocalAndRemote" in changed.output
+    assert "clusterSelector" not in changed.output, "the selector did not change"
+    spec = home.get(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace="cli-keep")["spec"]
+    assert spec["podOffloadingStrategy"] == "LocalAndRemote" and spec["clusterSelector"]["nodeSelectorTerms"]
+
+
+def test_cli_dropping_a_cluster_shows_what_is_deleted_and_asks(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    """Issue 35 (2): a new selector removed a twin with its pods and objects without a word."""
+    create_namespace(home, "cli-drop")
+    assert cli(dev_env, "offload", "namespace", "cli-drop").exit_code == 0
+    home.create(ConfigMap(metadata=ObjectMeta(name="settings", namespace="cli-drop"), data={"a": "b"}))
+    home.create(pinned_pod("cli-drop", "web", "foreign-2"))
+    wait_until(lambda: pod_running(home, "cli-drop", "web"), 90, "cli-drop/web Running in foreign-2")
+    wait_until(
+        lambda: get_or_none(foreign["foreign-2"], ConfigMap, "settings", "cli-drop-home"), 60, "settings reflected"
+    )
+    europe = ["offload", "namespace", "cli-drop", "--selector", "region=europe"]
+
+    code, said = in_a_terminal(dev_env, europe, "n")  # a person at a terminal says no
+    assert code == 1 and "Aborted" in said, said
+    assert "Twin namespaces to be deleted:" in said
+    assert "DATA AT RISK: foreign-2: cli-drop-home (namespace cli-drop, cluster no longer selected): 1 pods" in said
+    assert "configmaps" in said and "cli-drop/web on liqo-foreign-2 (twin deleted)" in said
+    assert "Drop foreign-2 from namespace cli-drop? [y/N]" in said
+
+    refused = cli(dev_env, *europe)  # a script without --yes
+    assert refused.exit_code == 1 and "pass --yes" in refused.output, refused.output
+    assert "1 pods" in refused.output
+    assert exists(foreign["foreign-2"], "cli-drop-home") and pod_running(home, "cli-drop", "web")
+    spec = home.get(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace="cli-drop")["spec"]
+    assert spec["clusterSelector"] == {"nodeSelectorTerms": []}, "nothing changed"
+
+    done = cli(dev_env, *europe, "--yes")
+    assert done.exit_code == 0, done.output
+    assert "clusterSelector: (none: every cluster) -> --selector 'region=europe'" in done.output
+    assert "offloaded: Ready, twin cli-drop-home in foreign-1" in done.output
+    wait_until(twin_gone(foreign["foreign-2"], "cli-drop-home"), 60, "twin withdrawn from foreign-2")
+
+
+def test_a_pod_on_a_virtual_node_of_a_namespace_not_offloaded_is_told_what_to_run(
+    runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment
+) -> None:
+    """Issue 35 (4): seed 002's OffloadingBackOff, with a Warning event and the command that fixes it."""
+    create_namespace(home, "cli-later")
+    eager = {
+        "metadata": {"name": "eager", "namespace": "cli-later"},
+        "spec": {"runtimeClassName": names.RUNTIME_CLASS_NAME, "containers": [{"name": "app", "image": "nginx"}]},
+    }
+    home.create(cast(Pod, Pod.from_dict(eager)))
+
+    def backing_off() -> Any:
+        pod: Any = home.get(Pod, "eager", namespace="cli-later")
+        return pod.status and pod.status.reason == "OffloadingBackOff" and pod
+
+    pod = wait_until(backing_off, 60, "cli-later/eager OffloadingBackOff")
+    assert pod.status.phase == "Pending"
+    assert "`liqo-stack offload namespace cli-later`" in pod.status.message, pod.status.message
+    warning = wait_until(
+        lambda: next(
+            (
+                e
+                for e in home.list(CoreEvent, namespace="cli-later")
+                if e.involvedObject.name == "eager" and e.reason == "OffloadingBackOff"
+            ),
+            None,
+        ),
+        30,
+        "a Warning event on cli-later/eager",
+    )
+    assert warning.type == "Warning" and "liqo-stack offload namespace cli-later" in warning.message
+    assert cli(dev_env, "offload", "namespace", "cli-later").exit_code == 0  # what the message says to run
+    wait_until(lambda: pod_running(home, "cli-later", "eager"), 90, "cli-later/eager Running once offloaded")
+
+
+def test_cli_unoffload_waits_for_the_twins_and_pods_come_home_without_failures(
+    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    """Issue 35 (5): unoffload returned while the twins were Terminating; ReplicaSets got the webhook's
+    "being unoffloaded" FailedCreate; a foreign controller's complaint about the terminating twin came home."""
+    create_namespace(home, "cli-leave")
+    assert cli(dev_env, "offload", "namespace", "cli-leave", "--pod-offloading-strategy", "Remote").exit_code == 0
+    service = {
+        "metadata": {"name": "web", "namespace": "cli-leave"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    home.create(cast(Service, Service.from_dict(service)))
+    pods = deploy_running(home, "cli-leave", "web", 2)
+    assert all(p.spec.nodeName in ("liqo-foreign-1", "liqo-foreign-2") for p in pods)
+
+    result = cli(dev_env, "unoffload", "namespace", "cli-leave", "--yes")
+    assert result.exit_code == 0, result.output
+    for cluster_id, client in foreign.items():
+        assert get_or_none(client, Namespace, "cli-leave-home") is None, f"the twin still there in {cluster_id}"
+
+    def home_again() -> bool:
+        running = all_running(home, "cli-leave", "web", 2)
+        return bool(running) and all(not p.spec.nodeName.startswith("liqo-") for p in running)  # type: ignore[union-attr]
+
+    wait_until(home_again, 90, "the web pods Running on home nodes")
+    events = list(home.list(CoreEvent, namespace="cli-leave"))
+    failed = [e.message for e in events if e.reason == "FailedCreate"]
+    assert not failed, failed
+    torn = [
+        e.message
+        for e in events
+        if (e.metadata.labels or {}).get(names.EVENT_REFLECTED_FROM_LABEL) and "being terminated" in (e.message or "")
+    ]
+    assert not torn, torn
+    # what it said: what goes, then progress until it is gone
+    assert "Twin namespaces to be deleted:" in result.output and "cli-leave-home" in result.output
+    assert "withdrawing the twin cli-leave-home" in result.output, "progress while the twins go"
+    assert "namespace cli-leave unoffloaded" in result.output
+
+
+def test_cli_unoffload_of_a_namespace_that_does_not_exist_says_so_and_info_reads_as_kubectl(
+    runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment
+) -> None:
+    """Issue 35 (6)."""
+    missing = cli(dev_env, "unoffload", "namespace", "no-such-namespace", "--yes")
+    assert missing.exit_code == 1 and "namespace no-such-namespace does not exist" in missing.output
+    create_namespace(home, "cli-plain")
+    plain = cli(dev_env, "unoffload", "namespace", "cli-plain", "--yes")
+    assert plain.exit_code == 1 and "namespace cli-plain is not offloaded" in plain.output
+    text = cli(dev_env, "info").output
+    assert re.search(r"liqo-foreign-1 .* cpu \d+m?, memory \d+(Ki|Mi|Gi|Ti), pods \d+", text), text
+    assert "labels: liqo.io/remote-cluster-id=foreign-1, liqo.io/type=virtual-node, region=europe\n" in text, text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import yaml
 from click.testing import CliRunner
@@ -91,3 +92,100 @@ def test_every_timeout_flag_takes_durations() -> None:
         assert result.exit_code == 2, result.output
         assert "Invalid value for '--timeout': '1h30' is not a duration: 30 has no unit" in result.output
         assert "[default: 2m]" in CliRunner().invoke(main, [*command, "--help"]).output
+
+
+# -- an offloaded namespace changed by a second `offload` ---------------------------------------
+
+
+def test_options_not_given_keep_their_current_values() -> None:
+    import click
+    import pytest
+
+    from liqo_stack.cli.offload import merged_spec, spec_changes
+    from runtime.api import NamespaceOffloadingSpec, parse_selector
+
+    current = NamespaceOffloadingSpec.model_validate(
+        {
+            "podOffloadingStrategy": "Remote",
+            "clusterSelector": parse_selector(["topology.liqo.io/region=europe"]).to_wire(),
+        }
+    )
+    nothing: dict[str, Any] = {
+        "namespace_mapping_strategy": None,
+        "remote_namespace_name": None,
+        "pod_offloading_strategy": None,
+        "selector": None,
+    }
+    same, _ = merged_spec(current, **nothing)
+    assert same == current and spec_changes(current, same) == []
+    changed, _ = merged_spec(current, **{**nothing, "pod_offloading_strategy": "LocalAndRemote"})
+    assert changed.cluster_selector == current.cluster_selector
+    assert spec_changes(current, changed) == ["podOffloadingStrategy: Remote -> LocalAndRemote"]
+    moved, _ = merged_spec(current, **{**nothing, "selector": parse_selector(["topology.liqo.io/region=us-west"])})
+    assert spec_changes(current, moved) == [
+        "clusterSelector: --selector 'topology.liqo.io/region=europe' -> --selector 'topology.liqo.io/region=us-west'"
+    ]
+    with pytest.raises(click.BadParameter, match="immutable"):
+        merged_spec(current, **{**nothing, "namespace_mapping_strategy": "EnforceSameName"})
+    fresh, _ = merged_spec(None, **nothing)
+    assert fresh == NamespaceOffloadingSpec()
+    assert spec_changes(None, fresh) == [
+        "namespaceMappingStrategy: DefaultName",
+        "podOffloadingStrategy: LocalAndRemote",
+        "clusterSelector: (none: every cluster)",
+    ]
+
+
+def test_a_selector_matching_nothing_lists_the_virtual_nodes_and_their_labels() -> None:
+    from liqo_stack.cli.offload import Peer, no_cluster_selected
+    from runtime.api import parse_selector
+    from runtime.api.plan import virtual_node_labels
+
+    peers = [
+        Peer("foreign-1", virtual_node_labels("foreign-1", {"topology.liqo.io/region": "europe"}), "s1"),
+        Peer("foreign-2", virtual_node_labels("foreign-2", {"topology.liqo.io/region": "us-west"}), "s2"),
+    ]
+    text = no_cluster_selected(parse_selector(["region in (europe,us-west), !staging"]), peers, given=True)
+    assert "--selector 'region in (europe,us-west), !staging' matches no virtual node" in text
+    assert "liqo-foreign-1 (foreign-1): liqo.io/remote-cluster-id=foreign-1" in text
+    assert "topology.liqo.io/region=us-west" in text and "Nothing was changed" in text
+    assert "e.g. --selector 'topology.liqo.io/region=europe'" in text
+
+
+def test_without_a_terminal_nothing_is_asked_and_the_error_names_yes() -> None:
+    """CliRunner's stdin is not a terminal, as in a script or CI."""
+    import click
+    import pytest
+
+    from liqo_stack.cli.offload import ask
+
+    ask("Drop foreign-1?", yes=True)  # --yes: no question
+    with pytest.raises(click.ClickException, match="pass --yes"):
+        ask("Drop foreign-1?", yes=False)
+
+
+def test_info_shows_capacities_in_kubernetes_units() -> None:
+    from liqo_stack.cli.info import display_quantity
+
+    assert display_quantity("memory", "123695058124") == "115Gi"
+    assert display_quantity("memory", "1610612736") == "1536Mi"
+    assert display_quantity("memory", "8Gi") == "8Gi"
+    assert display_quantity("cpu", "0.5") == "500m" and display_quantity("cpu", "8") == "8"
+    assert display_quantity("cpu", "7800m") == "7800m" and display_quantity("pods", "110") == "110"
+
+
+def test_the_readmes_selectors_select_dev_clusters() -> None:
+    """Issue 35 (1): every `--selector` in the README matches a virtual node of the dev stack."""
+    import re
+    from pathlib import Path
+
+    from runtime.api import parse_selector
+    from runtime.api.plan import selected_clusters, virtual_node_labels
+
+    repo = Path(__file__).resolve().parents[2]
+    stack = yaml.safe_load((repo / "Pulumi.dev.yaml").read_text())["config"]["liqo:foreignClusters"]
+    labels = {c["clusterId"]: virtual_node_labels(c["clusterId"], c.get("labels") or {}) for c in stack}
+    examples = re.findall(r"--selector '([^']+)'", (repo / "README.md").read_text())
+    assert examples
+    for example in examples:
+        assert selected_clusters(parse_selector([example]), labels), f"{example!r} selects no dev cluster"

@@ -353,3 +353,23 @@ def test_virtual_node_taint_is_not_duplicated() -> None:
         Taint(key="virtual-node.liqo.io/not-allowed", value="false", effect="NoSchedule"),
     ]
     assert [t.to_wire() for t in virtual_node_taints(extra)] == [BASE_TAINT, {"key": "gpu", "effect": "NoSchedule"}]
+
+
+def test_a_selector_prints_as_the_flags_that_make_it() -> None:
+    from runtime.api.selectors import format_selector
+
+    texts = ["region in (europe,us-west), !staging", "tier=gold, zone!=a, gpu, size notin (s,m)"]
+    shown = format_selector(parse_selector(texts))
+    assert shown == (
+        "--selector 'region in (europe,us-west), !staging' --selector 'tier=gold, zone!=a, gpu, size notin (s,m)'"
+    )
+    assert format_selector(parse_selector([])) == "(none: every cluster)"
+
+
+def test_selection_labels_are_the_nodes_else_the_declared_ones() -> None:
+    from runtime.api.plan import selection_labels
+
+    nodes = {"foreign-1": {"region": "europe", "added-by-admin": "yes"}}
+    labels = selection_labels({"foreign-1": {"region": "europe"}, "foreign-2": {"region": "us-west"}}, nodes)
+    assert labels["foreign-1"] == {"region": "europe", "added-by-admin": "yes"}
+    assert labels["foreign-2"] == virtual_node_labels("foreign-2", {"region": "us-west"})

@@ -42,8 +42,12 @@ def test_a_pod_is_denied_while_the_offloading_is_missing_or_behind() -> None:
     behind = {**READY, "metadata": {**READY["metadata"], "generation": 3}}
     answer = admit_pod(request(pod()), {"apps": behind}.get)["response"]
     assert answer["allowed"] is False and "not ready yet" in answer["status"]["message"]
+
+
+def test_a_pod_is_admitted_as_a_local_one_while_the_namespace_is_unoffloaded() -> None:
+    """Seed 003: unoffloading reschedules the offloaded pods locally; their replacements are not refused."""
     leaving = {**READY, "metadata": {**READY["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
-    assert "being unoffloaded" in admit_pod(request(pod()), {"apps": leaving}.get)["response"]["status"]["message"]
+    assert admit_pod(request(pod()), {"apps": leaving}.get)["response"] == {"uid": "u-1", "allowed": True}
 
 
 def test_local_strategy_allows_without_a_patch() -> None:
