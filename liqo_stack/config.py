@@ -431,7 +431,7 @@ class StackConfig(ConfigModel):
         if self.virtual_kubelet.home_api_server_address is not None:
             return parse_api_server_address(self.virtual_kubelet.home_api_server_address)
         if not self.home.has_kubeconfig:
-            return None  # the program's own provider reaches home; the runtime uses its in-cluster address
+            return None  # a program's own provider reaches home: liqo_stack.program requires the address then
         import yaml
 
         kubeconfig = yaml.safe_load(self.home.kubeconfig_text())

@@ -1,7 +1,10 @@
 """The Pulumi program: stack config -> components. `__main__.py` and the tests both run `main()`.
 
 A user's own Pulumi program may run it too, passing the `kubernetes.Provider` it already has for a
-cluster (by cluster id) instead of a kubeconfig in the stack config:
+cluster (by cluster id) instead of a kubeconfig in the stack config. Give each the settings of the
+stack's own (`liqo_stack.components.cluster.provider`): `cluster_identifier` = the cluster id (without
+it, a new kubeconfig replaces every object through that provider, CRDs and their objects included),
+server-side apply, mutable Secrets and ConfigMaps.
 
     providers = {"home": home_provider, "foreign-1": foreign_provider}
     stack = liqo_stack.program.main(providers)
@@ -21,6 +24,7 @@ import pulumi_kubernetes as k8s
 from liqo_stack import config as stack_config
 from liqo_stack.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
 from liqo_stack.components.cluster import provider
+from liqo_stack.components.credentials import server_of
 from liqo_stack.plan import stack_plan
 
 
@@ -41,13 +45,21 @@ class LiqoStack:
 
 
 def _kubeconfig(access: stack_config.ClusterAccess, path: str, has_provider: bool) -> pulumi.Output[str] | None:
-    """The cluster's kubeconfig from the config (a secret), checked before any resource is registered."""
+    """The cluster's kubeconfig from the config (a secret), checked before any resource is registered;
+    without one, what the stack would have read from it must be in the config."""
     if access.has_kubeconfig:
+        if isinstance(access, stack_config.ForeignCluster) and access.api_server_address is None:
+            server_of(access.kubeconfig_text(), access.cluster_id)  # the home identity's kubeconfig points there
         return pulumi.Output.secret(access.kubeconfig_text())
     if not has_provider:
         raise stack_config.ConfigError(
             f"{path}: cluster {access.cluster_id} has no kubeconfig: set kubeconfig (as a secret) or kubeconfigPath, "
             "or pass the program's own kubernetes.Provider for it"
+        )
+    if isinstance(access, stack_config.ForeignCluster) and access.api_server_address is None:
+        raise stack_config.ConfigError(
+            f"{path}.apiServerAddress: cluster {access.cluster_id} has no kubeconfig in the stack config: set where "
+            "the home identity reaches its API server (host:port)"
         )
     return None
 
@@ -64,14 +76,25 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
     }
     try:
         if unknown:
-            raise stack_config.ConfigError(f"providers given for clusters the stack config does not name: {unknown}")
+            raise stack_config.ConfigError(
+                f"providers given for clusters {unknown}, which the stack config does not name: key them by the "
+                f"cluster ids of liqo:home and liqo:foreignClusters ({sorted(accesses)})"
+            )
         kubeconfigs = {cid: _kubeconfig(access, path, cid in given) for cid, (path, access) in accesses.items()}
+        if not config.home.has_kubeconfig and config.virtual_kubelet.home_api_server_address is None:
+            raise stack_config.ConfigError(
+                "liqo:virtualKubelet.homeApiServerAddress: liqo:home has no kubeconfig in the stack config: set where "
+                "offloaded pods reach the home API server (host:port)"
+            )
     except stack_config.ConfigError as err:
         raise pulumi.RunError(str(err)) from None
-    clusters = {
-        cid: Cluster(cid, given.get(cid) or provider(cid, kubeconfig), kubeconfig)  # type: ignore[arg-type]
-        for cid, kubeconfig in kubeconfigs.items()
-    }
+    clusters = {}
+    for cid, kubeconfig in kubeconfigs.items():
+        own = given.get(cid)
+        if own is not None:
+            clusters[cid] = Cluster(cid, own, kubeconfig)
+        elif kubeconfig is not None:
+            clusters[cid] = Cluster(cid, provider(cid, kubeconfig), kubeconfig)
     home = clusters[config.home.cluster_id]
     foreigns = {f.cluster_id: clusters[f.cluster_id] for f in config.foreign_clusters}
 

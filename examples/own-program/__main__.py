@@ -18,8 +18,12 @@ providers = {
     cluster_id: k8s.Provider(
         cluster_id,
         kubeconfig=kubeconfigs.apply(lambda found, cluster_id=cluster_id: found[cluster_id]),
+        # as liqo-stack's own providers: a new kubeconfig for the cluster never replaces an object,
+        # and the credentials Secret is updated in place
         cluster_identifier=cluster_id,
         enable_server_side_apply=True,
+        enable_secret_mutable=True,
+        enable_config_map_mutable=True,
     )
     for cluster_id in config.require_object("clusters")
 }

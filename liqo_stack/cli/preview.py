@@ -32,10 +32,16 @@ def workspace_options(work_dir: Path) -> auto.LocalWorkspaceOptions:
     env = PulumiEnvironment.default()
     options = env.workspace_options(work_dir)
     if os.environ.get("PULUMI_BACKEND_URL"):
-        own = {k: v for k, v in env.env_vars().items() if k not in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE")}
+        dev_only = ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_HOME")
+        own = {k: v for k, v in (options.env_vars or {}).items() if k not in dev_only}
         own["PULUMI_BACKEND_URL"] = os.environ["PULUMI_BACKEND_URL"]
+        if os.environ.get("PULUMI_HOME"):  # the caller's own: the kubernetes plugin built here goes there too
+            own["PULUMI_HOME"] = os.environ["PULUMI_HOME"]
+            env.install_plugins(Path(os.environ["PULUMI_HOME"]))
+            options.pulumi_home = os.environ["PULUMI_HOME"]
+        else:
+            own["PULUMI_HOME"] = str(env.pulumi_home)
         options.env_vars = own
-        options.pulumi_home = os.environ.get("PULUMI_HOME")
     return options
 
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import pulumi
 
 from liqo_stack import manifests
-from liqo_stack.components.cluster import Cluster
+from liqo_stack.components.cluster import SKIP_AWAIT, Cluster, annotated
 from liqo_stack.config import RuntimeConfig, RuntimeMode
 from runtime.api import names
-
-SKIP_AWAIT = "pulumi.com/skipAwait"
 
 
 def deploy_controller(
@@ -51,7 +49,7 @@ def deploy_controller(
     if not running:
         # pulumi-kubernetes waits for a Deployment's rollout; scaled to zero there is none, and it would
         # warn "Replicas scaled to 0" on every up (cluster mode waits: the runtime must come up)
-        manifest["metadata"].setdefault("annotations", {})[SKIP_AWAIT] = "true"
+        manifest = annotated(manifest, {SKIP_AWAIT: "true"})
     deployment = cluster.object(
         resource_name, manifest, pulumi.ResourceOptions(parent=parent, depends_on=[account, binding, *depends_on])
     )

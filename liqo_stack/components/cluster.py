@@ -27,6 +27,10 @@ import pulumi_kubernetes as k8s
 #   declare (the runtime's caBundles, status, finalizers) stay with their writers.
 FIELD_MANAGER = "liqo-stack"
 APPLY_ANNOTATIONS = {"pulumi.com/patchFieldManager": FIELD_MANAGER, "pulumi.com/patchForce": "true"}
+# How long pulumi-kubernetes waits for an object, and for what (annotations too).
+SKIP_AWAIT = "pulumi.com/skipAwait"
+WAIT_FOR = "pulumi.com/waitFor"
+TIMEOUT_SECONDS = "pulumi.com/timeoutSeconds"
 
 Manifest = dict[str, Any]
 
@@ -61,10 +65,15 @@ def snake_case(field: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower()
 
 
-def with_apply_annotations(manifest: Manifest) -> Manifest:
+def annotated(manifest: Manifest, annotations: dict[str, str]) -> Manifest:
+    """`manifest` with `annotations` added (the manifest itself is not changed)."""
     metadata = dict(manifest.get("metadata") or {})
-    metadata["annotations"] = {**(metadata.get("annotations") or {}), **APPLY_ANNOTATIONS}
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
     return {**manifest, "metadata": metadata}
+
+
+def with_apply_annotations(manifest: Manifest) -> Manifest:
+    return annotated(manifest, APPLY_ANNOTATIONS)
 
 
 def declare(

@@ -72,6 +72,11 @@ def home_identity_kubeconfig(
 
     def compose(args: list[Any]) -> str:
         cluster, data = args
+        if not (data or {}).get("token"):
+            raise RuntimeError(
+                f"the Secret {identity}-token in cluster {foreign.cluster_id} has no data.token: is that cluster's "
+                "kube-controller-manager (its token controller) running?"
+            )
         token = base64.b64decode(data["token"]).decode()
         ca = data.get("ca.crt")
         return compose_kubeconfig(cluster, foreign.cluster_id, identity, token, ca)

@@ -9,13 +9,15 @@ import pulumi_kubernetes as k8s
 
 from liqo_stack import manifests
 from liqo_stack.components._controller import deploy_controller
-from liqo_stack.components.cluster import Cluster
+from liqo_stack.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, annotated
 from liqo_stack.components.credentials import home_identity_kubeconfig
 from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
 from liqo_stack.config import ForeignCluster, StackConfig
 from runtime.api import ReflectorSettings, VirtualNodeSpec, names
 from runtime.api.virtualnode import HealthCheck, OffloadingPatch, SecretReference, StorageType
+
+TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret
 
 
 def virtual_node_spec(config: StackConfig, foreign: ForeignCluster) -> VirtualNodeSpec:
@@ -75,10 +77,14 @@ class Peering(pulumi.ComponentResource):
         )
         in_tenant = pulumi.ResourceOptions(parent=self, depends_on=[self.tenant_namespace])
         account = foreign.object("home-identity", manifests.service_account(identity, tenant, component), in_tenant)
-        # The cluster's token controller fills the Secret; pulumi-kubernetes waits for its data.
+        # The cluster's token controller fills the Secret. pulumi-kubernetes' own wait for it gives up
+        # after 5 s, too short for a busy cluster: wait for the token itself, up to a minute.
         token = foreign.object(
             "home-identity-token",
-            manifests.service_account_token(identity, tenant, component),
+            annotated(
+                manifests.service_account_token(identity, tenant, component),
+                {WAIT_FOR: "jsonpath={.data.token}", TIMEOUT_SECONDS: str(TOKEN_WAIT_SECONDS)},
+            ),
             pulumi.ResourceOptions(parent=self, depends_on=[account]),
         )
         role = foreign.object(

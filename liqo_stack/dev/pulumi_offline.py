@@ -57,33 +57,40 @@ class PulumiEnvironment:
             "PATH": os.pathsep.join([str(self.bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }
 
-    def install_plugins(self, built: Path | None = None) -> list[str]:
+    def install_plugins(self, pulumi_home: Path | None = None) -> list[str]:
         """Install each plugin the toolchain built (tools/build.py: `pulumi-resource-kubernetes`) into
-        PULUMI_HOME, as `pulumi plugin install --file` does for a downloaded one; the engine then finds
-        it by the version the SDK asks for, and nothing is fetched. Returns what it installed now."""
+        PULUMI_HOME (this environment's, or `pulumi_home`), as `pulumi plugin install --file` does for a
+        downloaded one; the engine then finds it by the version the SDK asks for, and nothing is
+        fetched. Returns what it installed now."""
         installed = []
-        source = built or paths.plugins_dir()
+        home = pulumi_home or self.pulumi_home
+        source = paths.plugins_dir()
         for plugin in sorted(source.iterdir()) if source.is_dir() else []:
             kind, _, rest = plugin.name.partition("-")
             name, _, version = rest.rpartition("-v")
-            target = self.pulumi_home / "plugins" / plugin.name
+            target = home / "plugins" / plugin.name
             if target.is_dir() and not target.with_name(f"{plugin.name}.partial").exists():
                 continue
-            subprocess.run(
-                [
-                    str(self.bin_dir / "pulumi"),
-                    "plugin",
-                    "install",
-                    kind,
-                    name,
-                    f"v{version}",
-                    "--file",
-                    str(plugin / f"pulumi-{kind}-{name}"),
-                ],
-                env={**os.environ, "PULUMI_HOME": str(self.pulumi_home), "PULUMI_SKIP_UPDATE_CHECK": "true"},
-                check=True,
-                capture_output=True,
-            )
+            binary = plugin / f"pulumi-{kind}-{name}"
+            command = [
+                str(self.bin_dir / "pulumi"),
+                "plugin",
+                "install",
+                kind,
+                name,
+                f"v{version}",
+                "--file",
+                str(binary),
+            ]
+            env = {**os.environ, "PULUMI_HOME": str(home), "PULUMI_SKIP_UPDATE_CHECK": "true"}
+            try:
+                subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+            except (OSError, subprocess.CalledProcessError) as err:
+                said = getattr(err, "stderr", None) or str(err)
+                raise RuntimeError(
+                    f"cannot install the {kind} plugin {name} v{version} ({binary}) into {home}: {said.strip()}; "
+                    "run `python3 tools/build.py` (it builds pulumi and the plugin) and try again"
+                ) from err
             installed.append(f"{kind} {name} v{version}")
         return installed
 

@@ -358,3 +358,36 @@ def test_a_cluster_with_neither_kubeconfig_nor_provider_is_named(mocks: Recordin
     with pytest.raises(Exception, match=r"liqo:foreignClusters\[1\]: cluster foreign-2 has no kubeconfig"):
         run_program()
     assert mocks.resources == []
+
+
+@pytest.mark.parametrize(
+    ("drop", "named"),
+    [
+        ("apiServerAddress", r"liqo:foreignClusters\[1\]\.apiServerAddress: cluster foreign-2 has no kubeconfig"),
+        ("homeApiServerAddress", r"liqo:virtualKubelet\.homeApiServerAddress: liqo:home has no kubeconfig"),
+    ],
+)
+def test_without_kubeconfigs_the_addresses_are_required_before_any_resource(
+    mocks: RecordingMocks, tmp_path: Path, drop: str, named: str
+) -> None:
+    config = stack_config(tmp_path)
+    config["liqo:home"] = json.dumps({"clusterId": "home"})
+    foreign = [{"clusterId": f"foreign-{i}", "apiServerAddress": f"10.0.0.{i}:6443"} for i in (1, 2)]
+    if drop == "apiServerAddress":
+        del foreign[1]["apiServerAddress"]
+    config["liqo:foreignClusters"] = json.dumps(foreign)
+    if drop != "homeApiServerAddress":
+        config["liqo:virtualKubelet"] = json.dumps({"homeApiServerAddress": "10.0.0.9:6443"})
+    pulumi.runtime.set_all_config(config)
+    with pytest.raises(Exception, match=named):
+        run_program_with_own_providers()
+    assert [r for r in mocks.resources if r.typ != "pulumi:providers:kubernetes"] == []
+
+
+def test_the_identity_token_is_waited_for_up_to_a_minute(mocks: RecordingMocks) -> None:
+    """pulumi-kubernetes' own wait for a token Secret gives up after 5 s."""
+    run_program()
+
+    tokens = [m for m in mocks.in_cluster("foreign-1") if m.get("type") == "kubernetes.io/service-account-token"]
+    assert [t["metadata"]["annotations"]["pulumi.com/waitFor"] for t in tokens] == ["jsonpath={.data.token}"]
+    assert tokens[0]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"] == "60"

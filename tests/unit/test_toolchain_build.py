@@ -301,3 +301,14 @@ def test_a_plugin_is_built_with_its_generated_embeds_and_kept_out_of_bin(
         '"types":{}}',
         '{"a":{"c":3,"d":2},"b":1}',
     ]
+
+
+def test_the_plugin_the_sdk_asks_for_is_the_one_built(build: ModuleType) -> None:
+    """pulumi-kubernetes' Python SDK asks the engine for the plugin of its own version, and nothing is
+    downloaded: the pin, the SDK it builds with and the Python package must name one release."""
+    import tomllib
+
+    pin = build.load_pins()["pulumi-kubernetes"]
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"pulumi-kubernetes=={pin['release']}" in dependencies
+    assert pin["replace_versions"]["github.com/pulumi/pulumi-kubernetes/sdk/v4"] == f"v{pin['release']}"
