@@ -209,7 +209,7 @@ def test_pulumi_import_takes_a_hand_made_object_into_the_state(
     assert deployment is not None
     [provider] = [r for r in deployment["resources"] if r["urn"].endswith("pulumi:providers:kubernetes::home")]
     pulumi = [str(pulumi_env.bin_dir / "pulumi"), "--non-interactive", "--stack", stack.name]
-    env = {**os.environ, **pulumi_env.env_vars()}
+    env = {**os.environ, **pulumi_env.env_vars(), "TMPDIR": str(pulumi_env.scratch_dir)}
     work_dir = stack.workspace.work_dir
     imported = subprocess.run(
         [
