@@ -191,6 +191,21 @@ class ClusterAccess(ConfigModel):
         return _select_context(text, self.context, self.cluster_id) if self.context else text
 
 
+def current_cluster(kubeconfig_text: str) -> dict[str, Any]:
+    """The `cluster` entry (server, CA) of a kubeconfig's current context, else of its first context or
+    first cluster; {} when it names none (or is not a kubeconfig: connecting to the cluster reports it)."""
+    import yaml
+
+    kubeconfig = yaml.safe_load(kubeconfig_text)
+    if not isinstance(kubeconfig, dict):
+        return {}
+    contexts = {c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or []}
+    current = contexts.get(kubeconfig.get("current-context")) or next(iter(contexts.values()), {})
+    clusters = {c.get("name"): c.get("cluster") or {} for c in kubeconfig.get("clusters") or []}
+    cluster: dict[str, Any] = clusters.get(current.get("cluster")) or next(iter(clusters.values()), {})
+    return cluster
+
+
 def _select_context(text: str, context: str, cluster_id: str) -> str:
     import yaml
 
@@ -432,16 +447,7 @@ class StackConfig(ConfigModel):
             return parse_api_server_address(self.virtual_kubelet.home_api_server_address)
         if not self.home.has_kubeconfig:
             return None  # a program's own provider reaches home: liqo_stack.program requires the address then
-        import yaml
-
-        kubeconfig = yaml.safe_load(self.home.kubeconfig_text())
-        if not isinstance(kubeconfig, dict):
-            return None  # not a kubeconfig: connecting to the home cluster reports it
-        contexts = {c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or []}
-        current = contexts.get(kubeconfig.get("current-context")) or {}
-        clusters = {c.get("name"): c.get("cluster") or {} for c in kubeconfig.get("clusters") or []}
-        cluster = clusters.get(current.get("cluster")) or next(iter(clusters.values()), {})
-        server = cluster.get("server")
+        server = current_cluster(self.home.kubeconfig_text()).get("server")
         if not server:
             return None
         try:

@@ -16,16 +16,12 @@ import pulumi
 import yaml
 
 from liqo_stack.components.cluster import Cluster
-from liqo_stack.config import ConfigError, ForeignCluster, parse_api_server_address
+from liqo_stack.config import ConfigError, ForeignCluster, current_cluster, parse_api_server_address
 
 
 def server_of(kubeconfig: str, cluster_id: str) -> dict[str, Any]:
-    """The `cluster` entry (server, CA) of a kubeconfig's current context."""
-    config = yaml.safe_load(kubeconfig) or {}
-    contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
-    clusters = {c.get("name"): c.get("cluster") or {} for c in config.get("clusters") or []}
-    current = contexts.get(config.get("current-context")) or next(iter(contexts.values()), {})
-    cluster: dict[str, Any] = clusters.get(current.get("cluster")) or {}
+    """The `cluster` entry (server, CA) of a kubeconfig's current context, which must name a server."""
+    cluster = current_cluster(kubeconfig)
     if not cluster.get("server"):
         raise ConfigError(
             f"cluster {cluster_id}: its kubeconfig names no server for its current context; fix the kubeconfig "
