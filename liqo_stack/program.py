@@ -48,9 +48,10 @@ def _kubeconfig(access: stack_config.ClusterAccess, path: str, has_provider: boo
     """The cluster's kubeconfig from the config (a secret), checked before any resource is registered;
     without one, what the stack would have read from it must be in the config."""
     if access.has_kubeconfig:
+        text = access.kubeconfig_text()
         if isinstance(access, stack_config.ForeignCluster) and access.api_server_address is None:
-            server_of(access.kubeconfig_text(), access.cluster_id)  # the home identity's kubeconfig points there
-        return pulumi.Output.secret(access.kubeconfig_text())
+            server_of(text, access.cluster_id)  # the home identity's kubeconfig points there
+        return pulumi.Output.secret(text)
     if not has_provider:
         raise stack_config.ConfigError(
             f"{path}: cluster {access.cluster_id} has no kubeconfig: set kubeconfig (as a secret) or kubeconfigPath, "
@@ -69,11 +70,10 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
     made from that cluster's kubeconfig."""
     config = load_config()
     given = dict(providers or {})
-    known = {config.home.cluster_id, *(f.cluster_id for f in config.foreign_clusters)}
-    unknown = sorted(set(given) - known)
     accesses = {config.home.cluster_id: ("liqo:home", config.home)} | {
         f.cluster_id: (f"liqo:foreignClusters[{i}]", f) for i, f in enumerate(config.foreign_clusters)
     }
+    unknown = sorted(set(given) - set(accesses))
     try:
         if unknown:
             raise stack_config.ConfigError(

@@ -72,17 +72,13 @@ def annotated(manifest: Manifest, annotations: dict[str, str]) -> Manifest:
     return {**manifest, "metadata": metadata}
 
 
-def with_apply_annotations(manifest: Manifest) -> Manifest:
-    return annotated(manifest, APPLY_ANNOTATIONS)
-
-
 def declare(
     resource_name: str, manifest: Manifest, opts: pulumi.ResourceOptions, **overrides: pulumi.Input[Any]
 ) -> pulumi.CustomResource:
     """`manifest` as the pulumi-kubernetes resource of its kind. Nested fields stay as the manifest
     writes them (camelCase): the SDK sends a plain dict as it is. `overrides` replace top-level
     fields with values known later (outputs), e.g. a Secret's `string_data`."""
-    manifest = with_apply_annotations(manifest)
+    manifest = annotated(manifest, APPLY_ANNOTATIONS)
     api_version, kind = manifest["apiVersion"], manifest["kind"]
     fields = {snake_case(k): v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
     fields.update(overrides)

@@ -9,7 +9,7 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from liqo_stack.components.cluster import APPLY_ANNOTATIONS, KINDS, snake_case, with_apply_annotations
+from liqo_stack.components.cluster import APPLY_ANNOTATIONS, KINDS, annotated, snake_case
 from liqo_stack.components.credentials import compose_kubeconfig, server_of
 from liqo_stack.config import ConfigError
 
@@ -30,8 +30,8 @@ def test_every_object_is_applied_by_one_field_manager_forced_and_keeps_its_annot
         "kind": "Namespace",
         "metadata": {"name": "a", "annotations": {"team": "x"}},
     }
-    annotated = with_apply_annotations(manifest)
-    metadata: Any = annotated["metadata"]
+    applied = annotated(manifest, APPLY_ANNOTATIONS)
+    metadata: Any = applied["metadata"]
     assert metadata["annotations"] == {"team": "x", **APPLY_ANNOTATIONS}
     assert APPLY_ANNOTATIONS == {"pulumi.com/patchFieldManager": "liqo-stack", "pulumi.com/patchForce": "true"}
     assert manifest["metadata"]["annotations"] == {"team": "x"}  # the manifest itself is not changed
