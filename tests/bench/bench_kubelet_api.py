@@ -26,7 +26,7 @@ from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from tests.bench.bench_offloading import running_stack
-from tests.e2e.harness import free_port, wait_until
+from tests.support.kube import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 HOME, FOREIGN = "home", "foreign-1"

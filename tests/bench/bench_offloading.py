@@ -53,7 +53,7 @@ from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unp
 from tests.bench.profiling import Profile, profiled
 from tests.bench.profiling import report as report_profile
 from tests.bench.stages import DIRECT_STAGES, OFFLOADED_STAGES, StageClock, percentile
-from tests.e2e.harness import free_port, node_ready, offload, wait_phase, wait_until
+from tests.support.kube import free_port, node_ready, offload, wait_phase, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 HOME, FOREIGN = "home", "foreign-1"

@@ -16,7 +16,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource
-from tests.e2e.harness import VIRTUAL_NODES, free_port, get_or_none, node_ready, offload, wait_phase, wait_until
+from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready, offload, wait_phase, wait_until
 
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
 STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local-static", "default": True}]

@@ -30,7 +30,7 @@ from pulumi import automation as auto
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from tests.e2e.harness import free_port, wait_until
+from tests.support.kube import free_port, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

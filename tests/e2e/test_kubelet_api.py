@@ -30,7 +30,7 @@ from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import POD_LOG, PREVIOUS_POD_LOG, DevEnvironment, cri_log_line
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.virtualkubelet.node import WEBSOCKET_FEATURE
-from tests.e2e.harness import VIRTUAL_NODES, free_port, node_ready, pod_on_each_virtual_node, wait_until
+from tests.support.kube import VIRTUAL_NODES, free_port, node_ready, pod_on_each_virtual_node, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

@@ -23,7 +23,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource
-from tests.e2e.harness import (
+from tests.support.kube import (
     all_running,
     create_namespace,
     deploy_running,
@@ -222,7 +222,7 @@ def test_selector_follows_labels_added_to_virtual_nodes_at_home(
     from click.testing import CliRunner
 
     from liqo_stack.cli import main
-    from tests.e2e.harness import VIRTUAL_NODES, node_ready
+    from tests.support.kube import VIRTUAL_NODES, node_ready
 
     wait_until(lambda: all(node_ready(home, n) for n in VIRTUAL_NODES.values()), 60, "virtual nodes Ready")
 

@@ -22,7 +22,7 @@ from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from tests.e2e.harness import all_running, get_or_none, wait_phase, wait_until
+from tests.support.kube import all_running, get_or_none, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

@@ -22,7 +22,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource, ShadowPodResource
-from tests.e2e.harness import (
+from tests.support.kube import (
     VIRTUAL_NODES,
     all_running,
     create_namespace,

@@ -15,7 +15,7 @@ from lightkube import Client
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import ClusterLayout
-from tests.e2e.harness import VIRTUAL_NODES, deploy_running, remote_pod
+from tests.support.kube import VIRTUAL_NODES, deploy_running, remote_pod
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

@@ -18,7 +18,7 @@ from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from tests.e2e.harness import (
+from tests.support.kube import (
     VIRTUAL_NODES,
     all_running,
     deploy_running,

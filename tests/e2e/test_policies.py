@@ -21,7 +21,7 @@ from pulumi import automation as auto
 from liqo_stack.dev.clusters import DevEnvironment, NodeShape, fake_node_manifest
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from tests.conftest import REPO
-from tests.e2e.harness import wait_until
+from tests.support.kube import wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

@@ -16,7 +16,7 @@ from liqo_stack.cli import main as cli
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from tests.e2e.harness import VIRTUAL_NODES, deploy_running, node_ready, wait_phase, wait_until
+from tests.support.kube import VIRTUAL_NODES, deploy_running, node_ready, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

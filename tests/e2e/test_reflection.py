@@ -24,7 +24,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
-from tests.e2e.harness import get_or_none, metric_samples, wait_until
+from tests.support.kube import get_or_none, metric_samples, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -334,7 +334,7 @@ def test_endpoint_slices_let_every_cluster_reach_every_replica(
     from lightkube.resources.discovery_v1 import EndpointSlice
 
     from liqo_stack.dev.workloads import example_deployment
-    from tests.e2e.harness import offload, wait_phase
+    from tests.support.kube import offload, wait_phase
 
     namespace = "spread"
     offload(home, namespace, {"podOffloadingStrategy": "LocalAndRemote"})

@@ -35,7 +35,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.kube.resources import NamespaceOffloadingResource
-from tests.e2e.harness import deploy_running, free_port, node_ready, offload, remote_pod, wait_phase, wait_until
+from tests.support.kube import deploy_running, free_port, node_ready, offload, remote_pod, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi, pytest.mark.image]
 

@@ -19,7 +19,7 @@ from lightkube.resources.storage_v1 import StorageClass
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from tests.e2e.harness import VIRTUAL_NODES, get_or_none, remote_pod, wait_until
+from tests.support.kube import VIRTUAL_NODES, get_or_none, remote_pod, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

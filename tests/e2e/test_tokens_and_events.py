@@ -28,7 +28,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
-from tests.e2e.harness import VIRTUAL_NODES, get_or_none, remote_pod, wait_until
+from tests.support.kube import VIRTUAL_NODES, get_or_none, remote_pod, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

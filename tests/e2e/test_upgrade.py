@@ -23,7 +23,7 @@ from pulumi import automation as auto
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from tests.e2e.harness import all_running, deploy_running, wait_phase, wait_until
+from tests.support.kube import all_running, deploy_running, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

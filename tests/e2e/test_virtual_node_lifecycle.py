@@ -32,7 +32,7 @@ from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.api.plan import shared_resources
 from runtime.kube.resources import ResourceAdvertisementResource
-from tests.e2e.harness import VIRTUAL_NODES, all_running, deploy_running, home_pods, node_ready, remote_pod, wait_until
+from tests.support.kube import VIRTUAL_NODES, all_running, deploy_running, home_pods, node_ready, remote_pod, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

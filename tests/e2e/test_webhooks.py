@@ -17,8 +17,8 @@ from lightkube.types import PatchType
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names, parse_selector
 from runtime.kube.resources import NamespaceOffloadingResource
-from tests.e2e.harness import create_namespace, offload, status_of, wait_phase, wait_until
-from tests.placement import EXPECTED, SELECTORS, schedulable
+from tests.support.kube import create_namespace, offload, status_of, wait_phase, wait_until
+from tests.support.placement import EXPECTED, SELECTORS, schedulable
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 

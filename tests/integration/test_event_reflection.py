@@ -18,7 +18,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import names
 from runtime.reflection.events import EventReflector
 from runtime.reflection.forging import ReflectionSettings
-from tests.e2e.harness import wait_until_async
+from tests.support.kube import wait_until_async
 
 pytestmark = pytest.mark.clusters
 

@@ -15,7 +15,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.kube import Event, Informer
 from runtime.kube.packing import Packed
-from tests.e2e.harness import wait_until_async
+from tests.support.kube import wait_until_async
 
 pytestmark = pytest.mark.clusters
 

@@ -18,7 +18,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from runtime.reflection.forging import ReflectionSettings
 from runtime.reflection.kinds import CONFIGMAPS
 from runtime.reflection.reflecting import HomeEvents, ReflectionMetrics, Reflector
-from tests.e2e.harness import get_or_none, wait_until_async
+from tests.support.kube import get_or_none, wait_until_async
 
 pytestmark = pytest.mark.clusters
 

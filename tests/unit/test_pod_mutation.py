@@ -1,4 +1,4 @@
-"""Pod mutation per strategy, checked by where the mutated pod may schedule (tests/placement.py)."""
+"""Pod mutation per strategy, checked by where the mutated pod may schedule (tests/support/placement.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from runtime.api import PodOffloadingStrategy, names, parse_selector
 from runtime.webhooks.podmutation import TOLERATION, mutate_pod
-from tests.placement import EXPECTED, SELECTORS, schedulable
+from tests.support.placement import EXPECTED, SELECTORS, schedulable
 
 
 def pod(runtime_class: bool = False, **spec: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""What the e2e tests share: the runtime as local processes, and waiting on offloadings."""
+"""What every test tier shares: waits on conditions, the runtime as local processes, offloadings."""
 
 from __future__ import annotations
 
