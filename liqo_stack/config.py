@@ -156,12 +156,22 @@ class ConfigModel(BaseModel):
 class ClusterAccess(ConfigModel):
     """How to reach a cluster: kubeconfig content (set it with `pulumi config set --secret`) or a file."""
 
-    cluster_id: ClusterId
-    kubeconfig: str | None = None
-    kubeconfig_path: str | None = None
-    context: str | None = None
-    # the range this cluster's pods take their IPs from: lets the plan detect overlaps (seed 002)
-    pod_cidr: Cidr | None = Field(default=None, alias="podCIDR")
+    cluster_id: ClusterId = Field(
+        description="stable name of the cluster (a DNS label); objects are keyed by it, so a new kubeconfig for "
+        "the same id updates in place and replaces nothing"
+    )
+    kubeconfig: str | None = Field(
+        default=None,
+        description="kubeconfig content, as a Pulumi secret (`pulumi config set --secret --path`); or kubeconfigPath",
+    )
+    kubeconfig_path: str | None = Field(default=None, description="a kubeconfig file; or kubeconfig (content)")
+    context: str | None = Field(default=None, description="context of that kubeconfig (default: its current context)")
+    pod_cidr: Cidr | None = Field(
+        default=None,
+        alias="podCIDR",
+        description="the range this cluster's pods take their IPs from: lets the plan detect overlapping pod ranges "
+        "and remap them (seed 002)",
+    )
 
     @model_validator(mode="after")
     def _one_kubeconfig(self) -> Self:
@@ -230,22 +240,48 @@ def _dns_subdomain(value: str) -> str:
 class StorageClassConfig(ConfigModel):
     """A StorageClass of the foreign cluster that home claims of class `liqo` get there (seed 002)."""
 
-    storage_class_name: Annotated[str, AfterValidator(_dns_subdomain)]
-    default: bool = False
+    storage_class_name: Annotated[str, AfterValidator(_dns_subdomain)] = Field(
+        description="a StorageClass of the foreign cluster"
+    )
+    default: bool = Field(default=False, description="the class `liqo` claims get there (at most one)")
 
 
 class ForeignCluster(ClusterAccess):
-    labels: Labels = Field(default_factory=dict)
-    sharing_percentage: Percentage | None = None
-    fixed_resources: Quantities = Field(default_factory=dict)
-    taints: list[Taint] = Field(default_factory=list)
-    # where the home cluster shows this cluster's pod IPs; default: allocated when podCIDR overlaps
-    remapped_pod_cidr: Cidr | None = Field(default=None, alias="remappedPodCIDR")
-    # the classes negotiated for the peering; none: the foreign cluster's default class
-    storage_classes: list[StorageClassConfig] = Field(default_factory=list)
-    # where the home cluster's identity reaches this cluster's API server; default: its kubeconfig's
-    # server (needed when a program passes its own provider instead of a kubeconfig)
-    api_server_address: Annotated[str, AfterValidator(_api_server_address)] | None = None
+    """A foreign cluster: how to reach it (as `home`), and what its virtual node at home shows."""
+
+    labels: Labels = Field(
+        default_factory=dict,
+        description="labels suggested for its virtual node (what cluster selectors match), "
+        "e.g. `topology.liqo.io/region: europe`",
+    )
+    sharing_percentage: Percentage | None = Field(
+        default=None,
+        description="share of its free resources the virtual node offers (default: liqo:sharingPercentage)",
+    )
+    fixed_resources: Quantities = Field(
+        default_factory=dict,
+        description="resources the virtual node offers whatever the share, e.g. `nvidia.com/gpu: 1` "
+        "(an extended resource the share would round to zero)",
+    )
+    taints: list[Taint] = Field(
+        default_factory=list, description="taints of its virtual node (`key`, `value`, `effect`), beside liqo's own"
+    )
+    remapped_pod_cidr: Cidr | None = Field(
+        default=None,
+        alias="remappedPodCIDR",
+        description="where the home cluster shows this cluster's pod IPs; default: a block of liqo:network."
+        "remappingPool when its podCIDR overlaps the home range or one seen before",
+    )
+    storage_classes: list[StorageClassConfig] = Field(
+        default_factory=list,
+        description="the storage classes negotiated for the peering (what `liqo` claims get there); "
+        "none: the foreign cluster's default class",
+    )
+    api_server_address: Annotated[str, AfterValidator(_api_server_address)] | None = Field(
+        default=None,
+        description="where the home cluster's identity reaches this cluster's API server; default: its kubeconfig's "
+        "server (needed when a program passes its own provider instead of a kubeconfig)",
+    )
 
     @field_validator("storage_classes")
     @classmethod
@@ -261,17 +297,36 @@ class ForeignCluster(ClusterAccess):
 
 
 class NetworkConfig(ConfigModel):
-    # overlapping foreign pod CIDRs get a range of their own size from here
-    remapping_pool: Cidr = DEFAULT_REMAPPING_POOL
+    """The pod networks as the home cluster sees them."""
+
+    remapping_pool: Cidr = Field(
+        default=DEFAULT_REMAPPING_POOL,
+        description="where overlapping foreign pod ranges are remapped from (each gets a block of its own size)",
+    )
 
 
 class NamespaceOffloadingConfig(ConfigModel):
-    name: ClusterId  # a namespace name follows the same DNS-1123 label rule
-    namespace_mapping_strategy: NamespaceMappingStrategy = NamespaceMappingStrategy.DEFAULT_NAME
-    remote_namespace_name: ClusterId | None = None
-    pod_offloading_strategy: PodOffloadingStrategy = PodOffloadingStrategy.LOCAL_AND_REMOTE
-    # label-selector strings, ORed (like repeated --selector), or a core NodeSelector
-    cluster_selector: list[str] | NodeSelector = Field(default_factory=list)
+    """A namespace offloaded by the stack (a NamespaceOffloading, as `liqo-stack offload namespace` makes)."""
+
+    # a namespace name follows the same DNS-1123 label rule
+    name: ClusterId = Field(description="the home namespace")
+    namespace_mapping_strategy: NamespaceMappingStrategy = Field(
+        default=NamespaceMappingStrategy.DEFAULT_NAME,
+        description="how twin namespaces are named: DefaultName `<namespace>-<home cluster id>`, EnforceSameName, "
+        "or SelectedName (remoteNamespaceName); immutable once offloaded",
+    )
+    remote_namespace_name: ClusterId | None = Field(
+        default=None, description="the twin namespaces' name, with SelectedName only"
+    )
+    pod_offloading_strategy: PodOffloadingStrategy = Field(
+        default=PodOffloadingStrategy.LOCAL_AND_REMOTE,
+        description="where its pods may run: LocalAndRemote, Local (home nodes only), Remote (virtual nodes only)",
+    )
+    cluster_selector: list[str] | NodeSelector = Field(
+        default_factory=list,
+        description="which foreign clusters get a twin, matched on their virtual nodes' labels: label-selector "
+        "strings, ORed (like repeated `--selector`), or a core NodeSelector; empty: every cluster",
+    )
 
     @field_validator("cluster_selector")
     @classmethod
@@ -302,26 +357,53 @@ class NamespaceOffloadingConfig(ConfigModel):
 
 
 class ReflectorConfig(ConfigModel):
-    type: ReflectionPolicy = ReflectionPolicy.DENY_LIST
-    workers: int = Field(default=3, ge=0, le=64)
+    """The reflection of one resource type."""
+
+    type: ReflectionPolicy = Field(
+        default=ReflectionPolicy.DENY_LIST,
+        description="DenyList: all but objects annotated `liqo.io/skip-reflection`; AllowList: only objects "
+        "annotated `liqo.io/allow-reflection`",
+    )
+    workers: int = Field(default=3, ge=0, le=64, description="concurrent reconciles; 0 turns this type off")
 
 
 class ReflectionConfig(ConfigModel):
-    resources: dict[Literal[REFLECTED_RESOURCES], ReflectorConfig] = Field(default_factory=dict)  # type: ignore[valid-type]
-    skip_labels: list[str] = Field(default_factory=list)
-    skip_annotations: list[str] = Field(default_factory=list)
+    """Resource reflection into the twin namespaces (seed 002); applied live through the VirtualNodes."""
+
+    resources: dict[Literal[REFLECTED_RESOURCES], ReflectorConfig] = Field(  # type: ignore[valid-type]
+        default_factory=dict,
+        description="per resource type (" + ", ".join(REFLECTED_RESOURCES) + "): its policy and workers",
+    )
+    skip_labels: list[str] = Field(default_factory=list, description="labels never copied to the reflected objects")
+    skip_annotations: list[str] = Field(
+        default_factory=list, description="annotations never copied to the reflected objects"
+    )
 
     def settings(self) -> dict[str, ReflectorConfig]:
         return {name: self.resources.get(name, ReflectorConfig()) for name in REFLECTED_RESOURCES}
 
 
 class VirtualKubeletConfig(ConfigModel):
-    health_check_interval_seconds: Annotated[int, _whole_seconds(1, 3600)] = 10
-    failure_threshold: int = Field(default=3, ge=1, le=100)
+    """Settings of every virtual kubelet (the VirtualNodes' spec)."""
+
+    health_check_interval_seconds: Annotated[int, _whole_seconds(1, 3600)] = Field(
+        default=10, description="how often the foreign API server is checked (a duration, 1s to 1h)"
+    )
+    failure_threshold: int = Field(
+        default=3, ge=1, le=100, description="failed checks in a row before the virtual node turns NotReady"
+    )
     # seed 002: offloaded pods get tokens of the home API server (off: no token leaves home) ...
-    api_server_token_support: bool = True
+    api_server_token_support: bool = Field(
+        default=True,
+        description="offloaded pods that mount their ServiceAccount token get one the home API server issued "
+        "(off: no token leaves home)",
+    )
     # ... and reach it here from the foreign clusters; default: the server of the home kubeconfig
-    home_api_server_address: Annotated[str, AfterValidator(_api_server_address)] | None = None
+    home_api_server_address: Annotated[str, AfterValidator(_api_server_address)] | None = Field(
+        default=None,
+        description="where offloaded pods reach the home API server (`host:port` or `https://host:port`); "
+        "default: the home kubeconfig's server",
+    )
 
 
 class RuntimeMode(StrEnum):
@@ -359,9 +441,9 @@ Replicas = Annotated[int, Field(ge=1, le=2, strict=True)]
 class ReplicasConfig(ConfigModel):
     """Replicas of each runtime component (cluster mode); they elect a leader on a Lease."""
 
-    controller_manager: Replicas = 1
-    virtual_kubelet: Replicas = 1  # of each foreign cluster's virtual kubelet
-    foreign_agent: Replicas = 1
+    controller_manager: Replicas = Field(default=1, description="the controller-manager (with the webhooks)")
+    virtual_kubelet: Replicas = Field(default=1, description="each foreign cluster's virtual kubelet")
+    foreign_agent: Replicas = Field(default=1, description="the foreign agent in each foreign cluster")
 
 
 def _same_replicas_for_all(value: Any) -> Any:
@@ -373,9 +455,15 @@ def _same_replicas_for_all(value: Any) -> Any:
 class LeaderElectionConfig(ConfigModel):
     """client-go's leader election settings (and defaults), for every component."""
 
-    lease_duration_seconds: Annotated[int, _whole_seconds(1, 3600)] = 15
-    renew_deadline_seconds: Annotated[int, _whole_seconds(1, 3600)] = 10
-    retry_period_seconds: Annotated[int, _whole_seconds(1, 3600)] = 2
+    lease_duration_seconds: Annotated[int, _whole_seconds(1, 3600)] = Field(
+        default=15, description="how long a stand-by waits, after the last renewal it saw, before taking the Lease"
+    )
+    renew_deadline_seconds: Annotated[int, _whole_seconds(1, 3600)] = Field(
+        default=10, description="how long the leader tries to renew before it gives up and exits"
+    )
+    retry_period_seconds: Annotated[int, _whole_seconds(1, 3600)] = Field(
+        default=2, description="how often the leader renews and a stand-by tries to take the Lease"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -398,16 +486,38 @@ class LeaderElectionConfig(ConfigModel):
 
 
 class RuntimeConfig(ConfigModel):
-    mode: RuntimeMode = RuntimeMode.EXTERNAL
-    image: Annotated[str, AfterValidator(_image_reference)] = "ghcr.io/liqo-stack/runtime:0.1.0"
+    """Where and how the runtime (controller-manager, virtual kubelets, foreign agents) runs."""
+
+    mode: RuntimeMode = Field(
+        default=RuntimeMode.EXTERNAL,
+        description="external: the Deployments are scaled to zero and the runtime runs as local processes (the dev "
+        "env, the tests); cluster: the Deployments run the runtime image",
+    )
+    image: Annotated[str, AfterValidator(_image_reference)] = Field(
+        default="ghcr.io/liqo-stack/runtime:0.1.0",
+        description="the runtime image (cluster mode), `[registry/]name[:tag][@sha256:<digest>]`",
+    )
     # What `liqo-stack image build` printed (or `skopeo inspect` of the pushed image): the Deployments
     # then run exactly that image, whatever the tag points to later.
-    image_digest: Annotated[str, AfterValidator(_image_digest)] | None = None
+    image_digest: Annotated[str, AfterValidator(_image_digest)] | None = Field(
+        default=None,
+        description="`sha256:...` as `liqo-stack image build` printed it: the Deployments run `image@imageDigest`",
+    )
     # external mode: the API server calls the webhooks at https://127.0.0.1:<webhookPort>
-    webhook_port: int = Field(default=9443, ge=1, le=65535, strict=True)
-    # a number is every component's count: `replicas: 2`
-    replicas: Annotated[ReplicasConfig, BeforeValidator(_same_replicas_for_all)] = Field(default_factory=ReplicasConfig)
-    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
+    webhook_port: int = Field(
+        default=9443,
+        ge=1,
+        le=65535,
+        strict=True,
+        description="external mode: the home API server calls the webhooks at https://127.0.0.1:<webhookPort>",
+    )
+    replicas: Annotated[ReplicasConfig, BeforeValidator(_same_replicas_for_all)] = Field(
+        default_factory=ReplicasConfig,
+        description="replicas of each component, 1 or 2 (cluster mode); a number sets all three: `replicas: 2`",
+    )
+    leader_election: LeaderElectionConfig = Field(
+        default_factory=LeaderElectionConfig, description="the leader election timings of every component"
+    )
 
     @model_validator(mode="after")
     def _one_digest(self) -> Self:
@@ -426,14 +536,22 @@ class RuntimeConfig(ConfigModel):
 
 
 class StackConfig(ConfigModel):
-    home: ClusterAccess
-    foreign_clusters: list[ForeignCluster] = Field(min_length=1)
-    sharing_percentage: Percentage = 90
-    namespaces: list[NamespaceOffloadingConfig] = Field(default_factory=list)
-    reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
-    virtual_kubelet: VirtualKubeletConfig = Field(default_factory=VirtualKubeletConfig)
-    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
-    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    """The `liqo:` namespace of a stack's config."""
+
+    home: ClusterAccess = Field(description="the home cluster, where the virtual nodes are")
+    foreign_clusters: list[ForeignCluster] = Field(
+        min_length=1, description="the foreign clusters, one peering and virtual node each"
+    )
+    sharing_percentage: Percentage = Field(
+        default=90, description="default share of a foreign cluster's free resources its virtual node offers"
+    )
+    namespaces: list[NamespaceOffloadingConfig] = Field(default_factory=list, description="the offloaded namespaces")
+    reflection: ReflectionConfig = Field(default_factory=ReflectionConfig, description="resource reflection")
+    virtual_kubelet: VirtualKubeletConfig = Field(
+        default_factory=VirtualKubeletConfig, description="settings of every virtual kubelet"
+    )
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="how the runtime runs")
+    network: NetworkConfig = Field(default_factory=NetworkConfig, description="pod networks as seen at home")
 
     @model_validator(mode="after")
     def _pod_networks_fit(self) -> Self:
