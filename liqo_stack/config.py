@@ -509,7 +509,7 @@ class RuntimeConfig(ConfigModel):
         ge=1,
         le=65535,
         strict=True,
-        description="external mode: the home API server calls the webhooks at https://127.0.0.1:<webhookPort>",
+        description="external mode: the home API server calls the webhooks at `https://127.0.0.1:<webhookPort>`",
     )
     replicas: Annotated[ReplicasConfig, BeforeValidator(_same_replicas_for_all)] = Field(
         default_factory=ReplicasConfig,
