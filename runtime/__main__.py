@@ -76,7 +76,7 @@ async def serve(
         loop.add_signal_handler(sig, task.cancel)
     secure = None
     if args.metrics_secure_port is not None:
-        # Imported here: aiohttp adds ~10 MB to a process (measured in the README).
+        # Imported here: aiohttp adds ~10 MB to a process (measured: docs/performance.md#memory).
         from runtime.kube.securemetrics import SecureMetricsServer
 
         secure = SecureMetricsServer(client, probes.metrics.registry, args.metrics_address, args.metrics_secure_port)
@@ -220,7 +220,7 @@ async def virtual_kubelet(
     if not args.kubelet_port:
         await kubelet.run()
         return
-    # Imported here: aiohttp adds ~10 MB to a process (measured in the README).
+    # Imported here: aiohttp adds ~10 MB to a process (measured: docs/performance.md#memory).
     from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer
     from runtime.virtualkubelet.servingcert import serving_certificate
 

@@ -1,8 +1,9 @@
 """An infra team's own Pulumi program: its own `kubernetes.Provider`s, liqo-stack's components, and
 its application (a ConfigMap and a Deployment) in a namespace the stack offloads.
 
-The `liqo:` stack config names the clusters by id (see the README); the clusters' kubeconfigs come
-from this program's own config (`kubeconfigs`, a secret object keyed by cluster id), not from `liqo:`.
+The `liqo:` stack config names the clusters by id (docs/configuration.md; this program: docs/stack.md,
+"Your own program"); the clusters' kubeconfigs come from this program's own config (`kubeconfigs`, a
+secret object keyed by cluster id), not from `liqo:`.
 `app: false` installs liqo-stack alone: with the runtime outside the clusters (`runtime.mode:
 external`), start it before the application's pods are created, so that its webhook places them.
 """

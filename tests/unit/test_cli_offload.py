@@ -175,7 +175,7 @@ def test_info_shows_capacities_in_kubernetes_units() -> None:
 
 
 def test_the_readmes_selectors_select_dev_clusters() -> None:
-    """Issue 35 (1): every `--selector` in the README matches a virtual node of the dev stack."""
+    """Issue 35 (1): every `--selector` in the README and docs/ matches a virtual node of the dev stack."""
     import re
     from pathlib import Path
 
@@ -185,7 +185,8 @@ def test_the_readmes_selectors_select_dev_clusters() -> None:
     repo = Path(__file__).resolve().parents[2]
     stack = yaml.safe_load((repo / "Pulumi.dev.yaml").read_text())["config"]["liqo:foreignClusters"]
     labels = {c["clusterId"]: virtual_node_labels(c["clusterId"], c.get("labels") or {}) for c in stack}
-    examples = re.findall(r"--selector '([^']+)'", (repo / "README.md").read_text())
+    pages = [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+    examples = [e for page in pages for e in re.findall(r"--selector '([^']+)'", page.read_text())]
     assert examples
     for example in examples:
         assert selected_clusters(parse_selector([example]), labels), f"{example!r} selects no dev cluster"
