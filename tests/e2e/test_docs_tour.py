@@ -90,13 +90,13 @@ def test_the_readme_tour(
 
     assert "liqo-foreign-1" in output_of("kubectl get nodes") and "liqo-foreign-2" in output_of("kubectl get nodes")
     assert "tour-home" in output_of("liqo-stack offload namespace"), "the twin namespace in foreign-1"
-    offloaded = [line for line in output_of("create deployment").splitlines() if line.startswith("hello-")]
+
+    def wide_pod_lines(output: str) -> list[str]:  # `get pods -o wide`: NAME ... IP NODE ...
+        return [line for line in output.splitlines() if line.startswith("hello-") and len(line.split()) >= 7]
+
+    offloaded = wide_pod_lines(output_of("create deployment"))
     assert offloaded and all("liqo-foreign-" in line for line in offloaded), "at home, on the virtual nodes"
     assert "hello from a foreign cluster" in output_of("exec deployment/hello"), "kubectl exec answered"
-    home_again = [
-        line
-        for line in output_of("liqo-stack unoffload").splitlines()
-        if line.startswith("hello-") and "Running" in line
-    ]
+    home_again = [line for line in wide_pod_lines(output_of("liqo-stack unoffload")) if "Running" in line]
     assert home_again and not any("liqo-" in line for line in home_again), "unoffloaded, the pods run at home"
     assert took < 120, f"the tour took {took:.0f}s"
