@@ -152,7 +152,8 @@ def cli_error(args: list[str]) -> str | None:
     except click.exceptions.Exit as done:
         return None if done.exit_code == 0 else f"exits {done.exit_code}"
     except click.ClickException as err:
-        return err.format_message()
+        message = err.format_message()
+        return "needs a command" if message.startswith("Usage:") else message  # a group given no command
 
 
 def _defined(path: Path, name: str) -> bool:

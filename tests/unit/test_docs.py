@@ -82,12 +82,23 @@ def test_the_benches_named_in_the_docs_exist() -> None:
         assert '__name__ == "__main__"' in source, f"{name} is not runnable"
 
 
-def test_relative_links_of_the_docs_point_at_files() -> None:
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as dashes."""
+    headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", markdown, flags=re.S), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_relative_links_of_the_docs_point_at_files_and_headings() -> None:
     broken = []
     for path in docs.documents():
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
-            if "://" not in target and not (path.parent / target).exists():
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", path.read_text()):
+            if "://" in target:
+                continue
+            linked = (path.parent / target) if target else path
+            if not linked.exists():
                 broken.append(f"{path.relative_to(REPO)}: {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in github_anchors(linked.read_text()):
+                broken.append(f"{path.relative_to(REPO)}: {target}#{anchor}")
     assert not broken, broken
 
 
