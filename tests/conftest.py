@@ -33,6 +33,23 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _run_order(item: pytest.Item) -> int:
+    """Fast tiers first (a broken unit fails in seconds). Among the e2e modules, those that need the
+    clusters without the shared stack run before tests/e2e/conftest.py installs it (on first use,
+    once), and those that need a runtime of their own (leader election) after every module that
+    shares the runtime, so it is started once."""
+    tier = Path(str(item.path)).relative_to(REPO / "tests").parts[0]
+    if tier != "e2e":
+        return {"unit": 0, "integration": 1}.get(tier, 2)
+    if "session_stack" not in getattr(item, "fixturenames", []):
+        return 3
+    return 5 if getattr(getattr(item, "module", None), "LEADER_ELECTION", False) else 4
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_run_order)  # stable: each group keeps the files' order
+
+
 def test_state_root() -> Path:
     return paths.state_root() / "pytest"
 

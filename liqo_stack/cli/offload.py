@@ -533,7 +533,8 @@ def unoffload_namespace(name: str, yes: bool, timeout: float, kubeconfig: str | 
                 said[cluster_id] = state
         if time.monotonic() >= next_note:
             click.echo(
-                f"  still waiting for the twins to be deleted ({format_duration(round(time.monotonic() - started))})", err=True
+                f"  still waiting for the twins to be deleted ({format_duration(round(time.monotonic() - started))})",
+                err=True,
             )
             next_note += PROGRESS_EVERY
         time.sleep(0.5)

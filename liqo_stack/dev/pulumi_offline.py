@@ -121,6 +121,12 @@ class PulumiEnvironment:
         )
 
     @staticmethod
+    def liqo_config(stack: auto.Stack) -> dict[str, Any]:
+        """The stack's `liqo:` config (keys without `liqo:`), as set_liqo_config takes it."""
+        config = stack.get_all_config().items()
+        return {key.split(":", 1)[1]: json.loads(value.value) for key, value in config if key.startswith("liqo:")}
+
+    @staticmethod
     def set_liqo_config(stack: auto.Stack, config: dict[str, Any]) -> None:
         """Make the stack's `liqo:` config exactly `config` (keys as in Pulumi.<stack>.yaml, without `liqo:`)."""
         for key in stack.get_all_config():

@@ -1,4 +1,16 @@
-"""The stack installed on the dev clusters (once per test module), and the runtime running against it."""
+"""The stack installed on the dev clusters and the runtime running against it, shared by the e2e modules.
+
+One stack (`session_stack`) and one runtime serve every module that only reads them or cleans up
+after itself: installing and starting them once is most of what a module used to cost. Between
+modules, the `runtime` fixture puts the shared state back: every offloading removed and waited for,
+the namespaces a module created deleted, components a test killed started again, and, when the
+module ran `pulumi up`, the stack's config restored with `up --refresh`.
+
+Modules that need the clusters without the shared stack (their own stack, `pulumi destroy`, the
+upgrade from a release) run before it is installed; modules that need a runtime of their own
+(`LEADER_ELECTION = True`: replicas and leader election) run last, so the shared runtime is never
+restarted for them. `pytest_collection_modifyitems` in tests/conftest.py orders them that way.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +20,7 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Namespace, Node
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
@@ -20,6 +32,7 @@ from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready
 
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
 STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local-static", "default": True}]
+SHARED_STACK = "offloading"
 
 
 @pytest.fixture(scope="session")
@@ -27,9 +40,8 @@ def webhook_port() -> int:
     return free_port()
 
 
-# Module scope: test_stack.py installs and destroys its own stack on the same clusters.
-@pytest.fixture(scope="module")
-def installed(
+@pytest.fixture(scope="session")
+def session_stack(
     dev_env: DevEnvironment,
     pulumi_env: PulumiEnvironment,
     project_dir: Path,
@@ -38,7 +50,7 @@ def installed(
 ) -> Iterator[auto.Stack]:
     """The stack with foreign-1 in region europe and foreign-2 in us-west + staging; their pod
     ranges are declared, so foreign-2's (the same as foreign-1's) is remapped at home."""
-    stack = pulumi_env.stack_for_directory(project_dir, "offloading")
+    stack = pulumi_env.stack_for_directory(project_dir, SHARED_STACK)
     config = {
         "home": {
             "clusterId": "home",
@@ -70,60 +82,143 @@ def installed(
         yield stack
     finally:
         stack.destroy(on_output=print)
-        stack.workspace.remove_stack("offloading")
+        stack.workspace.remove_stack(SHARED_STACK)
+
+
+def _updates(stack: auto.Stack) -> int:
+    return sum(1 for entry in stack.history() if entry.kind == "update")
+
+
+@pytest.fixture(scope="module")
+def installed(session_stack: auto.Stack) -> Iterator[auto.Stack]:
+    """The shared stack, for one module: if the module ran `pulumi up` (a changed config), its
+    config is put back and applied with a refresh (which also undoes hand edits) afterwards."""
+    config = PulumiEnvironment.liqo_config(session_stack)
+    updates = _updates(session_stack)
+    yield session_stack
+    if _updates(session_stack) != updates or PulumiEnvironment.liqo_config(session_stack) != config:
+        PulumiEnvironment.set_liqo_config(session_stack, config)
+        session_stack.up(on_output=print, refresh=True)
+
+
+class RuntimeSlot:
+    """The one runtime the clusters can have at a time (two would serve the same virtual nodes):
+    the shared one, kept across modules, or a module's own, stopped when the module ends."""
+
+    def __init__(self, dev_env: DevEnvironment, foreign_ids: list[str], webhook_port: int, root: Path) -> None:
+        self.dev_env = dev_env
+        self.foreign_ids = foreign_ids
+        self.webhook_port = webhook_port
+        self.root = root
+        self.current: ExternalRuntime | None = None
+        self.shared: ExternalRuntime | None = None
+        self.count = 0
+
+    def _new(self, leader_election: bool) -> ExternalRuntime:
+        self.count += 1
+        kubeconfigs = {cluster_id: self.dev_env.kubeconfig(cluster_id) for cluster_id in ["home", *self.foreign_ids]}
+        return ExternalRuntime(
+            kubeconfigs,
+            "home",
+            webhook_port=self.webhook_port,
+            kubelet_ports={cluster_id: free_port() for cluster_id in self.foreign_ids},  # never a port in use
+            state_dir=self.root / f"runtime-{self.count}",
+            leader_election=leader_election,
+        )
+
+    def take(self, own: bool, leader_election: bool) -> ExternalRuntime:
+        """The runtime for a module: the shared one (every component running again, whatever a
+        previous module killed), or a fresh one of its own."""
+        if own or self.current is not self.shared:
+            self.release()
+        if own:
+            self.current = self._new(leader_election)
+        else:
+            self.shared = self.shared or self._new(leader_election=False)
+            self.current = self.shared
+        self.current.start_all()
+        wait_served(self.dev_env.client("home"), self.current)
+        return self.current
+
+    def release(self) -> None:
+        if self.current is not None:
+            unoffload_all(self.dev_env.client("home"))  # while the controllers still run: they hold finalizers
+            self.current.stop_all()
+        self.current = None
+
+
+def wait_served(home: Client, runtime: ExternalRuntime) -> None:
+    """The virtual Nodes Ready and served by `runtime`'s kubelets: a Node outlives a runtime that
+    stopped, still Ready with the old kubelet port for a while."""
+
+    def served(cluster_id: str) -> bool:
+        node: Any = get_or_none(home, Node, names.virtual_node_name(cluster_id))
+        endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
+        port = runtime.kubelet_ports[cluster_id]
+        return bool(endpoint and endpoint.Port == port and node_ready(home, node.metadata.name))
+
+    wait_until(lambda: all(map(served, runtime.foreign_ids)), 90, "the virtual nodes served by this runtime")
+
+
+def unoffload_all(home: Client) -> None:
+    """Every NamespaceOffloading deleted, and waited for until its finalizer (the twins gone) let go."""
+
+    def offloadings() -> list[Any] | None:
+        """None while a restarted API server still says its custom resources are (re)initializing."""
+        try:
+            return list(home.list(NamespaceOffloadingResource, namespace="*"))
+        except ApiError as err:
+            if err.status.code == 429:
+                return None
+            raise
+
+    served = wait_until(lambda: (found := offloadings()) is not None and (found,), 60, "custom resources served")
+    for offloading in served[0]:
+        home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
+    wait_until(lambda: offloadings() == [], 60, "all unoffloaded")
+
+
+@pytest.fixture(scope="session")
+def runtime_slot(
+    dev_env: DevEnvironment, foreign_ids: list[str], webhook_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RuntimeSlot]:
+    slot = RuntimeSlot(dev_env, foreign_ids, webhook_port, tmp_path_factory.mktemp("runtimes"))
+    try:
+        yield slot
+    finally:
+        slot.release()
+
+
+def namespace_names(home: Client) -> list[str]:
+    """The namespaces that exist and are not already being deleted."""
+    found: list[Any] = list(home.list(Namespace))
+    return [ns.metadata.name for ns in found if not ns.metadata.deletionTimestamp]
+
+
+def has_own_stack(module: Any) -> bool:
+    """The module defines its own `installed` (a stack of its own), overriding the shared one."""
+    return hasattr(module, "installed")
 
 
 @pytest.fixture(scope="module")
 def runtime(
-    installed: auto.Stack,
-    dev_env: DevEnvironment,
-    foreign_ids: list[str],
-    tmp_path_factory: pytest.TempPathFactory,
-    webhook_port: int,
-    request: pytest.FixtureRequest,
+    installed: auto.Stack, runtime_slot: RuntimeSlot, home: Client, request: pytest.FixtureRequest
 ) -> Iterator[ExternalRuntime]:
-    kubeconfigs = {cluster_id: dev_env.kubeconfig(cluster_id) for cluster_id in ["home", *foreign_ids]}
-    state = tmp_path_factory.mktemp("runtime")
-    kubelet_ports = {cluster_id: free_port() for cluster_id in foreign_ids}  # never a port someone else has
-    running = ExternalRuntime(
-        kubeconfigs,
-        "home",
-        webhook_port=webhook_port,
-        kubelet_ports=kubelet_ports,
-        state_dir=state,
-        leader_election=getattr(request.module, "LEADER_ELECTION", False),  # the failover tests' replicas
-    )
-    running.start_all()
-    home = dev_env.client("home")
-
-    def served_by_this_runtime(cluster_id: str) -> bool:
-        """The virtual Node outlives the stack of the previous module (nothing deletes it), still
-        Ready with its old kubelet port for a while: wait until this runtime's kubelet owns it."""
-        node: Any = get_or_none(home, Node, names.virtual_node_name(cluster_id))
-        endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
-        return bool(endpoint and endpoint.Port == kubelet_ports[cluster_id] and node_ready(home, node.metadata.name))
-
-    wait_until(lambda: all(map(served_by_this_runtime, foreign_ids)), 90, "the virtual nodes served by this runtime")
+    """The runtime for this module, against `installed`: the shared one unless the module has its
+    own stack or wants leader election (`LEADER_ELECTION = True`: the failover tests' replicas)."""
+    leader_election = getattr(request.module, "LEADER_ELECTION", False)
+    own = leader_election or has_own_stack(request.module)
+    namespaces_before = set(namespace_names(home))
+    running = runtime_slot.take(own, leader_election)
     try:
         yield running
     finally:
-        # unoffload what the tests offloaded while the controllers still run (they hold finalizers)
-        home = dev_env.client("home")
-
-        def offloadings() -> list[Any] | None:
-            """None while a restarted API server still says its custom resources are (re)initializing."""
-            try:
-                return list(home.list(NamespaceOffloadingResource, namespace="*"))
-            except ApiError as err:
-                if err.status.code == 429:
-                    return None
-                raise
-
-        served = wait_until(lambda: (found := offloadings()) is not None and (found,), 60, "custom resources served")
-        for offloading in served[0]:
-            home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
-        wait_until(lambda: offloadings() == [], 60, "all unoffloaded")
-        running.stop_all()
+        if own:
+            runtime_slot.release()
+        else:
+            unoffload_all(home)
+        for name in set(namespace_names(home)) - namespaces_before:  # what the module created goes (not waited for)
+            home.delete(Namespace, name)
 
 
 @pytest.fixture(scope="module")

@@ -99,4 +99,3 @@ def test_the_readme_tour(
     assert "hello from a foreign cluster" in output_of("exec deployment/hello"), "kubectl exec answered"
     home_again = [line for line in wide_pod_lines(output_of("liqo-stack unoffload")) if "Running" in line]
     assert home_again and not any("liqo-" in line for line in home_again), "unoffloaded, the pods run at home"
-    assert took < 120, f"the tour took {took:.0f}s"

@@ -40,15 +40,11 @@ TENANT = names.tenant_namespace("home")
 IDENTITY = names.home_identity_name("home")
 
 
-def liqo_config(stack: auto.Stack) -> dict[str, Any]:
-    return {k.split(":", 1)[1]: json.loads(v.value) for k, v in stack.get_all_config().items() if k.startswith("liqo:")}
-
-
 @pytest.fixture(scope="module")
 def stack(installed: auto.Stack, runtime: ExternalRuntime) -> Iterator[auto.Stack]:
     """The installed stack with a taint on foreign-1's VirtualNode and one declared offloading,
     the runtime running (it injects caBundles, holds the offloading's finalizer, writes status)."""
-    config = liqo_config(installed)
+    config = PulumiEnvironment.liqo_config(installed)
     config["foreignClusters"][0]["taints"] = [TAINT]
     config["namespaces"] = [{"name": DECLARED_NAMESPACE, "podOffloadingStrategy": "Remote"}]
     PulumiEnvironment.set_liqo_config(installed, config)
@@ -185,7 +181,7 @@ def test_a_hand_made_object_once_declared_is_adopted_in_place(
     namespace_uid = home.get(Namespace, ADOPTED_NAMESPACE).metadata.uid  # type: ignore[union-attr]
     offloading_uid = offloading_of(home, ADOPTED_NAMESPACE).metadata.uid
 
-    config = liqo_config(stack)
+    config = PulumiEnvironment.liqo_config(stack)
     config["namespaces"].append({"name": ADOPTED_NAMESPACE, "podOffloadingStrategy": "LocalAndRemote"})
     PulumiEnvironment.set_liqo_config(stack, config)
     preview = stack.preview(refresh=True, diff=True, on_output=print)

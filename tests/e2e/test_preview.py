@@ -23,18 +23,10 @@ pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 NAMESPACE = "preview-apps"
 
 
-def liqo_config(stack: auto.Stack) -> dict[str, Any]:
-    return {
-        key.split(":", 1)[1]: json.loads(value.value)
-        for key, value in stack.get_all_config().items()
-        if key.startswith("liqo:")
-    }
-
-
 @pytest.fixture(scope="module")
 def on_foreign_2(installed: auto.Stack, runtime: ExternalRuntime, home: Client) -> Iterator[dict[str, Any]]:
     """preview-apps offloaded (Remote) to the us-west cluster only, with 4 pods running there."""
-    config = liqo_config(installed)
+    config = PulumiEnvironment.liqo_config(installed)
     original = json.loads(json.dumps(config))
     config["namespaces"] = [
         {"name": NAMESPACE, "podOffloadingStrategy": "Remote", "clusterSelector": ["region=us-west"]}
@@ -47,7 +39,7 @@ def on_foreign_2(installed: auto.Stack, runtime: ExternalRuntime, home: Client) 
     try:
         yield config
     finally:
-        PulumiEnvironment.set_liqo_config(installed, original)  # the conftest teardown unoffloads the rest
+        PulumiEnvironment.set_liqo_config(installed, original)  # the conftest puts the stack back
 
 
 def run_preview(stack: auto.Stack, pulumi_env: PulumiEnvironment, output: str) -> tuple[int, str]:

@@ -75,10 +75,6 @@ def ready_condition(home: Client, cluster_id: str) -> Any:
     return next(c for c in conditions if c.type == "Ready")
 
 
-def liqo_config(stack: auto.Stack) -> dict[str, Any]:
-    return {k.split(":", 1)[1]: json.loads(v.value) for k, v in stack.get_all_config().items() if k.startswith("liqo:")}
-
-
 def stack_up(stack: auto.Stack, config: dict[str, Any]) -> None:
     PulumiEnvironment.set_liqo_config(stack, config)
     stack.up(on_output=print)
@@ -107,11 +103,11 @@ def edit_node(
 @pytest.fixture
 def declared_again(installed: auto.Stack) -> Iterator[dict[str, Any]]:
     """The stack's config, given back after the test whatever it changed."""
-    config = liqo_config(installed)
+    config = PulumiEnvironment.liqo_config(installed)
     try:
         yield json.loads(json.dumps(config))
     finally:
-        if liqo_config(installed) != config:
+        if PulumiEnvironment.liqo_config(installed) != config:
             stack_up(installed, config)
 
 
