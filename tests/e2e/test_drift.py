@@ -116,7 +116,7 @@ def test_hand_edits_show_in_a_refreshed_preview_and_up_repairs_them(
         edited_taints,
     )
     # a rule widened by hand (pulumi-kubernetes' diff does not report a list item appended beyond the
-    # declared ones, so the edit changes a declared rule: see README, Drift)
+    # declared ones, so the edit changes a declared rule: see docs/infra-teams.md#drift)
     widen_rule = json.dumps([{"op": "replace", "path": "/rules/0/resources", "value": ["secrets"]}])
     kubectl(dev_env, "foreign-1", "patch", "role", "-n", TENANT, IDENTITY, "--type=json", "-p", widen_rule)
     selector = json.dumps({"scheduling": {"nodeSelector": {names.TYPE_LABEL: "by-hand-selector"}}})
@@ -140,7 +140,7 @@ def test_hand_edits_show_in_a_refreshed_preview_and_up_repairs_them(
     labels = runtime_class.metadata.labels
     assert labels["team.example/cost-center"] == "42"  # another writer's: kept
     # pulumi-kubernetes takes over what `kubectl` wrote (managers kubectl*, as after `kubectl apply`)
-    # when it updates an object, so the update removed the label `kubectl label` added: see README, Drift
+    # when it updates an object, so the update removed the label `kubectl label` added: see docs/infra-teams.md#drift
     assert "team.example/owner" not in labels
     assert_no_drift(stack)
 

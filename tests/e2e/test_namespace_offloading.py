@@ -450,7 +450,7 @@ def pod_running(home: Client, namespace: str, name: str) -> bool:
 def test_cli_selector_matching_no_virtual_node_fails_listing_them(
     runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment
 ) -> None:
-    """Issue 35 (1): the README's old example selected nothing and still exited 0."""
+    """Issue 35 (1): the old README example (now docs/offloading.md) selected nothing and still exited 0."""
     create_namespace(home, "cli-nowhere")
     result = cli(dev_env, "offload", "namespace", "cli-nowhere", "--selector", "region in (asia,mars), !staging")
     assert result.exit_code == 2, result.output

@@ -1,4 +1,4 @@
-"""The README's example of an infra team's own program (examples/own-program), run by the pinned pulumi
+"""The example of an infra team's own program in docs/stack.md (examples/own-program), run by the pinned pulumi
 CLI: its own `kubernetes.Provider`s (no kubeconfig in the `liqo:` config), liqo-stack's components, and
 its own pulumi_kubernetes ConfigMap and Deployment in a namespace the stack offloads. The Deployment's
 pods run in the foreign clusters and the ConfigMap is reflected into the twin namespaces.
