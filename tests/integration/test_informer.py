@@ -13,7 +13,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.kube import Event, Informer
+from runtime.kube import EngineMetrics, Event, Informer
 from runtime.kube.packing import Packed
 from tests.support.kube import wait_until_async
 
@@ -147,14 +147,22 @@ def test_a_pod_informer_outlives_bookmarks_and_watch_timeouts(
 
     async def scenario() -> tuple[bool, int, list[Event]]:
         client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
-        informer = Informer(client, Pod, namespace=namespace, watch_timeout_seconds=4)
+        metrics = EngineMetrics()  # counts the informer's watch requests
+        informer = Informer(client, Pod, namespace=namespace, watch_timeout_seconds=4, metrics=metrics)
         events: list[Event] = []
         informer.add_handler(events.append)
         task = asyncio.create_task(informer.run())
         await asyncio.wait_for(informer.synced.wait(), 30)
         listed_at = informer.resource_version
-        await asyncio.sleep(13)
-        bookmarked = informer.resource_version != listed_at  # nothing changed here: only bookmarks move it
+
+        def watches() -> float:
+            labels = {"cluster": "", "verb": "watch", "resource": "Pod"}
+            return metrics.registry.get_sample_value("liqo_api_calls_total", labels) or 0
+
+        # three watches ended and a fourth began, resumed from a resourceVersion that only bookmarks
+        # can have moved (nothing changes in this namespace); a dead task would stop the count
+        await wait_until_async(lambda: watches() >= 4 and informer.resource_version != listed_at, 60, "3 watches")
+        bookmarked = informer.resource_version != listed_at
         body = {
             "metadata": {"name": "late", "namespace": namespace},
             "spec": {"containers": [{"name": "c", "image": "x"}]},
