@@ -154,6 +154,9 @@ def test_a_pod_informer_outlives_bookmarks_and_watch_timeouts(
         task = asyncio.create_task(informer.run())
         await asyncio.wait_for(informer.synced.wait(), 30)
         listed_at = informer.resource_version
+        # a Pod changed in another namespace: the bookmarks' resourceVersion (the API server's Pod
+        # watch cache) moves past it; with no Pod changing anywhere it may not move for a minute
+        home.create(cast(Pod, Pod.from_dict({"metadata": {"name": elsewhere, "namespace": "default"}, **spec})))
 
         def watches() -> float:
             labels = {"cluster": "", "verb": "watch", "resource": "Pod"}
@@ -163,18 +166,19 @@ def test_a_pod_informer_outlives_bookmarks_and_watch_timeouts(
         # can have moved (nothing changes in this namespace); a dead task would stop the count
         await wait_until_async(lambda: watches() >= 4 and informer.resource_version != listed_at, 60, "3 watches")
         bookmarked = informer.resource_version != listed_at
-        body = {
-            "metadata": {"name": "late", "namespace": namespace},
-            "spec": {"containers": [{"name": "c", "image": "x"}]},
-        }
-        home.create(cast(Pod, Pod.from_dict(body)))
+        home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "late", "namespace": namespace}, **spec})))
         await wait_until_async(lambda: any(e.key == f"{namespace}/late" for e in events))
         alive = not task.done()
         task.cancel()
         await client.close()
         return alive and bookmarked, informer.relists, events
 
-    ok, relists, events = asyncio.run(scenario())
+    spec = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    elsewhere = f"{namespace}-elsewhere"
+    try:
+        ok, relists, events = asyncio.run(scenario())
+    finally:
+        home.delete(Pod, elsewhere, namespace="default", grace_period=0)
     assert ok, "the informer stopped, or never advanced its resourceVersion on a bookmark"
     assert relists == 1
     assert (events[0].type, events[0].key) == ("ADDED", f"{namespace}/late")  # then its scheduling, if any
