@@ -7,6 +7,7 @@ ShadowPods in the twin namespaces; the foreign agents run them; status comes bac
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import Any, cast
 
 import pytest
@@ -26,6 +27,7 @@ from tests.support.kube import (
     home_view,
     metric_samples,
     pod_on_each_virtual_node,
+    queue_drained,
     remote_pod,
     restarts,
     wait_until,
@@ -34,13 +36,20 @@ from tests.support.kube import (
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 
-def queue_drained(url: str, queue: str) -> bool:
-    """No key waits in the component's work queue `queue` (its /metrics)."""
-    return all(
-        value == 0
-        for labels, value in metric_samples(url, "liqo_queue_depth").items()
-        if dict(labels)["queue"] == queue
-    )
+def shadow_phase_is(client: Client, namespace: str, name: str, phase: str) -> bool:
+    found: Any = client.get(ShadowPodResource, name, namespace=namespace)
+    return bool((found.get("status") or {}).get("phase") == phase)
+
+
+def phase_is(client: Client, namespace: str, name: str, phase: str) -> bool:
+    found: Any = client.get(Pod, name, namespace=namespace)
+    return bool(found.status and found.status.phase == phase)
+
+
+def replaced(client: Client, namespace: str, name: str, uid: str) -> bool:
+    """The pod is there again, a new one."""
+    found: Any = remote_pod(client, namespace, name)
+    return found is not None and found.metadata.uid != uid
 
 
 def foreign_requests(url: str, cluster_id: str) -> dict[tuple[str, str], float]:
@@ -172,14 +181,7 @@ def test_a_jobs_pods_complete_and_are_never_run_again(offloaded: str, home: Clie
     finished = {cast(Any, p).metadata.name: cast(Any, p).status.phase for p in home_pods(home, offloaded, "batch")}
     assert finished == dict.fromkeys(placed, "Succeeded")
     for name, cluster_id in placed.items():  # the agent has recorded the pod as finished
-        wait_until(
-            lambda n=name, c=cluster_id: (
-                cast(Any, foreign[c].get(ShadowPodResource, n, namespace=twin)).get("status", {}).get("phase")
-                == "Succeeded"
-            ),
-            30,
-            f"ShadowPod {name} Succeeded",
-        )
+        wait_until(partial(shadow_phase_is, foreign[cluster_id], twin, name, "Succeeded"), 30, f"{name} Succeeded")
     sentinels = pod_on_each_virtual_node(home, offloaded, "sentinel", "c")
     old_uids = {c: cast(Any, remote_pod(foreign[c], twin, n)).metadata.uid for c, n in sentinels.items()}
     for name, cluster_id in placed.items():  # a finished pod removed by hand stays gone
@@ -190,11 +192,7 @@ def test_a_jobs_pods_complete_and_are_never_run_again(offloaded: str, home: Clie
     for cluster_id, name in sentinels.items():
         foreign[cluster_id].delete(Pod, name, namespace=twin, grace_period=0)
     for cluster_id, name in sentinels.items():
-        wait_until(
-            lambda c=cluster_id, n=name: (p := remote_pod(foreign[c], twin, n)) and p.metadata.uid != old_uids[c],  # type: ignore[union-attr]
-            60,
-            f"{name} brought back",
-        )
+        wait_until(partial(replaced, foreign[cluster_id], twin, name, old_uids[cluster_id]), 60, f"{name} back")
     assert all(remote_pod(foreign[c], twin, name) is None for name, c in placed.items())
     assert {cast(Any, p).metadata.name for p in home_pods(home, offloaded, "batch")} == set(placed)
 
@@ -223,7 +221,7 @@ def test_a_restarted_virtual_kubelet_keeps_every_remote_pod(
     # reconcile after the restart has then begun, and the damage one could do (deleting a ShadowPod
     # or a remote pod, creating a ShadowPod again) is a request to the foreign cluster, counted as sent.
     for cluster_id in VIRTUAL_NODES:
-        wait_until(lambda c=cluster_id: runtime.ready(f"kubelet-{c}"), 60, f"kubelet-{cluster_id} ready again")
+        wait_until(partial(runtime.ready, f"kubelet-{cluster_id}"), 60, f"kubelet-{cluster_id} ready again")
     for cluster_id, node in VIRTUAL_NODES.items():
         body = {
             "metadata": {"name": f"after-restart-{cluster_id}", "namespace": offloaded},
@@ -232,10 +230,10 @@ def test_a_restarted_virtual_kubelet_keeps_every_remote_pod(
         home.create(cast(Pod, Pod.from_dict(body)))
     for cluster_id in VIRTUAL_NODES:
         name = f"after-restart-{cluster_id}"
-        wait_until(lambda n=name: cast(Any, home.get(Pod, n, namespace=offloaded)).status.phase == "Running", 90, name)
+        wait_until(partial(phase_is, home, offloaded, name, "Running"), 90, f"{name} Running")
     for cluster_id in VIRTUAL_NODES:
         url = cast(str, runtime.probes_url(f"kubelet-{cluster_id}"))
-        wait_until(lambda u=url: queue_drained(u, "pods"), 60, f"kubelet-{cluster_id}'s pod queue drained")
+        wait_until(partial(queue_drained, url, "pods"), 60, f"kubelet-{cluster_id}'s pod queue drained")
         sent = foreign_requests(url, cluster_id)
         deletes = {k: v for k, v in sent.items() if k[0] == "DELETE" and k[1] in ("pods", "shadowpods") and v}
         assert not deletes, f"{cluster_id}: a restarted kubelet deleted {deletes}"
