@@ -135,9 +135,16 @@ def test_controller_killed_mid_offload_converges_without_duplicates(
 ) -> None:
     runtime.kill("controller-manager")
     offload(home, "restart", {})
-    time.sleep(1)
     runtime.start("controller-manager")
-    time.sleep(0.5)
+
+    def asked() -> bool:  # the restarted controller has asked a foreign cluster for the twin
+        for client in foreign.values():
+            found = get_or_none(client, NamespaceMapResource, "home", names.tenant_namespace("home"))
+            if found is not None and "restart" in ((found.get("spec") or {}).get("desiredMapping") or {}):
+                return True
+        return False
+
+    wait_until(asked, 60, "the offload begun")
     runtime.kill("controller-manager")  # mid-offload, again
     runtime.start("controller-manager")
     wait_phase(home, "restart", "Ready", timeout=90)  # two starts, each syncing its informers first

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Event, Node, Pod, ResourceQuota
+from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, ResourceQuota
 from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
@@ -30,6 +31,8 @@ from tests.support.kube import (
     get_or_none,
     home_pods,
     offload,
+    pod_on_each_virtual_node,
+    queue_drained,
     remote_pod,
     restarts,
     unoffload,
@@ -422,8 +425,29 @@ def test_a_soft_anti_affinity_preset_spreads_remote_pods(
 
 
 # -- seed 003: a new pod offloading strategy applies to new pods only ---------------------------
+def kubelets_past_offloading_changes(home: Client, runtime: ExternalRuntime, namespace: str) -> None:
+    """A sentinel: `namespace` offloaded now, a pod on each virtual node in it Running, then each
+    virtual kubelet's pod queue drained; the namespace goes again.
+
+    Each kubelet reads NamespaceOffloadings through one watch: it got every earlier change (which
+    requeued that namespace's pods) before this namespace's Ready status, without which the sentinel
+    pod is not offloaded (once that status comes, its namespace is requeued, behind them). With the
+    queue drained every requeued pod's reconcile has begun, and its first await is its first write.
+    The namespace is deleted without waiting: the controllers withdraw its offloading meanwhile."""
+    offload(home, namespace, {"podOffloadingStrategy": "Remote"})
+    try:
+        wait_phase(home, namespace, "Ready")
+        pod_on_each_virtual_node(home, namespace, "sentinel", "c")
+        for cluster_id in VIRTUAL_NODES:
+            url = runtime.probes_url(f"kubelet-{cluster_id}")
+            assert url is not None
+            wait_until(partial(queue_drained, url, "pods"), 60, f"kubelet-{cluster_id}'s pod queue drained")
+    finally:
+        home.delete(Namespace, namespace)
+
+
 def test_changing_the_pod_offloading_strategy_leaves_running_pods_alone(
-    own_namespace: str, home: Client, foreign: dict[str, Client]
+    own_namespace: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
 ) -> None:
     ns, twin = own_namespace, own_namespace + TWIN_SUFFIX
     before = {p.metadata.name: p.metadata.uid for p in deploy_running(home, ns, "steadfast", 2)}
@@ -459,8 +483,9 @@ def test_changing_the_pod_offloading_strategy_leaves_running_pods_alone(
     pods = cast(list[Any], wait_until(lambda: all_running(home, ns, "steadfast", 3), 90, "3 pods Running"))
     new = [p for p in pods if p.metadata.name not in before]
     assert len(new) == 1 and new[0].spec.nodeName not in VIRTUAL_NODES.values(), "a new pod runs locally"
-    time.sleep(3)
+    kubelets_past_offloading_changes(home, runtime, f"{ns[:50]}-sentinel")
     now = cast(list[Any], home_pods(home, ns, "steadfast"))
     still = {p.metadata.name: p.metadata.uid for p in now if p.metadata.name in before}
     assert still == before, "the running remote pods are neither evicted nor recreated"
+    assert all(p.status.phase == "Running" for p in now), "nor failed"
     assert remote_uids() == remote_before

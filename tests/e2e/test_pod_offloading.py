@@ -7,7 +7,7 @@ ShadowPods in the twin namespaces; the foreign agents run them; status comes bac
 from __future__ import annotations
 
 import threading
-import time
+from functools import partial
 from typing import Any, cast
 
 import pytest
@@ -18,18 +18,47 @@ from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
+from runtime.kube.resources import ShadowPodResource
 from tests.support.kube import (
     VIRTUAL_NODES,
     all_running,
     deploy_running,
     home_pods,
     home_view,
+    metric_samples,
+    pod_on_each_virtual_node,
+    queue_drained,
     remote_pod,
     restarts,
     wait_until,
 )
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+
+
+def shadow_phase_is(client: Client, namespace: str, name: str, phase: str) -> bool:
+    found: Any = client.get(ShadowPodResource, name, namespace=namespace)
+    return bool((found.get("status") or {}).get("phase") == phase)
+
+
+def phase_is(client: Client, namespace: str, name: str, phase: str) -> bool:
+    found: Any = client.get(Pod, name, namespace=namespace)
+    return bool(found.status and found.status.phase == phase)
+
+
+def replaced(client: Client, namespace: str, name: str, uid: str) -> bool:
+    """The pod is there again, a new one."""
+    found: Any = remote_pod(client, namespace, name)
+    return found is not None and found.metadata.uid != uid
+
+
+def foreign_requests(url: str, cluster_id: str) -> dict[tuple[str, str], float]:
+    """The requests a virtual kubelet has sent to its foreign cluster since it started: (method, resource) -> count."""
+    return {
+        (dict(labels)["method"], dict(labels)["resource"]): value
+        for labels, value in metric_samples(url, "liqo_api_requests_total").items()
+        if dict(labels)["cluster"] == cluster_id
+    }
 
 
 def test_the_scheduler_spreads_pods_over_both_virtual_nodes_and_they_run_remotely(
@@ -151,9 +180,19 @@ def test_a_jobs_pods_complete_and_are_never_run_again(offloaded: str, home: Clie
     )
     finished = {cast(Any, p).metadata.name: cast(Any, p).status.phase for p in home_pods(home, offloaded, "batch")}
     assert finished == dict.fromkeys(placed, "Succeeded")
+    for name, cluster_id in placed.items():  # the agent has recorded the pod as finished
+        wait_until(partial(shadow_phase_is, foreign[cluster_id], twin, name, "Succeeded"), 30, f"{name} Succeeded")
+    sentinels = pod_on_each_virtual_node(home, offloaded, "sentinel", "c")
+    old_uids = {c: cast(Any, remote_pod(foreign[c], twin, n)).metadata.uid for c, n in sentinels.items()}
     for name, cluster_id in placed.items():  # a finished pod removed by hand stays gone
         foreign[cluster_id].delete(Pod, name, namespace=twin, grace_period=0)
-    time.sleep(5)  # long enough for the agent to have brought a pod back, were it to do so
+    # Sentinel: a running pod deleted by hand afterwards, which each agent does bring back. The
+    # agent's one Pod watch delivers the deletes in order into a FIFO queue, and a finished pod's
+    # reconcile returns without awaiting: once the sentinel is back, the finished ones were decided.
+    for cluster_id, name in sentinels.items():
+        foreign[cluster_id].delete(Pod, name, namespace=twin, grace_period=0)
+    for cluster_id, name in sentinels.items():
+        wait_until(partial(replaced, foreign[cluster_id], twin, name, old_uids[cluster_id]), 60, f"{name} back")
     assert all(remote_pod(foreign[c], twin, name) is None for name, c in placed.items())
     assert {cast(Any, p).metadata.name for p in home_pods(home, offloaded, "batch")} == set(placed)
 
@@ -174,10 +213,30 @@ def test_a_restarted_virtual_kubelet_keeps_every_remote_pod(
     before = remote_uids()
     assert len(before) == 100
     for cluster_id in VIRTUAL_NODES:
-        runtime.kill(f"kubelet-{cluster_id}")
-    time.sleep(2)
+        runtime.kill(f"kubelet-{cluster_id}")  # returns once the process is gone
     for cluster_id in VIRTUAL_NODES:
         runtime.start(f"kubelet-{cluster_id}")
-    time.sleep(10)  # long enough for a restarted kubelet to have done damage, were it to do any
+    # Sentinels: each restarted kubelet ready (its home informers synced), then a pod created after
+    # that, on each virtual node, Running at home, then its pod queue drained. Every steady pod's
+    # reconcile after the restart has then begun, and the damage one could do (deleting a ShadowPod
+    # or a remote pod, creating a ShadowPod again) is a request to the foreign cluster, counted as sent.
+    for cluster_id in VIRTUAL_NODES:
+        wait_until(partial(runtime.ready, f"kubelet-{cluster_id}"), 60, f"kubelet-{cluster_id} ready again")
+    for cluster_id, node in VIRTUAL_NODES.items():
+        body = {
+            "metadata": {"name": f"after-restart-{cluster_id}", "namespace": offloaded},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "containers": [{"name": "c", "image": "x"}]},
+        }
+        home.create(cast(Pod, Pod.from_dict(body)))
+    for cluster_id in VIRTUAL_NODES:
+        name = f"after-restart-{cluster_id}"
+        wait_until(partial(phase_is, home, offloaded, name, "Running"), 90, f"{name} Running")
+    for cluster_id in VIRTUAL_NODES:
+        url = cast(str, runtime.probes_url(f"kubelet-{cluster_id}"))
+        wait_until(partial(queue_drained, url, "pods"), 60, f"kubelet-{cluster_id}'s pod queue drained")
+        sent = foreign_requests(url, cluster_id)
+        deletes = {k: v for k, v in sent.items() if k[0] == "DELETE" and k[1] in ("pods", "shadowpods") and v}
+        assert not deletes, f"{cluster_id}: a restarted kubelet deleted {deletes}"
+        assert sent.get(("POST", "shadowpods"), 0) == 1, f"{cluster_id}: only the new pod's ShadowPod created"
     assert remote_uids() == before
     assert all_running(home, offloaded, "steady", 100) is not None

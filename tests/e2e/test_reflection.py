@@ -60,6 +60,16 @@ def config_map(name: str, namespace: str, data: dict[str, str], **meta: Any) -> 
     return ConfigMap(metadata=ObjectMeta(name=name, namespace=namespace, **meta), data=data)
 
 
+def marker_reflected(home: Client, client: Client, namespace: str, name: str) -> None:
+    """A ConfigMap created at home now, until reflected by `client`'s cluster: a sentinel that its
+    reflector has handled every earlier ConfigMap change in `namespace`. One home watch per namespace
+    feeds one FIFO queue per kind, so each earlier key was dequeued before the marker; a reconcile that
+    leaves a copy alone (a conflict already reported, an object not ours) ends without awaiting,
+    and one that writes has counted and begun its write before it awaits anything else."""
+    home.create(config_map(name, namespace, {"marker": "yes"}))
+    reflected(client, ConfigMap, name, namespace)
+
+
 def test_config_maps_and_secrets_are_reflected_verbatim_with_ownership_labels(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
@@ -197,13 +207,13 @@ def test_a_foreign_object_that_is_not_ours_is_left_alone_and_reported(
 
     event = wait_until(warning, 30, "a ReflectionConflict event at home")
     assert event.type == "Warning" and "foreign-1 already holds a ConfigMap" in event.message
-    time.sleep(2)
+    marker_reflected(home, client, offloaded, "after-conflict")
     untouched = client.get(ConfigMap, "theirs", namespace=twin_of(offloaded))
     assert untouched.data == {"owner": "foreign team"}
     assert names.ORIGIN_LABEL not in labels_of(client, ConfigMap, "theirs", twin_of(offloaded))
     home.delete(ConfigMap, "theirs", namespace=offloaded)
     gone(foreign["foreign-2"], ConfigMap, "theirs", offloaded)
-    time.sleep(2)
+    marker_reflected(home, client, offloaded, "after-delete")
     assert find(client, ConfigMap, "theirs", twin_of(offloaded)) is not None, "never deleted: not ours"
 
 
@@ -244,6 +254,8 @@ def test_settings_patched_on_the_virtual_node_apply_live(
     assert reflected(client, ConfigMap, "allowed", offloaded)
     home.create(Secret(metadata=ObjectMeta(name="held-back", namespace=offloaded), stringData={"k": "v"}))
     reflected(foreign["foreign-2"], Secret, "held-back", offloaded)  # foreign-2 keeps its settings
+    # no sentinel can show foreign-1's Secret reflector past this object: with 0 workers it writes
+    # nothing and reports nothing, and its other kinds run on other queues fed by other watches
     time.sleep(2)
     assert find(client, Secret, "held-back", twin_of(offloaded)) is None, "workers 0 disables secrets"
 
@@ -281,8 +293,9 @@ def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
         depth = metric_samples(url, "liqo_queue_depth")
         return all(value == 0 for labels, value in depth.items() if dict(labels)["queue"].startswith("reflection-"))
 
+    # every reconcile counts its write before it awaits anything (reflecting.py): with the queues
+    # drained, each steady key's reconcile since the restart has begun and so counted what it sent
     wait_until(settled, 60, "reflection queues drained after the restart")
-    time.sleep(1)
     writes = {
         (dict(labels)["kind"], dict(labels)["verb"]): value
         for labels, value in metric_samples(url, "liqo_reflection_writes_total").items()

@@ -8,7 +8,6 @@ binding), the class the `installed` stack negotiates as the default for both pee
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ from lightkube.resources.storage_v1 import StorageClass
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from tests.support.kube import VIRTUAL_NODES, get_or_none, remote_pod, wait_until
+from tests.support.kube import VIRTUAL_NODES, get_or_none, queue_drained, remote_pod, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -99,6 +98,25 @@ def pod_with(name: str, namespace: str, claim_name: str, node: str | None = None
             },
         }
     )
+
+
+def provisioned_sentinel(home: Client, client: Client, namespace: str, cluster_id: str) -> None:
+    """A sentinel: a claim created now, as the scheduler leaves it for the virtual node of `cluster_id`,
+    until its virtual kubelet has created the remote claim. One home watch of the namespace's claims
+    feeds its FIFO storage queue, and a reconcile's first await is its write (storage.py): once the
+    sentinel is provisioned, every earlier claim change in the namespace has been decided. Larger
+    than the static PVs, it binds none of them; deleted again."""
+    body = claim("sentinel", namespace, storage="5Gi")
+    body.metadata.annotations = {names.SELECTED_NODE_ANNOTATION: VIRTUAL_NODES[cluster_id]}
+    home.create(body)
+    try:
+        wait_until(
+            lambda: get_or_none(client, PersistentVolumeClaim, "sentinel", twin_of(namespace)),
+            60,
+            "the sentinel claim provisioned",
+        )
+    finally:
+        home.delete(PersistentVolumeClaim, "sentinel", namespace=namespace)
 
 
 def running(home: Client, namespace: str, name: str, timeout: float = 90) -> Any:
@@ -217,7 +235,11 @@ def test_a_restarted_virtual_kubelet_recreates_and_rewrites_no_volume(
     home.create(pod_with("after", offloaded, "after", node=f"liqo-{cluster_id}"))
     running(home, offloaded, "after", timeout=120)
     bound(foreign[cluster_id], "after", twin)
-    time.sleep(2)
+    # its storage queue requeued every claim when its stores synced; once drained, the reconcile of
+    # `kept` has begun, and in storage.py a reconcile's first await is the write it makes
+    url = runtime.probes_url(f"kubelet-{cluster_id}")
+    assert url is not None
+    wait_until(lambda: queue_drained(url, "storage"), 60, "the restarted kubelet's storage queue drained")
     assert state() == before, "neither the remote claim nor the home PV was rewritten or recreated"
 
 
@@ -237,7 +259,7 @@ def test_a_retained_volume_keeps_the_remote_claim_until_the_home_volume_is_delet
     wait_until(
         lambda: (v := home_volume(home, uid)) is not None and v.status.phase == "Released", 90, "home PV Released"
     )
-    time.sleep(3)
+    provisioned_sentinel(home, foreign[cluster_id], offloaded, cluster_id)
     kept: Any = get_or_none(foreign[cluster_id], PersistentVolumeClaim, "archive", twin)
     assert kept is not None and kept.metadata.uid == remote_uid and kept.metadata.deletionTimestamp is None
     # the administrator lets the data go: deleting the home PV deletes the remote claim

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import datetime
 import itertools
-import time
 from collections.abc import Iterator
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -28,7 +27,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
-from tests.support.kube import VIRTUAL_NODES, get_or_none, remote_pod, wait_until
+from tests.support.kube import VIRTUAL_NODES, get_or_none, metric_samples, queue_drained, remote_pod, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -194,13 +193,19 @@ def foreign_2_tokens_off(offloaded: str, home: Client, foreign: dict[str, Client
 
 
 def test_with_token_support_off_no_token_leaves_home(
-    offloaded: str, home: Client, foreign: dict[str, Client], foreign_2_tokens_off: None
+    offloaded: str, home: Client, foreign: dict[str, Client], foreign_2_tokens_off: None, runtime: ExternalRuntime
 ) -> None:
     client, twin = foreign["foreign-2"], twin_of(offloaded)
+    url = runtime.probes_url("kubelet-foreign-2")
+    assert url is not None
+    minted = token_requests(url)
     home.create(pod_on("foreign-2", "no-token", offloaded))
     pod, remote = running_remotely(home, client, offloaded, "no-token")
     assert any(v.name.startswith("kube-api-access-") for v in pod.spec.volumes), "the home pod mounts a token"
-    time.sleep(3)
+    # the pod's ADDED event fed the token queue as it fed the offloading; once that queue is drained
+    # the pod's token reconcile has begun, and its first await would be the TokenRequest (tokens.py)
+    wait_until(lambda: queue_drained(url, "reflection-token"), 60, "the token queue of foreign-2 drained")
+    assert token_requests(url) == minted, "no token requested at home"
     secrets = list(client.list(Secret, namespace=twin))
     assert not [s for s in secrets if names.SERVICE_ACCOUNT_TOKEN_LABEL in (cast(Any, s).metadata.labels or {})]
     assert get_or_none(client, Secret, names.token_secret_name("no-token"), twin) is None
@@ -209,6 +214,12 @@ def test_with_token_support_off_no_token_leaves_home(
     env = {e.name for c in remote.spec.containers for e in c.env or []}
     assert "KUBERNETES_SERVICE_HOST" not in env
     home.delete(Pod, "no-token", namespace=offloaded)
+
+
+def token_requests(url: str) -> float:
+    """The TokenRequests a virtual kubelet has sent to the home API server."""
+    samples = metric_samples(url, "liqo_api_requests_total")
+    return samples.get((("cluster", "home"), ("method", "POST"), ("resource", "serviceaccounts/token")), 0)
 
 
 def stamp(moment: datetime.datetime) -> str:

@@ -32,7 +32,18 @@ from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.api.plan import shared_resources
 from runtime.kube.resources import ResourceAdvertisementResource
-from tests.support.kube import VIRTUAL_NODES, all_running, deploy_running, home_pods, node_ready, remote_pod, wait_until
+from runtime.virtualkubelet.pods import BACKOFF_REASON
+from tests.support.kube import (
+    VIRTUAL_NODES,
+    all_running,
+    create_namespace,
+    deploy_running,
+    home_pods,
+    metric_samples,
+    node_ready,
+    remote_pod,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -100,6 +111,23 @@ def edit_node(
     raise AssertionError(f"{node_name}: the edit conflicted 10 times in a row")
 
 
+def health_checks(runtime: ExternalRuntime, cluster_id: str, count: int) -> None:
+    """Until the virtual kubelet of `cluster_id` has run `count` more health checks (node.py: each
+    GETs the foreign cluster's ResourceAdvertisement, and may change what the Node shows). Its
+    advertisement informer's GETs count too, but it watches for 300 s at a time: at most one of them
+    falls in a few checks."""
+    url = runtime.probes_url(f"kubelet-{cluster_id}")
+    assert url is not None
+
+    def reads() -> float:
+        samples = metric_samples(url, "liqo_api_requests_total")
+        wanted = (("cluster", cluster_id), ("method", "GET"), ("resource", "resourceadvertisements"))
+        return samples.get(wanted, 0)
+
+    start = reads()
+    wait_until(lambda: reads() >= start + count, count * HEALTH_CHECK_INTERVAL + 30, f"{count} health checks")
+
+
 @pytest.fixture
 def declared_again(installed: auto.Stack) -> Iterator[dict[str, Any]]:
     """The stack's config, given back after the test whatever it changed."""
@@ -113,7 +141,12 @@ def declared_again(installed: auto.Stack) -> Iterator[dict[str, Any]]:
 
 # -- what the Node shows ----------------------------------------------------------------------
 def test_the_node_shows_exactly_what_is_declared_and_follows_the_sharing_percentage_at_run_time(
-    offloaded: str, home: Client, foreign: dict[str, Client], installed: auto.Stack, declared_again: dict[str, Any]
+    offloaded: str,
+    home: Client,
+    foreign: dict[str, Client],
+    installed: auto.Stack,
+    declared_again: dict[str, Any],
+    runtime: ExternalRuntime,
 ) -> None:
     base = declared_again
     wait_until(
@@ -162,7 +195,7 @@ def test_the_node_shows_exactly_what_is_declared_and_follows_the_sharing_percent
         assert labels_of(home, "foreign-1")["region"] == "europe"
         # and, nothing changing, the virtual kubelet writes nothing (its Lease apart)
         version = node_of(home, "foreign-1").metadata.resourceVersion
-        time.sleep(3 * HEALTH_CHECK_INTERVAL)
+        health_checks(runtime, "foreign-1", 3)
         assert node_of(home, "foreign-1").metadata.resourceVersion == version
     finally:
         key = admin_taint["key"]
@@ -292,6 +325,31 @@ def gone(home: Client, namespace: str, name: str) -> bool:
     return False
 
 
+def kubelet_acted_on_a_later_pod(home: Client, node_name: str, namespace: str) -> None:
+    """A sentinel: a pod bound to the virtual node in a namespace not offloaded, until its virtual
+    kubelet has marked it OffloadingBackOff. The kubelet's one watch of the pods on its node feeds
+    one FIFO queue, and a reconcile's first await is its first write: once the sentinel is marked,
+    every earlier pod event on the node has been decided. The namespace is deleted again."""
+    create_namespace(home, namespace)
+    try:
+        body = {
+            "metadata": {"name": "sentinel", "namespace": namespace},
+            "spec": {
+                "nodeName": node_name,
+                "tolerations": [{"operator": "Exists"}],  # the node's NoExecute taints evict nothing
+                "containers": [{"name": "c", "image": "busybox"}],
+            },
+        }
+        home.create(cast(Pod, Pod.from_dict(body)))
+        wait_until(
+            lambda: cast(Any, home.get(Pod, "sentinel", namespace=namespace)).status.reason == BACKOFF_REASON,
+            60,
+            f"the sentinel pod on {node_name} marked {BACKOFF_REASON}",
+        )
+    finally:
+        home.delete(Namespace, namespace)
+
+
 def set_out_of_service(home: Client, node_name: str, on: bool) -> None:
     """What an administrator does to give up on a node (Kubernetes' non-graceful node shutdown)."""
     key = OUT_OF_SERVICE["key"]
@@ -324,7 +382,7 @@ def test_a_virtual_kubelet_started_while_its_foreign_cluster_is_down_turns_its_n
             # still run. The administrator who gives up on the cluster marks the node out of service,
             # and the home cluster's pod garbage collector releases its pods.
             home.delete(Pod, victim, namespace=offloaded)
-            time.sleep(2 * HEALTH_CHECK_INTERVAL)
+            kubelet_acted_on_a_later_pod(home, node_name, f"{offloaded[:50]}-sentinel")
             pod: Any = home.get(Pod, victim, namespace=offloaded)
             assert pod.metadata.deletionTimestamp, "Terminating while its cluster is away"
             set_out_of_service(home, node_name, True)

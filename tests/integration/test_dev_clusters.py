@@ -18,6 +18,7 @@ from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import KWOK_NODE_ANNOTATION, ClusterLayout, DevEnvironment, env_name
 from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
+from tests.support.kube import node_ready, wait_until
 
 pytestmark = pytest.mark.clusters
 
@@ -120,8 +121,10 @@ def test_kwok_leaves_nodes_without_its_marker_alone(home: Client, unique_name: s
                 ),
             )
         )
-        # kwok reacts to what it manages within a second or two; give it generous time to misbehave.
-        time.sleep(6)
+        # a sentinel kwok does manage, created after: each of kwok's watches (Nodes, Pods) delivers
+        # events in order, so once kwok has made this node Ready and run its pod, it has been handed
+        # the unmarked node's status patch and its pod, and chose to leave them alone
+        kwok_acted_on_sentinel(home, f"{unique_name}-kwok")
         seen = home.get(Node, unique_name)
         assert seen.metadata and KWOK_NODE_ANNOTATION not in (seen.metadata.annotations or {})
         assert seen.status and seen.status.conditions
@@ -134,6 +137,26 @@ def test_kwok_leaves_nodes_without_its_marker_alone(home: Client, unique_name: s
         home.delete(Pod, pod_name, namespace="default", grace_period=0)
     finally:
         home.delete(Node, unique_name)
+
+
+def kwok_acted_on_sentinel(client: Client, name: str) -> None:
+    """A Node marked for kwok and a pod bound to it: until kwok has made the node Ready and the pod
+    Running; both are deleted again."""
+    client.create(
+        cast(Node, Node.from_dict({"metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"}}}))
+    )
+    pod = f"{name}-pod"
+    try:
+        body = {
+            "metadata": {"name": pod, "namespace": "default"},
+            "spec": {"nodeName": name, "containers": [{"name": "c", "image": "nginx"}]},
+        }
+        client.create(cast(Pod, Pod.from_dict(body)))
+        wait_until(lambda: node_ready(client, name), 60, f"kwok made {name} Ready")
+        wait_until(lambda: cast(Any, client.get(Pod, pod, namespace="default")).status.phase == "Running", 60, pod)
+    finally:
+        client.delete(Pod, pod, namespace="default", grace_period=0)
+        client.delete(Node, name)
 
 
 def test_dev_env_exports_drive_kubectl_by_context(dev_env: DevEnvironment, foreign_ids: list[str]) -> None:

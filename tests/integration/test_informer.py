@@ -13,7 +13,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.kube import Event, Informer
+from runtime.kube import EngineMetrics, Event, Informer
 from runtime.kube.packing import Packed
 from tests.support.kube import wait_until_async
 
@@ -147,26 +147,38 @@ def test_a_pod_informer_outlives_bookmarks_and_watch_timeouts(
 
     async def scenario() -> tuple[bool, int, list[Event]]:
         client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
-        informer = Informer(client, Pod, namespace=namespace, watch_timeout_seconds=4)
+        metrics = EngineMetrics()  # counts the informer's watch requests
+        informer = Informer(client, Pod, namespace=namespace, watch_timeout_seconds=4, metrics=metrics)
         events: list[Event] = []
         informer.add_handler(events.append)
         task = asyncio.create_task(informer.run())
         await asyncio.wait_for(informer.synced.wait(), 30)
         listed_at = informer.resource_version
-        await asyncio.sleep(13)
-        bookmarked = informer.resource_version != listed_at  # nothing changed here: only bookmarks move it
-        body = {
-            "metadata": {"name": "late", "namespace": namespace},
-            "spec": {"containers": [{"name": "c", "image": "x"}]},
-        }
-        home.create(cast(Pod, Pod.from_dict(body)))
+        # a Pod changed in another namespace: the bookmarks' resourceVersion (the API server's Pod
+        # watch cache) moves past it; with no Pod changing anywhere it may not move for a minute
+        home.create(cast(Pod, Pod.from_dict({"metadata": {"name": elsewhere, "namespace": "default"}, **spec})))
+
+        def watches() -> float:
+            labels = {"cluster": "", "verb": "watch", "resource": "Pod"}
+            return metrics.registry.get_sample_value("liqo_api_calls_total", labels) or 0
+
+        # three watches ended and a fourth began, resumed from a resourceVersion that only bookmarks
+        # can have moved (nothing changes in this namespace); a dead task would stop the count
+        await wait_until_async(lambda: watches() >= 4 and informer.resource_version != listed_at, 60, "3 watches")
+        bookmarked = informer.resource_version != listed_at
+        home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "late", "namespace": namespace}, **spec})))
         await wait_until_async(lambda: any(e.key == f"{namespace}/late" for e in events))
         alive = not task.done()
         task.cancel()
         await client.close()
         return alive and bookmarked, informer.relists, events
 
-    ok, relists, events = asyncio.run(scenario())
+    spec = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    elsewhere = f"{namespace}-elsewhere"
+    try:
+        ok, relists, events = asyncio.run(scenario())
+    finally:
+        home.delete(Pod, elsewhere, namespace="default", grace_period=0)
     assert ok, "the informer stopped, or never advanced its resourceVersion on a bookmark"
     assert relists == 1
     assert (events[0].type, events[0].key) == ("ADDED", f"{namespace}/late")  # then its scheduling, if any

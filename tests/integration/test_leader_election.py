@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 from lightkube import AsyncClient, Client, KubeConfig
@@ -14,10 +16,12 @@ from lightkube.resources.core_v1 import Namespace
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api.leaderelection import LeaderElectionTiming
+from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.controlling import gate_on, run_controller
 from runtime.kube.informing import Informer
 from runtime.kube.leaderelection import LeaderElector
 from runtime.kube.queueing import WorkQueue
+from tests.support.kube import wait_until_async
 
 pytestmark = pytest.mark.clusters
 
@@ -35,7 +39,7 @@ def namespace(home: Client, unique_name: str) -> Iterator[str]:
 def electors(dev_env: DevEnvironment, namespace: str, *identities: str) -> list[LeaderElector]:
     return [
         LeaderElector(
-            AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home"))),
+            async_client(KubeConfig.from_file(dev_env.kubeconfig("home"))),
             namespace=namespace,
             name="component",
             identity=identity,
@@ -43,6 +47,14 @@ def electors(dev_env: DevEnvironment, namespace: str, *identities: str) -> list[
         )
         for identity in identities
     ]
+
+
+def lease_reads(elector: LeaderElector) -> list[float]:
+    """When (monotonic) the candidate reads its Lease from now on: one read per round of its campaign."""
+    reads: list[float] = []
+    client = cast(RuntimeClient, elector.client)
+    client.on_request(lambda method, path: reads.append(time.monotonic()) if method == "GET" else None)
+    return reads
 
 
 def holder(home: Client, namespace: str) -> str | None:
@@ -58,8 +70,15 @@ def test_one_leads_and_a_crashed_leader_is_replaced_after_the_lease_expires(
         await first.acquire()
         lost: list[str] = []
         keeping = asyncio.create_task(first.campaign(lambda: lost.append("first")))
+        reads = lease_reads(second)
         standing_by = asyncio.create_task(second.campaign(lambda: lost.append("second")))
-        await asyncio.sleep(3 * FAST.lease_duration)  # the leader renews: the stand-by never takes over
+        # the leader renews: the stand-by never takes over, though it reads the Lease again more than
+        # a lease duration after its first read (it would take over then, were the record unchanged)
+        await wait_until_async(
+            lambda: len(reads) >= 2 and reads[-1] - reads[0] > FAST.lease_duration + FAST.retry_period,
+            30,
+            "the stand-by reading the Lease past a lease duration",
+        )
         assert not second.is_leader.is_set() and first.is_leader.is_set()
         assert holder(home, namespace) == "first"
         keeping.cancel()  # a crash: no release
@@ -81,8 +100,10 @@ def test_release_hands_over_at_once(dev_env: DevEnvironment, home: Client, names
     async def scenario() -> float:
         first, second = electors(dev_env, namespace, "first", "second")
         await first.acquire()
+        reads = lease_reads(second)
         standing_by = asyncio.create_task(second.campaign(lambda: None))
-        await asyncio.sleep(FAST.retry_period * 2)
+        # standing by: it has found the Lease held, and waits for its next round
+        await wait_until_async(lambda: reads and not second.is_leader.is_set(), 10, "the stand-by campaigning")
         await first.release()
         released = time.monotonic()
         await asyncio.wait_for(second.is_leader.wait(), FAST.lease_duration)
@@ -124,17 +145,29 @@ def test_a_stand_by_controller_syncs_its_informers_but_reconciles_only_once_it_l
         client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
         leadership = asyncio.Event()
         gate_on(leadership)
+
+        def controller(reconciled: list[str], context: contextvars.Context | None = None) -> asyncio.Task[None]:
+            async def reconcile(key: str) -> None:
+                reconciled.append(key)
+
+            informer = Informer(client, Namespace)
+            queue = WorkQueue(reconcile, workers=1, name="test")
+            informer.add_handler(lambda event: queue.add(event.key) if event.key == namespace else None)
+            informers.append(informer)
+            return asyncio.create_task(run_controller([informer], queue), context=context)
+
+        informers: list[Informer] = []
         reconciled: list[str] = []
-
-        async def reconcile(key: str) -> None:
-            reconciled.append(key)
-
-        informer = Informer(client, Namespace)
-        queue = WorkQueue(reconcile, workers=1, name="test")
-        informer.add_handler(lambda event: queue.add(event.key) if event.key == namespace else None)
-        running = asyncio.create_task(run_controller([informer], queue))
+        running = controller(reconciled)
+        informer = informers[0]
         await asyncio.wait_for(informer.synced.wait(), 30)
-        await asyncio.sleep(1)
+        # a sentinel: the same controller, started now without the gate (a context of its own), lists,
+        # syncs and reconciles; meanwhile the gated one, already synced, has long reached its gate
+        ungated: list[str] = []
+        sentinel = controller(ungated, contextvars.Context())
+        await wait_until_async(lambda: ungated == [namespace], 30, "the ungated controller reconciled")
+        sentinel.cancel()
+        await asyncio.gather(sentinel, return_exceptions=True)
         warm = namespace in informer.store
         before = list(reconciled)
         leadership.set()

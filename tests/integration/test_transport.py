@@ -22,9 +22,10 @@ from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.kube import Event, Informer
+from runtime.kube import EngineMetrics, Event, Informer
 from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.transport import AiohttpTransport
+from tests.support.kube import wait_until_async
 
 pytestmark = pytest.mark.clusters
 BIG = {"size": "big"}  # the big ConfigMaps, apart from any other in the namespace
@@ -186,13 +187,19 @@ def test_more_watches_than_a_connection_pool_would_hold_leave_requests_room(
     watches = 120
 
     async def scenario() -> None:
-        informers = [Informer(client, ConfigMap, namespace=namespace) for _ in range(watches)]
+        metrics = EngineMetrics()  # counts the watch requests the informers send
+        informers = [Informer(client, ConfigMap, namespace=namespace, metrics=metrics) for _ in range(watches)]
         seen: list[set[str]] = [set() for _ in informers]
         for informer, keys in zip(informers, seen, strict=True):
             informer.add_handler(partial(_add_key, keys))
         tasks = [asyncio.create_task(informer.run()) for informer in informers]
         await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), 30)
-        await asyncio.sleep(1)  # every informer past its list, into its watch
+        labels = {"cluster": "", "verb": "watch", "resource": "ConfigMap"}
+        await wait_until_async(  # every informer past its list, its watch sent
+            lambda: (metrics.registry.get_sample_value("liqo_api_calls_total", labels) or 0) >= watches,
+            30,
+            f"{watches} watches",
+        )
         created = await asyncio.wait_for(
             client.create(ConfigMap(metadata=ObjectMeta(name="after-the-watches", namespace=namespace))), 10
         )

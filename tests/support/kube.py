@@ -216,6 +216,13 @@ def metric_samples(url: str, name: str) -> dict[tuple[tuple[str, str], ...], flo
     }
 
 
+def queue_drained(url: str, queue: str) -> bool:
+    """No key waits in the work queue `queue` of the component serving /metrics at `url`: each one
+    added so far has been handed to a worker (its reconcile has begun)."""
+    depth = metric_samples(url, "liqo_queue_depth")
+    return all(value == 0 for labels, value in depth.items() if dict(labels)["queue"] == queue)
+
+
 def pod_on_each_virtual_node(
     home: Client, namespace: str, prefix: str, container: str, annotations: dict[str, dict[str, str]] | None = None
 ) -> dict[str, str]:
