@@ -7,4 +7,6 @@ bash scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-exec .venv/bin/pytest "$@"
+# Two workers, each its own clusters (tests/conftest.py gives each worker one lane of modules);
+# LIQO_STACK_TEST_WORKERS=0 runs everything in this process.
+exec .venv/bin/pytest -n "${LIQO_STACK_TEST_WORKERS:-2}" --dist loadgroup "$@"

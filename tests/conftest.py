@@ -33,25 +33,41 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _run_order(item: pytest.Item) -> int:
-    """Fast tiers first (a broken unit fails in seconds). Among the e2e modules, those that need the
-    clusters without the shared stack run before tests/e2e/conftest.py installs it (on first use,
-    once), and those that need a runtime of their own (leader election) after every module that
-    shares the runtime, so it is started once."""
+# Two lanes of clusters run at once under `bash scripts/test.sh` (pytest-xdist, `--dist loadgroup`):
+# each worker starts its own clusters, stack and runtime for the lane it is given. The first lane
+# holds what needs the clusters without the shared stack and what needs a runtime of its own; these
+# shared-stack modules join it so that both lanes take about as long (figures: docs/performance.md).
+FIRST_LANE_SHARED = {"test_preview", "test_webhooks"}
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    """(lane, place in the lane). Fast tiers first (a broken unit fails in seconds). Among the e2e
+    modules, those that need the clusters without the shared stack run before tests/e2e/conftest.py
+    installs it (on first use, once), and those that need a runtime of their own (leader election)
+    after every module that shares the runtime, so it is started once."""
     tier = Path(str(item.path)).relative_to(REPO / "tests").parts[0]
     if tier != "e2e":
-        return {"unit": 0, "integration": 1}.get(tier, 2)
+        return 0, {"unit": 0, "integration": 1}.get(tier, 2)
     if "session_stack" not in getattr(item, "fixturenames", []):
-        return 3
-    return 5 if getattr(getattr(item, "module", None), "LEADER_ELECTION", False) else 4
+        return 1, 3
+    if getattr(getattr(item, "module", None), "LEADER_ELECTION", False):
+        return 1, 5
+    return (1 if Path(str(item.path)).stem in FIRST_LANE_SHARED else 2), 4
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_run_order)  # stable: each group keeps the files' order
+    """Items in run order (stable: each group keeps the files' order), each with the lane it runs
+    in when xdist spreads them: integration and the first e2e lane in one, the rest in the other."""
+    items.sort(key=lambda item: (_run_order(item)[1], _run_order(item)[0]))
+    for item in items:
+        lane, place = _run_order(item)
+        if place > 0:  # unit tests need no clusters: any worker runs them
+            item.add_marker(pytest.mark.xdist_group(f"clusters-{max(lane, 1)}"))
 
 
 def test_state_root() -> Path:
-    return paths.state_root() / "pytest"
+    """This session's folder: one per xdist worker, so each worker's clusters are its own."""
+    return paths.state_root() / "pytest" / os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 @pytest.fixture(scope="session")
