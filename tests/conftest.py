@@ -55,6 +55,7 @@ def _run_order(item: pytest.Item) -> tuple[int, int]:
     return (1 if Path(str(item.path)).stem in FIRST_LANE_SHARED else 2), 4
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Items in run order (stable: each group keeps the files' order), each with the lane it runs
     in when xdist spreads them: integration and the first e2e lane in one, the rest in the other."""
