@@ -7,6 +7,6 @@ bash scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-# Two workers, each its own clusters (tests/conftest.py gives each worker one lane of modules);
+# Two workers, each with its own clusters (tests/conftest.py gives each worker one lane of modules);
 # LIQO_STACK_TEST_WORKERS=0 runs everything in this process.
-exec .venv/bin/pytest -n "${LIQO_STACK_TEST_WORKERS:-2}" --dist loadgroup "$@"
+exec .venv/bin/pytest -n "${LIQO_STACK_TEST_WORKERS:-2}" "$@"

@@ -14,6 +14,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 from lightkube import Client
@@ -33,37 +34,65 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-# Two lanes of clusters run at once under `bash scripts/test.sh` (pytest-xdist, `--dist loadgroup`):
-# each worker starts its own clusters, stack and runtime for the lane it is given. The first lane
-# holds what needs the clusters without the shared stack and what needs a runtime of its own; these
-# shared-stack modules join it so that both lanes take about as long (figures: docs/performance.md).
-FIRST_LANE_SHARED = {"test_preview", "test_webhooks"}
+# Under `bash scripts/test.sh` two pytest-xdist workers run at once, each with its own clusters,
+# stack and runtime, each given one lane of modules whole (LaneScheduling). The first lane holds the
+# integration tier and the e2e modules named here: those that need the clusters without the shared
+# stack, the failover tests, and two shared-stack modules, so that both lanes take about as long
+# (figures: docs/performance.md). Every other e2e module is in the second lane; unit tests go to
+# whichever worker is free.
+FIRST_LANE = {
+    "test_cluster_mode",
+    "test_own_program",
+    "test_policies",
+    "test_promote",
+    "test_pulumi_offline",
+    "test_runtime_image",
+    "test_stack",
+    "test_upgrade",
+    "test_failover",
+    "test_preview",
+    "test_webhooks",
+}
 
 
-def _run_order(item: pytest.Item) -> tuple[int, int]:
-    """(lane, place in the lane). Fast tiers first (a broken unit fails in seconds). Among the e2e
-    modules, those that need the clusters without the shared stack run before tests/e2e/conftest.py
-    installs it (on first use, once), and those that need a runtime of their own (leader election)
-    after every module that shares the runtime, so it is started once."""
+def lane_of(nodeid: str) -> str:
+    """The lane of a test by its node id (`tests/e2e/test_x.py::test_y[...]`), or the id itself for a
+    test that needs no clusters (it may run anywhere)."""
+    path = Path(nodeid.partition("::")[0])
+    tier = path.parts[1] if len(path.parts) > 2 else ""
+    if tier == "integration" or (tier == "e2e" and path.stem in FIRST_LANE):
+        return "clusters-1"
+    return "clusters-2" if tier == "e2e" else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # xdist's own `--dist loadgroup` marks groups by rewriting node ids, which pytest 9 no longer allows
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no types
+        """Each lane to one worker, whole and in collection order (see _run_order)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_of(nodeid)
+
+    return LaneScheduling(config, log)
+
+
+def _run_order(item: pytest.Item) -> int:
+    """Fast tiers first (a broken unit fails in seconds). Among the e2e modules, those that need the
+    clusters without the shared stack run before tests/e2e/conftest.py installs it (on first use,
+    once), and those that need a runtime of their own (leader election) after every module that
+    shares the runtime, so it is started once. Each worker runs its lane in this order."""
     tier = Path(str(item.path)).relative_to(REPO / "tests").parts[0]
     if tier != "e2e":
-        return 0, {"unit": 0, "integration": 1}.get(tier, 2)
+        return {"unit": 0, "integration": 1}.get(tier, 2)
     if "session_stack" not in getattr(item, "fixturenames", []):
-        return 1, 3
-    if getattr(getattr(item, "module", None), "LEADER_ELECTION", False):
-        return 1, 5
-    return (1 if Path(str(item.path)).stem in FIRST_LANE_SHARED else 2), 4
+        return 3
+    return 5 if getattr(getattr(item, "module", None), "LEADER_ELECTION", False) else 4
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Items in run order (stable: each group keeps the files' order), each with the lane it runs
-    in when xdist spreads them: integration and the first e2e lane in one, the rest in the other."""
-    items.sort(key=lambda item: (_run_order(item)[1], _run_order(item)[0]))
-    for item in items:
-        lane, place = _run_order(item)
-        if place > 0:  # unit tests need no clusters: any worker runs them
-            item.add_marker(pytest.mark.xdist_group(f"clusters-{max(lane, 1)}"))
+    items.sort(key=_run_order)  # stable: each group keeps the files' order
 
 
 def test_state_root() -> Path:
