@@ -37,7 +37,7 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
 # Under `bash scripts/test.sh` two pytest-xdist workers run at once, each with its own clusters,
 # stack and runtime, each given one lane of modules whole (LaneScheduling). The first lane holds the
 # integration tier and the e2e modules named here: those that need the clusters without the shared
-# stack, the failover tests, and two shared-stack modules, so that both lanes take about as long
+# stack, the failover tests, and one shared-stack module, so that both lanes take about as long
 # (figures: docs/performance.md). Every other e2e module is in the second lane; unit tests go to
 # whichever worker is free.
 FIRST_LANE = {
@@ -51,7 +51,6 @@ FIRST_LANE = {
     "test_upgrade",
     "test_failover",
     "test_preview",
-    "test_webhooks",
 }
 
 
