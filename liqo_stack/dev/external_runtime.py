@@ -29,7 +29,35 @@ from pathlib import Path
 
 from liqo_stack.dev import paths
 
-KUBELET_BASE_PORT = 10250  # the kubelet's port; the next virtual kubelets take the next ones
+KUBELET_BASE_PORT = 10250  # the kubelet's port; the next virtual kubelets take the next free ones
+LOG_TAIL_LINES = 20  # of a dead component's log, in the error that reports it
+
+
+class RuntimeDied(RuntimeError):
+    """A component's process ended while it should run; the message names it, its log and its last lines."""
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Something listens on `port` (a bind with SO_REUSEADDR fails only then, as the servers use it)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_ports_from(start: int, count: int, taken: set[int]) -> list[int]:
+    """`count` ports from `start` up that nothing listens on and are not in `taken`: runtimes started
+    side by side on one machine (the dev env, a bench, the tests) never collide on the kubelet port."""
+    found: list[int] = []
+    port = start
+    while len(found) < count:
+        if port not in taken and not port_in_use(port):
+            found.append(port)
+        port += 1
+    return found
 
 
 class ExternalRuntime:
@@ -45,13 +73,16 @@ class ExternalRuntime:
     ) -> None:
         """`kubeconfigs`: admin kubeconfig of each cluster by id, the home cluster's included.
         `kubelet_ports`: where each foreign cluster's virtual kubelet serves the kubelet API (its
-        Node advertises it, so each needs its own); default 10250, 10251, ... in cluster order."""
+        Node advertises it, so each needs its own); by default the first ports from 10250 up that
+        nothing listens on, in cluster order."""
         self.kubeconfigs = kubeconfigs
         self.home_cluster_id = home_cluster_id
         self.foreign_ids = [c for c in kubeconfigs if c != home_cluster_id]
         self.webhook_port = webhook_port
-        self.kubelet_ports = {c: KUBELET_BASE_PORT + i for i, c in enumerate(self.foreign_ids)}
-        self.kubelet_ports.update(kubelet_ports or {})
+        given = dict(kubelet_ports or {})
+        unset = [c for c in self.foreign_ids if c not in given]
+        defaults = free_ports_from(KUBELET_BASE_PORT, len(unset), set(given.values()))
+        self.kubelet_ports = {**dict(zip(unset, defaults, strict=True)), **given}
         if len(set(self.kubelet_ports.values())) != len(self.kubelet_ports):
             raise ValueError(f"kubelet_ports: each virtual kubelet needs its own port, got {self.kubelet_ports}")
         self.folder = (state_dir or paths.state_root()) / "runtime"
@@ -123,13 +154,32 @@ class ExternalRuntime:
         return self.folder / f"{component}.pid"
 
     def pid(self, component: str) -> int | None:
-        """The component's process id, if it runs."""
+        """The component's process id, if it runs (a zombie, ended but not yet reaped, does not)."""
         try:
             pid = int(self._pid_file(component).read_text())
             os.kill(pid, 0)
-        except (OSError, ValueError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            return None
+        if state == "Z":
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # ours: reap it
             return None
         return pid
+
+    def check_alive(self) -> None:
+        """Raise RuntimeDied naming each started component whose process ended, with its log's last lines."""
+        dead = [c for c in self.components if self._pid_file(c).exists() and self.pid(c) is None]
+        if not dead:
+            return
+        reports = []
+        for component in dead:
+            try:
+                tail = self.log(component).read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            except OSError:
+                tail = ["(no log)"]
+            reports.append(f"{component} exited; its log: {self.log(component)}\n    " + "\n    ".join(tail))
+        raise RuntimeDied("runtime process ended:\n" + "\n".join(reports))
 
     def running(self) -> list[str]:
         """Components with a live process, whatever the cluster list this object was made with."""

@@ -28,6 +28,10 @@ import yarl
 # ten per offloaded namespace), so a capped pool (httpx2's held 100) once full of watches leaves every
 # request waiting forever. What bounds the connections is the workers and informers that use them.
 MAX_CONNECTIONS = 0  # aiohttp: 0 is no limit
+# How long an idle connection is kept for the next request: client-go's IdleConnTimeout (aiohttp's
+# default, 15 s, closed them between two rollouts, and each burst began with a TLS handshake per
+# worker on both sides, on the path of its first pods).
+IDLE_CONNECTION_SECONDS = 90.0
 # asyncio's TLS connections (aiohttp's) each allocate and zero a read buffer of SSLProtocol.max_size,
 # 256 KiB: 330 KB of RSS per connection against httpx2's 85 KB, with dozens of watches each holding
 # one. A read of one TLS record's worth (16 KiB, the most a record holds) brings it to 94 KB
@@ -58,7 +62,9 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         """The session, opened in the running loop on first use (an aiohttp session belongs to one loop)."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=MAX_CONNECTIONS)
+            connector = aiohttp.TCPConnector(
+                ssl=self._ssl, limit=MAX_CONNECTIONS, keepalive_timeout=IDLE_CONNECTION_SECONDS
+            )
             # httpx2 decodes the body by its Content-Encoding; aiohttp must hand it over as sent
             self._session = aiohttp.ClientSession(
                 connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()

@@ -56,23 +56,24 @@ def allowed_terms(strategy: PodOffloadingStrategy, selector: NodeSelector) -> li
 
 
 def mutate_pod(pod: dict[str, Any], strategy: PodOffloadingStrategy, selector: NodeSelector) -> dict[str, Any]:
-    """The pod with the constraints of its namespace's offloading added (the input is not changed)."""
-    mutated = copy.deepcopy(pod)
-    spec = mutated.setdefault("spec", {})
+    """The pod with the constraints of its namespace's offloading added. The input is not changed:
+    what changes (the spec, its tolerations and affinity) is copied, the rest shared, since every
+    pod created in an offloaded namespace waits on this (a whole copy was most of its cost)."""
+    spec = dict(pod.get("spec") or {})
+    mutated = {**pod, "spec": spec}
     effective = effective_strategy(pod, strategy)
     if effective is PodOffloadingStrategy.LOCAL:
         return mutated
-    tolerations = spec.setdefault("tolerations", [])
+    tolerations = list(spec.get("tolerations") or [])
     if TOLERATION not in tolerations:
         tolerations.append(dict(TOLERATION))
+    spec["tolerations"] = tolerations
     ours = allowed_terms(effective, selector)
     if ours is None:
         return mutated
-    required = (
-        spec.setdefault("affinity", {})
-        .setdefault("nodeAffinity", {})
-        .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    )
+    affinity = copy.deepcopy(spec.get("affinity") or {})
+    spec["affinity"] = affinity
+    required = affinity.setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     theirs = required.get("nodeSelectorTerms") or []
     if theirs:
         required["nodeSelectorTerms"] = [

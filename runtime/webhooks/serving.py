@@ -14,6 +14,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from runtime.api import NamespaceOffloadingSpec, names
@@ -47,7 +48,7 @@ def spec_patch(before: dict[str, Any], after: dict[str, Any]) -> JsonPatch:
     return [
         {"op": "add", "path": f"/spec/{field.replace('~', '~0').replace('/', '~1')}", "value": value}
         for field, value in new.items()
-        if old.get(field) != value
+        if old.get(field) is not value and old.get(field) != value  # shared (not copied) is unchanged
     ]
 
 
@@ -91,16 +92,18 @@ class WebhookServer:
 
     async def _review(self, request: web.Request, decide: Callable[[dict[str, Any]], dict[str, Any]]) -> web.Response:
         try:
-            review = await request.json()
-            admission = review["request"]
-        except (ValueError, KeyError, TypeError):
+            # msgspec: half the decode time of json, on the path of every pod created in an offloaded namespace
+            admission = msgspec.json.decode(await request.read())["request"]
+        except (msgspec.DecodeError, KeyError, TypeError):
+            admission = None
+        if not isinstance(admission, dict):
             return web.json_response({"error": "expected an AdmissionReview with a request"}, status=400)
         try:
             answer = decide(admission)
         except Exception as err:  # a bug must deny with a message, never crash the server
             log.exception("webhook %s failed", request.path)
             answer = review_response(admission.get("uid", ""), message=f"liqo webhook error: {err}")
-        return web.json_response(answer)
+        return web.Response(body=msgspec.json.encode(answer), content_type="application/json")
 
     async def _mutate_pod(self, request: web.Request) -> web.Response:
         return await self._review(request, lambda admission: admit_pod(admission, self.offloading_of))

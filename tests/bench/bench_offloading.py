@@ -318,6 +318,7 @@ async def one_burst(
         for point, at in clock.reached_by_all(stages).items():
             figures.last_reached.setdefault(way, {}).setdefault(point, []).append(at)
     figures.seconds[way].append(seconds)
+    runtime.check_alive()  # figures of a burst the runtime did not survive are no figures
     return seconds
 
 
@@ -513,7 +514,12 @@ def install(
     home = env.client(HOME)
     for cluster_id in foreign_ids:
         node = names.virtual_node_name(cluster_id)
-        wait_until(lambda node=node: node_ready(home, node), 60, f"{node} Ready")  # type: ignore[misc]
+
+        def ready(node: str = node) -> bool:
+            runtime.check_alive()  # a process that died (a port in use, a bad credential) fails here, naming its log
+            return node_ready(home, node)
+
+        wait_until(ready, 60, f"{node} Ready")
     offload(home, OFFLOADED, {"podOffloadingStrategy": "Remote"})  # fresh clusters: nothing there yet
     wait_phase(home, OFFLOADED, "Ready", 60)
     for cluster_id in foreign_ids:
@@ -530,6 +536,8 @@ def fresh_clusters(name: str, layout: ClusterLayout = LAYOUT) -> tuple[Path, Dev
     policy.write_text(AUDIT_POLICY)
     env = DevEnvironment(state_dir=state / "clusters", bin_dir=paths.bin_dir(), audit_policy=policy)
     env.down(progress=lambda m: None)
+    # new clusters, new stack state: a previous run's would update objects these clusters never had
+    shutil.rmtree(state / "pulumi", ignore_errors=True)
     env.up(layout, progress=lambda m: print(f"[cluster] {m}", flush=True))
     return state, env
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -149,8 +150,38 @@ def test_the_external_runtime_gives_each_virtual_kubelet_its_own_port() -> None:
 
     kubeconfigs = {c: Path(f"/{c}.yaml") for c in ("home", "foreign-1", "foreign-2")}
     runtime = ExternalRuntime(kubeconfigs, "home")
-    assert runtime.kubelet_ports == {"foreign-1": 10250, "foreign-2": 10251}
+    ports = runtime.kubelet_ports
+    assert set(ports) == {"foreign-1", "foreign-2"} and ports["foreign-1"] < ports["foreign-2"]
+    assert min(ports.values()) >= 10250
     command = runtime.command("kubelet-foreign-2")
-    assert command[command.index("--kubelet-port") + 1] == "10251"
+    assert command[command.index("--kubelet-port") + 1] == str(ports["foreign-2"])
     with pytest.raises(ValueError, match="kubelet_ports"):
-        ExternalRuntime(kubeconfigs, "home", kubelet_ports={"foreign-2": 10250})
+        ExternalRuntime(kubeconfigs, "home", kubelet_ports={"foreign-1": 10300, "foreign-2": 10300})
+
+
+def test_default_kubelet_ports_skip_a_port_something_listens_on() -> None:
+    """The dev env's virtual kubelet holds 10250: a bench's runtime started beside it takes another."""
+    from liqo_stack.dev.external_runtime import free_ports_from
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        busy = listener.getsockname()[1]
+        assert free_ports_from(busy, 2, set()) == [busy + 1, busy + 2] or busy + 1 > 65535
+        assert busy not in free_ports_from(busy, 1, {busy + 1})
+
+
+def test_a_dead_component_is_reported_with_its_log(tmp_path: Path) -> None:
+    import subprocess
+
+    from liqo_stack.dev.external_runtime import ExternalRuntime, RuntimeDied
+
+    runtime = ExternalRuntime({"home": tmp_path / "home.yaml"}, "home", state_dir=tmp_path)
+    runtime.folder.mkdir(parents=True)
+    runtime.log("controller-manager").write_text("starting\nOSError: [Errno 98] address already in use\n")
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    (runtime.folder / "controller-manager.pid").write_text(str(ended.pid))
+    with pytest.raises(RuntimeDied, match="controller-manager exited") as raised:
+        runtime.check_alive()
+    assert "address already in use" in str(raised.value) and "controller-manager.log" in str(raised.value)
