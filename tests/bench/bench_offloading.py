@@ -1,13 +1,14 @@
 """Offloading benchmark: pods offloaded through a virtual node vs the same pods created directly.
 
-    .venv/bin/python -m tests.bench.bench_offloading [--bursts 100,1000] [--rounds 2] [--singles 40] [--idle 60]
+    .venv/bin/python -m tests.bench.bench_offloading [--bursts 10,100,1000] [--rounds 2] [--singles 40] [--idle 60]
 
 Starts its own home and foreign cluster (state under $LIQO_STACK_STATE/bench-offloading, both API
 servers writing an audit log of every write), installs the stack with `pulumi up`, runs the
 runtime as local processes (external mode) and offloads namespace `bench` (Remote strategy).
 Then, in one run and alternating the two ways round by round:
-- bursts: N bare pods created with the same client and concurrency, either directly in a
-  foreign namespace (the vanilla baseline) or in the offloaded home namespace; the time until
+- bursts: N bare pods created with the same client and concurrency, or one Deployment of N
+  replicas (`--workload`; a 10-replica Deployment is the rollout most users make), either directly
+  in a foreign namespace (the vanilla baseline) or in the offloaded home namespace; the time until
   all N are Running where they were created (for offloaded pods: at home, status reflected back);
 - CPU: the seconds each cluster component and runtime process used during a burst, both ways;
 - single pods: one at a time, time until Running, p50/p99 of each way and the added latency;
@@ -559,11 +560,16 @@ def running_stack(
 
 
 def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
-    print("\n== bursts: time until every pod is Running where created (targets: 1,000 <= 1.15x, 100 <= 1.3x)")
+    print("\n== bursts: time until every pod is Running where created")
     print("  both: the same pods at home (not offloaded) and directly in the foreign cluster at once, the floor")
-    print("  on this machine; webhook: home admission webhook p99 (offloaded / direct; target within 1.2x)")
+    print("  on this machine; ratio: offloaded / direct; ÷ both: offloaded / both (targets: 1,000 and 100 pods")
+    print("  <= 1.3; a 10-replica Deployment: ratio <= 1.5); webhook: the home API server's admission webhook")
+    print("  p99, the upper bound of its histogram bucket (offloaded / direct; target under 50 ms)")
     header = f"  {'pods':>6} {'workload':>10} {'CPUs':>8} {'direct s':>16} {'offloaded s':>16} {'ratio':>6}"
-    print(header + f" {'both s':>16} {'floor':>6} {'webhook p99':>14}  writes/pod home+foreign (direct: foreign)")
+    print(
+        header
+        + f" {'both s':>16} {'floor':>6} {'÷ both':>6} {'webhook p99':>14}  writes/pod home+foreign (direct: foreign)"
+    )
     for (size, workload, mode), figures in results.items():
         direct, offloaded, both = (figures.seconds[way] for way in WAYS)
         ratio = statistics.median(offloaded) / statistics.median(direct)
@@ -578,7 +584,8 @@ def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
         w_dir = writes.get("direct", {})
         print(
             f"  {size:>6} {workload:>10} {mode:>8} {spread(direct):>16} {spread(offloaded):>16} {ratio:>5.2f}x"
-            f" {spread(both):>16} {floor:>5.2f}x {webhook + ' ms':>14}"
+            f" {spread(both):>16} {floor:>5.2f}x {statistics.median(offloaded) / statistics.median(both):>6.2f}"
+            f" {webhook + ' ms':>14}"
             f"  {w_off.get(HOME, 0):.1f}+{w_off.get(FOREIGN, 0):.1f} ({w_dir.get(FOREIGN, 0):.1f})"
         )
     print("\n  stages, per pod, p50 / p99 seconds")
@@ -680,7 +687,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bursts", default="100,1000", help="burst sizes, comma-separated")
+    parser.add_argument("--bursts", default="10,100,1000", help="burst sizes, comma-separated")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per burst size and way, alternated")
     parser.add_argument("--workload", choices=["both", "pods", "deployment"], default="both", help="what makes pods")
     add_pinning_option(parser)
