@@ -126,6 +126,9 @@ class ExternalRuntime:
         """The component's process id, if it runs."""
         try:
             pid = int(self._pid_file(component).read_text())
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # our child that ended by itself (a virtual kubelet whose
+                # VirtualNode was removed) stays a zombie, alive to kill(0), until reaped
             os.kill(pid, 0)
         except (OSError, ValueError):
             return None
