@@ -92,7 +92,7 @@ class Peering(pulumi.ComponentResource):
             manifests.role(identity, tenant, manifests.HOME_IDENTITY_TENANT_RULES, component),
             in_tenant,
         )
-        foreign.object(
+        binding = foreign.object(
             "home-identity-binding",
             manifests.binding("Role", identity, identity, identity, tenant, component, ns=tenant),
             pulumi.ResourceOptions(parent=self, depends_on=[role, account, *agent.crds]),
@@ -126,13 +126,27 @@ class Peering(pulumi.ComponentResource):
             depends_on=[home_plane.namespace, secret],
             env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         )
-        # The VirtualNode is deleted before the virtual kubelet and controllers that handle it.
+        # The VirtualNode is deleted first: its virtual kubelet holds it (finalizer) until the Node is
+        # drained and deleted and the twins are gone, which needs the virtual kubelet, the
+        # controller-manager, the foreign agent, the credentials and the home identity's token and
+        # RBAC in the foreign cluster all still there (pulumi deletes dependents first).
         self.virtual_node = home.object(
             f"virtualnode-{foreign_id}",
             manifests.virtual_node(virtual_node_spec(config, foreign_config)),
             pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*home_plane.crds, home_plane.controller_manager, self.virtual_kubelet, secret],
+                depends_on=[
+                    *home_plane.crds,
+                    home_plane.controller_manager,
+                    self.virtual_kubelet,
+                    secret,
+                    token,
+                    binding,
+                    role,
+                    account,
+                    self.tenant_namespace,
+                    agent.agent,
+                ],
             ),
         )
         self.register_outputs({})

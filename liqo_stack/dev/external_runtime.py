@@ -157,6 +157,9 @@ class ExternalRuntime:
         """The component's process id, if it runs (a zombie, ended but not yet reaped, does not)."""
         try:
             pid = int(self._pid_file(component).read_text())
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # our child that ended by itself (a virtual kubelet whose
+                # VirtualNode was removed) stays a zombie, alive to kill(0), until reaped
             os.kill(pid, 0)
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, ValueError, IndexError):

@@ -127,7 +127,8 @@ class NamespaceOffloadingController:
             for labels in self._node_labels.values()
             if names.REMOTE_CLUSTER_ID_LABEL in labels
         }
-        specs = [vn.get("spec") or {} for vn in self.virtual_nodes.store.values()]
+        stored = list(self.virtual_nodes.store.values())
+        specs = [vn.get("spec") or {} for vn in stored]
         labels = selection_labels({spec["clusterID"]: spec.get("labels") or {} for spec in specs}, node_labels)
         return {
             spec["clusterID"]: {
@@ -135,8 +136,11 @@ class NamespaceOffloadingController:
                 "secret": (spec.get("kubeconfigSecretRef") or {}).get(
                     "name", names.credentials_secret_name(spec["clusterID"])
                 ),
+                # its peering ends and its virtual kubelet drained and deleted the Node: its twins go
+                # (virtualkubelet/removal.py), not before, so its pods end as a drained node's do
+                "leaving": bool(vn.metadata.deletionTimestamp) and spec["clusterID"] not in node_labels,
             }
-            for spec in specs
+            for vn, spec in zip(stored, specs, strict=True)
         }
 
     async def reconcile(self, key: str) -> None:
@@ -158,7 +162,8 @@ class NamespaceOffloadingController:
         else:
             await self._ensure_finalizer(obj)
             await self._label_namespace(namespace, enabled=True)
-            selected = selected_clusters(spec.cluster_selector, {c: v["labels"] for c, v in clusters.items()})
+            selectable = {c: v["labels"] for c, v in clusters.items() if not v["leaving"]}
+            selected = selected_clusters(spec.cluster_selector, selectable)
 
         conditions: dict[str, list[dict[str, Any]]] = {}
         ready, failed, remaining, unreachable = set(), set(), set(), set()
@@ -190,7 +195,13 @@ class NamespaceOffloadingController:
                     f"withdrawing the twin {mapping.get('remoteNamespace') or twin} "
                     f"({'being deleted' if phase == MappingPhase.TERMINATING.value else 'requested to go'})"
                     if mapping is not None
-                    else ("no twin here" if terminating else "the cluster selector does not match it")
+                    else (
+                        "no twin here"
+                        if terminating
+                        else "its virtual node was removed"
+                        if info["leaving"]
+                        else "the cluster selector does not match it"
+                    )
                 )
                 conditions[cluster_id] = [_condition("OffloadingRequired", "False", "NotSelected", why)]
                 continue

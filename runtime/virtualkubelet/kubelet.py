@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from lightkube import AsyncClient
@@ -254,7 +254,14 @@ class VirtualKubelet:
             self.storage.start(self.reflection.twins())
             self._follow_twins(Event("MODIFIED", "", None))
             self.synced.set()
-            await asyncio.gather(*tasks)
+            running: asyncio.Future[Any] = asyncio.gather(*tasks)
+            removed: asyncio.Future[Any] = asyncio.ensure_future(self.node.removed.wait())  # removal.py: stop
+            tasks.append(cast(Any, removed))
+            await asyncio.wait([running, removed], return_when=asyncio.FIRST_COMPLETED)
+            if running.done():
+                running.result()  # a failure ends the kubelet
+            else:
+                running.cancel()
         finally:
             for task in tasks:
                 task.cancel()

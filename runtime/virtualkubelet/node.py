@@ -10,9 +10,12 @@ ours (SSA treats the taint list as one atomic value); capacity and allocatable a
 
 A health check reads the foreign API server every interval; after `failure_threshold` failures in
 a row the node turns Ready=False, so the standard taint-based eviction applies, and Ready again at
-the first success. It needs only the home cluster to run: a virtual kubelet started while its
-foreign cluster is down still keeps its Lease and turns its Node NotReady. The Node is written only
-when what it shows changes; the Lease is the heartbeat.
+the first success. An answer is not enough to pass: 401 (credentials revoked or expired), 403 (the
+home identity's RBAC gone) and 5xx (a broken control plane, e.g. its etcd) fail, and the condition's
+reason says which; a 429 (the server is alive, only busy) is no verdict either way. It needs only
+the home cluster to run: a virtual kubelet started while its foreign cluster is down still keeps
+its Lease and turns its Node NotReady. The Node is written only when what it shows changes; the
+Lease is the heartbeat.
 """
 
 from __future__ import annotations
@@ -42,6 +45,16 @@ LEASE_SECONDS = 40  # renewed every quarter, as the kubelet does
 NODE_ADDRESS = "127.0.0.1"  # default of the virtual kubelet's own address (--node-address): external mode
 KUBELET_PORT = 10250
 UNREACHABLE_REASON = "ForeignClusterUnreachable"
+UNAUTHORIZED_REASON = "ForeignUnauthorized"
+FORBIDDEN_REASON = "ForeignForbidden"
+SERVER_ERROR_REASON = "ForeignServerError"
+FAILURE_MESSAGES = {
+    UNREACHABLE_REASON: "the foreign API server did not answer",
+    UNAUTHORIZED_REASON: "the foreign API server refused the home identity's credentials (401: revoked or expired)",
+    FORBIDDEN_REASON: "the foreign API server denied the home identity access (403: its RBAC was removed)",
+    SERVER_ERROR_REASON: "the foreign API server failed to serve (5xx: e.g. its etcd is down)",
+}
+THROTTLED = 429  # alive and answering, only busy: neither a failure nor a success
 # Kubernetes 1.36: the API server passes exec/attach/port-forward WebSockets through to a kubelet
 # that declares this (else it translates them to SPDY, which the kubelet API does not speak).
 WEBSOCKET_FEATURE = "ExtendWebSocketsToKubelet"
@@ -60,15 +73,54 @@ def micro_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def node_conditions(healthy: bool, failures: int, rounded_to_zero: list[str]) -> list[dict[str, str]]:
-    """The Node's conditions, without times (added when a status changes)."""
+def status_code_of(err: BaseException) -> int | None:
+    """The HTTP status of a failed request, None when no answer came (connection, TLS, timeout)."""
+    if isinstance(err, ApiError) and err.status is not None and err.status.code:
+        return int(err.status.code)
+    response = getattr(err, "response", None)  # httpx2.HTTPStatusError: an answer that is no Status
+    code = getattr(response, "status_code", None) if response is not None else None
+    return code if isinstance(code, int) else None
+
+
+def health_failure(status_code: int | None) -> str | None:
+    """What a health check's outcome counts as: None if it passed, else the Ready condition's reason.
+    `status_code`: the foreign API server's answer (2xx for a success), None for no answer at all.
+    A 404 (no advertisement yet) or another 4xx is a live, authorized server; 429 is decided by the
+    caller (no verdict)."""
+    if status_code is None:
+        return UNREACHABLE_REASON
+    if status_code == 401:
+        return UNAUTHORIZED_REASON
+    if status_code == 403:
+        return FORBIDDEN_REASON
+    if status_code >= 500:
+        return SERVER_ERROR_REASON
+    return None
+
+
+async def probe_foreign(foreign: AsyncClient, tenant: str, foreign_cluster_id: str, timeout: float) -> int | None:
+    """One health check: the HTTP status the foreign API server answers a read of the cluster's
+    advertisement with, as the home identity (so RBAC and storage are exercised too); None: no answer."""
+    try:
+        read = foreign.get(ResourceAdvertisementResource, foreign_cluster_id, namespace=tenant)
+        await asyncio.wait_for(read, timeout)
+    except Exception as err:  # an error answer, or none at all (connection, TLS, timeout)
+        log.debug("health check of %s: %s", foreign_cluster_id, err)
+        return status_code_of(err)
+    return 200
+
+
+def node_conditions(
+    healthy: bool, failures: int, rounded_to_zero: list[str], reason: str = UNREACHABLE_REASON
+) -> list[dict[str, str]]:
+    """The Node's conditions, without times (added when a status changes); `reason`: the last failure's."""
     ready = (
         {"status": "True", "reason": "KubeletReady", "message": "the foreign API server answers"}
         if healthy
         else {
             "status": "False",
-            "reason": UNREACHABLE_REASON,
-            "message": f"the foreign API server failed {failures} health checks in a row",
+            "reason": reason,
+            "message": f"{FAILURE_MESSAGES.get(reason, reason)}: {failures} health checks failed in a row",
         }
     )
     conditions = [{"type": "Ready", **ready}]
@@ -210,8 +262,16 @@ class VirtualNodeController:
         self.queue = WorkQueue(self.reconcile, workers=1, name="virtual-node")
         for informer in (self.virtual_nodes, self.advertisements, self.nodes):
             informer.add_handler(lambda _: self.queue.add(self.node_name))
+        # imported here: removal.py ends pods the way pods.py does, and pods.py reads this module
+        from runtime.virtualkubelet.removal import NodeRemoval
+
+        self.removal = NodeRemoval(
+            home, foreign, home_cluster_id=home_cluster_id, foreign_cluster_id=foreign_cluster_id
+        )
+        self.removed = asyncio.Event()  # set once the removal released the VirtualNode: the process may end
         self.healthy = True
         self.failures = 0
+        self.failure_reason = UNREACHABLE_REASON  # of the last failed check
         self._parsed: tuple[str, VirtualNodeSpec] | None = None  # (resourceVersion, its spec)
 
     @property
@@ -250,7 +310,7 @@ class VirtualNodeController:
         status = {
             "capacity": shared.capacity,
             "allocatable": shared.capacity,
-            "conditions": node_conditions(self.healthy, self.failures, shared.rounded_to_zero),
+            "conditions": node_conditions(self.healthy, self.failures, shared.rounded_to_zero, self.failure_reason),
             # no Hostname: the node's name resolves nowhere, and the API server would prefer it
             "addresses": [{"type": "InternalIP", "address": self.address}],
             "nodeInfo": {
@@ -275,6 +335,15 @@ class VirtualNodeController:
         spec = self.spec()
         if spec is None:
             return  # no VirtualNode (yet, or unpeered): nothing to stand for
+        stored: Any = self.virtual_nodes.store.get(f"{names.LIQO_NAMESPACE}/{self.node_name}")
+        if stored.metadata.deletionTimestamp:  # its peering ends (removal.py); nothing else does this
+            if self.removal.holds(stored):
+                if await self.removal.step(stored, self.nodes.store.get(self.node_name)):
+                    self.removed.set()
+                else:
+                    self.queue.add_after(self.node_name, self.removal.poll_seconds)
+            return
+        await self.removal.ensure_finalizer(stored)
         body, status = self.desired(spec)
         current = self.nodes.store.get(self.node_name)
         live = current.to_dict() if current is not None else None
@@ -329,9 +398,10 @@ class VirtualNodeController:
         the not-ready taint and restart every pod's tolerationSeconds)."""
         node = self.nodes.store.get(self.node_name)
         ready = ready_condition(node) if node is not None else None
-        if ready and ready.get("status") == "False" and ready.get("reason") == UNREACHABLE_REASON:
+        if ready and ready.get("status") == "False" and ready.get("reason") in FAILURE_MESSAGES:
             spec = self.spec()
             self.healthy = False
+            self.failure_reason = str(ready["reason"])
             self.failures = spec.health_check.failure_threshold if spec else 3
 
     async def check_health(self) -> None:
@@ -340,21 +410,24 @@ class VirtualNodeController:
             spec = self.spec()
             interval = spec.health_check.interval_seconds if spec else 10
             threshold = spec.health_check.failure_threshold if spec else 3
-            try:
-                await asyncio.wait_for(
-                    self.foreign.get(ResourceAdvertisementResource, self.foreign_cluster_id, namespace=tenant),
-                    timeout=max(1.0, interval / 2),
-                )
-                reachable = True
-            except ApiError:
-                reachable = True  # an answer, even "not found", is a live API server
-            except Exception as err:  # any failure to get an answer is a failed check
-                log.debug("health check of %s failed: %s", self.foreign_cluster_id, err)
-                reachable = False
-            self.failures = 0 if reachable else self.failures + 1
-            healthy = reachable or self.failures < threshold
-            if healthy != self.healthy:
-                log.warning("foreign cluster %s %s", self.foreign_cluster_id, "reachable" if healthy else "unreachable")
-                self.healthy = healthy
-                self.queue.add(self.node_name)
+            code = await probe_foreign(self.foreign, tenant, self.foreign_cluster_id, max(1.0, interval / 2))
+            self.observe(code, threshold)
             await asyncio.sleep(interval)
+
+    def observe(self, code: int | None, threshold: int) -> None:
+        """One health check's answer (`probe_foreign`): the Node changes once `threshold` fail in a
+        row, or at the first success; a different failure while NotReady changes only the reason
+        shown. A 429 leaves everything as it is."""
+        if code == THROTTLED:
+            return
+        failure = health_failure(code)
+        self.failures = 0 if failure is None else self.failures + 1
+        healthy = failure is None or self.failures < threshold
+        reason = failure if failure is not None and not healthy else self.failure_reason
+        if healthy != self.healthy or reason != self.failure_reason:
+            if healthy != self.healthy:
+                log.warning(
+                    "foreign cluster %s %s", self.foreign_cluster_id, "healthy" if healthy else f"unhealthy: {reason}"
+                )
+            self.healthy, self.failure_reason = healthy, reason
+            self.queue.add(self.node_name)

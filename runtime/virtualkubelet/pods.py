@@ -78,26 +78,26 @@ def ever_ran(status: dict[str, Any]) -> bool:
     return status.get("phase", "Pending") != "Pending" or bool(status.get("containerStatuses"))
 
 
-def aborted_status(status: dict[str, Any], message: str, now: str) -> dict[str, Any]:
+def aborted_status(status: dict[str, Any], message: str, now: str, reason: str = ABORTED_REASON) -> dict[str, Any]:
     """A pod whose remote side was removed under it: Failed, not ready, its containers killed."""
-    aborted = {**status, "phase": "Failed", "reason": ABORTED_REASON, "message": message}
+    aborted = {**status, "phase": "Failed", "reason": reason, "message": message}
     aborted["conditions"] = [
-        {**c, "status": "False", "reason": ABORTED_REASON, "lastTransitionTime": now}
+        {**c, "status": "False", "reason": reason, "lastTransitionTime": now}
         if c.get("status") == "True" and c.get("type") != "PodScheduled"
         else c
         for c in status.get("conditions") or []
     ]
     for kind in ("containerStatuses", "initContainerStatuses"):
         if status.get(kind):
-            aborted[kind] = [_killed(c, now) for c in status[kind]]
+            aborted[kind] = [_killed(c, now, reason) for c in status[kind]]
     return aborted
 
 
-def _killed(container: dict[str, Any], now: str) -> dict[str, Any]:
+def _killed(container: dict[str, Any], now: str, reason: str = ABORTED_REASON) -> dict[str, Any]:
     if "terminated" in (container.get("state") or {}):
         return container
     started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
-    terminated = {"exitCode": KILLED_EXIT_CODE, "reason": ABORTED_REASON, "finishedAt": now}
+    terminated = {"exitCode": KILLED_EXIT_CODE, "reason": reason, "finishedAt": now}
     if started:
         terminated["startedAt"] = started
     return {**container, "ready": False, "started": False, "state": {"terminated": terminated}}
@@ -307,6 +307,8 @@ class PodOffloader:
             # else the remote pod's removal, seen by its informer, brings this key back
             return
         if shadow is None:
+            if (pod.status.phase if pod.status else None) in TERMINAL_PHASES:
+                return  # finished, or failed by a removal of its node (removal.py): never run again
             if where is Placement.READY:
                 await self._create_shadow(pod, twin)
             elif not ever_ran(pod.to_dict().get("status") or {}):

@@ -22,6 +22,7 @@ from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
+from tests.e2e.conftest import RuntimeSlot
 from tests.support.kube import all_running, get_or_none, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -44,6 +45,7 @@ def installed(
     tmp_path_factory: pytest.TempPathFactory,
     webhook_port: int,
     session_layout: ClusterLayout,
+    runtime_slot: RuntimeSlot,
 ) -> Iterator[auto.Stack]:
     """The example program's stack (overrides conftest's: the runtime fixture runs against it)."""
     project = tmp_path_factory.mktemp("own-program")
@@ -74,7 +76,8 @@ def installed(
     try:
         yield stack
     finally:
-        stack.destroy(on_output=print)
+        stack.destroy(on_output=print)  # while the module's runtime runs: it releases the VirtualNodes
+        runtime_slot.release()
         stack.workspace.remove_stack("dev")
 
 

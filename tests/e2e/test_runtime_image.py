@@ -228,6 +228,7 @@ def kubelet_in_image(
         for offloading in home.list(NamespaceOffloadingResource, namespace="*"):
             home.delete(NamespaceOffloadingResource, "offloading", namespace=offloading.metadata.namespace)
         wait_until(lambda: not list(home.list(NamespaceOffloadingResource, namespace="*")), 60, "unoffloaded")
+        stack.destroy(on_output=print)  # while the kubelet runs: it holds its VirtualNode until its Node is gone
         runc.remove(name)
         runc.started.remove(name)
         processes.stop_all()

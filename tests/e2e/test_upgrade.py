@@ -23,6 +23,7 @@ from pulumi import automation as auto
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from tests.e2e.conftest import RuntimeSlot
 from tests.support.kube import all_running, deploy_running, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -82,6 +83,7 @@ def installed(
     project: Path,
     webhook_port: int,
     session_layout: ClusterLayout,
+    runtime_slot: RuntimeSlot,
 ) -> Iterator[auto.Stack]:
     """The stack as the release made it (overrides conftest's: the runtime fixture runs against it)."""
     with_program_of(project, release_checkout)
@@ -105,7 +107,8 @@ def installed(
         yield stack
     finally:
         with_program_of(project, REPO)
-        workspace(pulumi_env, project, None).destroy(on_output=print)
+        workspace(pulumi_env, project, None).destroy(on_output=print)  # the runtime releases the VirtualNodes
+        runtime_slot.release()
         stack.workspace.remove_stack(STACK)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -21,7 +22,8 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
+from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.utils.quantity import parse_quantity
 from pulumi import automation as auto
 
@@ -31,13 +33,15 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.api.plan import shared_resources
-from runtime.kube.resources import ResourceAdvertisementResource
+from runtime.kube.resources import ResourceAdvertisementResource, VirtualNodeResource
 from runtime.virtualkubelet.pods import BACKOFF_REASON
+from runtime.virtualkubelet.removal import REMOVED_REASON
 from tests.support.kube import (
     VIRTUAL_NODES,
     all_running,
     create_namespace,
     deploy_running,
+    get_or_none,
     home_pods,
     metric_samples,
     node_ready,
@@ -400,3 +404,107 @@ def test_a_virtual_kubelet_started_while_its_foreign_cluster_is_down_turns_its_n
         "the remote pods of the released home pods deleted once their cluster answers",
     )
     wait_until(lambda: all_running(home, offloaded, "steady", 4), 60, "the Deployment whole again")
+
+
+# -- credentials revoked (seed 000: an answer is not enough) --------------------------------------
+def test_revoked_rbac_turns_the_node_not_ready_with_a_reason_that_says_so(
+    home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
+) -> None:
+    """The home identity's RoleBinding in foreign-2's tenant namespace deleted: the API server
+    answers 403, which is a failed check, not a live cluster. Put back: Ready again."""
+    cluster, node_name = foreign["foreign-2"], VIRTUAL_NODES["foreign-2"]
+    tenant, identity = names.tenant_namespace("home"), names.home_identity_name("home")
+    wait_until(lambda: node_ready(home, node_name), 60, "liqo-foreign-2 Ready")
+    binding = cluster.get(RoleBinding, identity, namespace=tenant).to_dict()
+    meta = binding["metadata"]
+    kept = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
+    restored = cast(RoleBinding, RoleBinding.from_dict({**binding, "metadata": kept}))
+    cluster.delete(RoleBinding, identity, namespace=tenant)
+    try:
+        wait_until(lambda: not node_ready(home, node_name), NOT_READY_BOUND, "liqo-foreign-2 NotReady")
+        condition = ready_condition(home, "foreign-2")
+        assert (condition.status, condition.reason) == ("False", "ForeignForbidden"), condition
+        assert "403" in condition.message
+    finally:
+        cluster.create(restored)
+    wait_until(lambda: node_ready(home, node_name), 30, "liqo-foreign-2 Ready again with its RBAC back")
+
+
+# -- a peering removed ------------------------------------------------------------------------------
+def test_a_removed_peering_drains_and_deletes_its_node_and_the_twins(
+    offloaded: str,
+    home: Client,
+    foreign: dict[str, Client],
+    installed: auto.Stack,
+    declared_again: dict[str, Any],
+    runtime: ExternalRuntime,
+) -> None:
+    """foreign-2 taken out of the stack config, then `pulumi up`: the pods with a controller are
+    recreated on liqo-foreign-1, a bare pod ends Failed with reason VirtualNodeRemoved, no pod is
+    left Terminating, the Node and the twin namespace (with what was reflected into it) are gone,
+    and the virtual kubelet ends. Put back, foreign-2 serves again."""
+    cluster, node_name, twin = foreign["foreign-2"], VIRTUAL_NODES["foreign-2"], f"{offloaded}-home"
+    running = deploy_running(home, offloaded, "movers", 4)
+    assert any(p.spec.nodeName == node_name for p in running), "the scheduler spreads 4 pods over both nodes"
+    bare = {
+        "metadata": {"name": "bare", "namespace": offloaded},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node_name},
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }
+    home.create(cast(Pod, Pod.from_dict(bare)))
+    wait_until(
+        lambda: (p := remote_pod(cluster, twin, "bare")) and p.status and p.status.phase == "Running",
+        60,
+        "bare pod running in foreign-2",
+    )
+    home.create(ConfigMap(metadata=ObjectMeta(name="settings", namespace=offloaded), data={"a": "1"}))
+    wait_until(lambda: get_or_none(cluster, ConfigMap, "settings", twin), 30, "the ConfigMap reflected to foreign-2")
+
+    without = json.loads(json.dumps(declared_again))
+    without["foreignClusters"] = [c for c in without["foreignClusters"] if c["clusterId"] != "foreign-2"]
+    failures: list[BaseException] = []
+
+    def up() -> None:
+        try:
+            stack_up(installed, without)
+        except BaseException as err:  # reported by the test's thread
+            failures.append(err)
+
+    removing = threading.Thread(target=up)
+    removing.start()
+    try:
+        # seen while it happens: once the Node is gone the pod garbage collector may delete the pod
+        failed: Any = wait_until(
+            lambda: (p := cast(Any, get_or_none(home, Pod, "bare", offloaded))) and p.status.phase == "Failed" and p,
+            180,
+            "the bare pod Failed",
+        )
+        assert failed.status.reason == REMOVED_REASON, failed.status
+        assert "removed" in failed.status.message
+    finally:
+        removing.join()
+    try:
+        assert not failures, failures
+        assert get_or_none(home, Node, node_name) is None, "the Node is deleted"
+        found = get_or_none(home, VirtualNodeResource, node_name, names.LIQO_NAMESPACE)
+        assert found is None, "pulumi waited for the VirtualNode to go"
+        terminating = [
+            p.metadata.name
+            for p in home.list(Pod, namespace=offloaded, fields={"spec.nodeName": node_name})
+            if p.metadata and p.metadata.deletionTimestamp
+        ]
+        assert terminating == [], "no pod left Terminating on the deleted Node"
+        moved = wait_until(lambda: all_running(home, offloaded, "movers", 4), 60, "4 movers Running")
+        assert {p.spec.nodeName for p in moved} == {VIRTUAL_NODES["foreign-1"]}
+        assert get_or_none(cluster, Namespace, twin) is None, "the twin namespace and what was in it are gone"
+        wait_until(lambda: runtime.pid("kubelet-foreign-2") is None, 30, "the virtual kubelet of foreign-2 ended")
+    finally:
+        home.delete(Pod, "bare", namespace=offloaded, grace_period=0)
+        stack_up(installed, declared_again)
+        for component in ("agent-foreign-2", "kubelet-foreign-2"):  # its CRDs and credentials are new
+            runtime.stop(component)
+            runtime.start(component)
+    wait_until(lambda: node_ready(home, node_name), 90, "liqo-foreign-2 back and Ready")
+    wait_until(lambda: get_or_none(cluster, ConfigMap, "settings", twin), 60, "the twin back, with the ConfigMap")
