@@ -164,11 +164,7 @@ class ExternalRuntime:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, ValueError, IndexError):
             return None
-        if state == "Z":
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)  # ours: reap it
-            return None
-        return pid
+        return None if state == "Z" else pid  # Z: another process's child, ended, not reaped yet
 
     def check_alive(self) -> None:
         """Raise RuntimeDied naming each started component whose process ended, with its log's last lines."""
