@@ -26,6 +26,7 @@ class ReflectedKind:
     # the kind whose policy and annotations this one follows, and which of its objects: (kind, name-of)
     follows: tuple[str, Callable[[Mapping[str, Any]], str | None]] | None = None
     labels: Callable[[Mapping[str, str]], dict[str, str]] = dict  # the copy's labels from the filtered home ones
+    annotations: Callable[[Mapping[str, str]], dict[str, str]] = dict  # the copy's annotations, likewise
     # foreign objects of this kind another reflector writes (never this kind's to update or delete)
     foreign_excluded: Callable[[Mapping[str, Any]], bool] = lambda obj: False
     # a foreign object as the reflector keeps it (Informer trim): what it never reads dropped
@@ -99,7 +100,16 @@ def ingress_content(ingress: Mapping[str, Any], _: str = "") -> dict[str, Any]:
     return {"spec": spec}
 
 
-INGRESSES = ReflectedKind("ingress", Ingress, ingress_content)
+# The class as annotated before ingressClassName (still read by most controllers): it names a home class too.
+LEGACY_INGRESS_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
+
+
+def ingress_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The class is left to the foreign cluster's default, however the home object names it."""
+    return {k: v for k, v in annotations.items() if k != LEGACY_INGRESS_CLASS_ANNOTATION}
+
+
+INGRESSES = ReflectedKind("ingress", Ingress, ingress_content, annotations=ingress_annotations)
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"

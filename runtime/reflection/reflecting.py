@@ -338,6 +338,7 @@ class Reflector:
             foreign_cluster_id=self.foreign_cluster_id,
             settings=settings,
             relabel=self.kind.labels,
+            reannotate=self.kind.annotations,
         )
         if remote is not None and up_to_date(desired, remote):
             return

@@ -139,13 +139,14 @@ def test_ingresses_leave_the_class_to_the_foreign_cluster(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
     create(home, Ingress, {
-        "metadata": {"name": "front", "namespace": offloaded},
+        "metadata": {"name": "front", "namespace": offloaded, "annotations": {"kubernetes.io/ingress.class": "nginx"}},
         "spec": {"ingressClassName": "home-nginx", "rules": [{"host": "shop.example", "http": {"paths": [
             {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}},
         ]}}]},
     })  # fmt: skip
     copy = reflected(foreign["foreign-2"], Ingress, "front", offloaded)
     assert copy.spec.ingressClassName is None and copy.spec.rules[0].host == "shop.example"
+    assert "kubernetes.io/ingress.class" not in (copy.metadata.annotations or {}), "nor the legacy annotation"
 
 
 def test_deny_list_annotations_and_deletes_at_home(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
