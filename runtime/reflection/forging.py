@@ -28,6 +28,8 @@ class ReflectionSettings:
     workers: int = 3
     labels_not_reflected: frozenset[str] = field(default_factory=frozenset)
     annotations_not_reflected: frozenset[str] = field(default_factory=frozenset)
+    # (range at home, range in the foreign cluster): where it reaches pods the home cluster shows elsewhere
+    address_ranges: tuple[tuple[str, str], ...] = ()
 
 
 def _flag(annotations: Mapping[str, str], key: str) -> bool:

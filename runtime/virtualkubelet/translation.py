@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -189,7 +189,12 @@ def _selected_label_keys(affinity: dict[str, Any] | None) -> set[str]:
     return keys
 
 
-def skip_lists(spec: VirtualNodeSpec | None) -> dict[str, frozenset[str]]:
+class SkipLists(TypedDict):
+    labels_not_reflected: frozenset[str]
+    annotations_not_reflected: frozenset[str]
+
+
+def skip_lists(spec: VirtualNodeSpec | None) -> SkipLists:
     """The VirtualNode's labels and annotations not reflected, as `remote_pod_metadata` takes them."""
     patch = spec.offloading_patch if spec is not None else None
     return {

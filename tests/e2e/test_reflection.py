@@ -5,6 +5,7 @@ ours are never touched."""
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import subprocess
 import time
@@ -19,8 +20,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
 from lightkube.resources.networking_v1 import Ingress
 from lightkube.types import PatchType
+from pulumi import automation as auto
 
-from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
@@ -339,10 +341,16 @@ def test_the_home_identity_reflects_only_inside_twin_namespaces(
 
 
 def test_endpoint_slices_let_every_cluster_reach_every_replica(
-    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+    runtime: ExternalRuntime,
+    installed: auto.Stack,
+    session_layout: ClusterLayout,
+    home: Client,
+    foreign: dict[str, Client],
 ) -> None:
     """Seed 002: a Service whose pods run at home, in foreign-1 and in foreign-2 has, in each foreign
-    cluster, endpoints for all three: its own from its control plane, the others reflected."""
+    cluster, endpoints for all three: its own from its control plane, the others reflected, at the
+    addresses that cluster reaches them at. foreign-1 and foreign-2 use the same pod range, so
+    foreign-2 gets foreign-1's replica moved out of its own range (the plan's reachesOthersIn)."""
     from lightkube.resources.apps_v1 import Deployment
     from lightkube.resources.core_v1 import Pod
     from lightkube.resources.discovery_v1 import EndpointSlice
@@ -379,9 +387,25 @@ def test_endpoint_slices_let_every_cluster_reach_every_replica(
 
     pods = wait_until(ready_pods, 120, "3 replicas Ready at home, one per cluster")
     home_view = {name: pod.status.podIP for name, pod in pods.items()}  # remote pods: as home knows them
+    plan: dict[str, Any] = installed.outputs()["foreignClusters"].value
+    shown_at_home = {"home": session_layout.pod_cidr("home")}
+    shown_at_home |= {c: plan[c]["podNetwork"]["seenAtHomeAs"] for c in foreign}
+
+    def reached_from(cluster_id: str, replica: str, ip: str) -> str:
+        """The address `cluster_id` reaches a replica at: the same offset in its view of that range."""
+        source = replica.removeprefix("in-") if replica != "at-home" else "home"
+        at_home = ipaddress.ip_network(shown_at_home[source])
+        there = ipaddress.ip_network(plan[cluster_id]["podNetwork"]["reachesOthersIn"][source])
+        return str(there.network_address + (int(ipaddress.ip_address(ip)) - int(at_home.network_address)))
+
+    assert plan["foreign-2"]["podNetwork"]["reachesOthersIn"]["foreign-1"] != shown_at_home["foreign-1"]
     for cluster_id, client in foreign.items():
         own: Any = client.get(Pod, pods[f"in-{cluster_id}"].metadata.name, namespace=twin_of(namespace))
-        expected = {own.status.podIP} | {ip for name, ip in home_view.items() if name != f"in-{cluster_id}"}
+        expected = {own.status.podIP} | {
+            reached_from(cluster_id, name, ip) for name, ip in home_view.items() if name != f"in-{cluster_id}"
+        }
+        own_range = ipaddress.ip_network(session_layout.pod_cidr(cluster_id))
+        assert [ip for ip in expected - {own.status.podIP} if ipaddress.ip_address(ip) in own_range] == []
 
         def sees_all(client: Client = client, expected: set[str] = expected) -> bool:
             selector: dict[str, Any] = {"kubernetes.io/service-name": "multi"}

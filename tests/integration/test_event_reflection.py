@@ -93,27 +93,26 @@ def test_with_an_allow_list_only_events_about_annotated_objects_come_home(
     about (or the event) is annotated liqo.io/allow-reflection."""
     namespace, twin = namespaces
     targets: dict[str, Any] = {}
-    for name, annotations in (("hidden", {}), ("shown", {names.ALLOW_REFLECTION_ANNOTATION: "true"})):
-        meta = ObjectMeta(name=name, namespace=namespace, annotations=annotations)
+    for name, allowed in (("hidden", {}), ("shown", {names.ALLOW_REFLECTION_ANNOTATION: "true"})):
+        meta = ObjectMeta(name=name, namespace=namespace, annotations=allowed)
         targets[name] = home.create(ConfigMap(metadata=meta)).to_dict()
     stamp = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     # one worker, and events named in the order they are queued (listed by name, or watched as created):
     # once the second one is home, the first one has been decided
     for order, name in enumerate(("hidden", "shown")):
-        foreign["foreign-1"].create(
-            Event.from_dict(
-                {
-                    "metadata": {"name": f"{order}-{name}.changed", "namespace": twin},
-                    "involvedObject": {"kind": "ConfigMap", "name": name, "namespace": twin, "uid": name},
-                    "reason": "Changed",
-                    "message": f"{name} changed there",
-                    "type": "Normal",
-                    "count": 1,
-                    "firstTimestamp": stamp,
-                    "lastTimestamp": stamp,
-                }
-            )
+        event: Any = Event.from_dict(
+            {
+                "metadata": {"name": f"{order}-{name}.changed", "namespace": twin},
+                "involvedObject": {"kind": "ConfigMap", "name": name, "namespace": twin, "uid": name},
+                "reason": "Changed",
+                "message": f"{name} changed there",
+                "type": "Normal",
+                "count": 1,
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+            }
         )
+        foreign["foreign-1"].create(event)
 
     async def home_object(kind: str, home_namespace: str, name: str, uid: str | None) -> dict[str, Any] | None:
         return targets.get(name) if (kind, home_namespace) == ("ConfigMap", namespace) else None

@@ -131,7 +131,7 @@ def test_ingresses_leave_the_class_out() -> None:
 def test_ingresses_leave_the_legacy_class_annotation_out_too() -> None:
     """ingressClassName is cleared, so the class annotated the pre-1.18 way goes as well: the foreign
     cluster's default class applies either way."""
-    home = {
+    home: dict[str, Any] = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
         "metadata": {"name": "front", "annotations": {LEGACY_INGRESS_CLASS_ANNOTATION: "nginx", "note": "kept"}},
