@@ -263,6 +263,85 @@ def test_settings_patched_on_the_virtual_node_apply_live(
     assert find(client, Secret, "held-back", twin_of(offloaded)) is None, "workers 0 disables secrets"
 
 
+def test_an_offloaded_pod_runs_remotely_without_the_skipped_labels_and_annotations(
+    offloaded: str, home: Client, foreign: dict[str, Client], virtual_node_patched: Any
+) -> None:
+    """Seed 002's labelsNotReflected / annotationsNotReflected hold for offloaded pods too (never for the
+    ownership labels), and a change of the lists reaches the running remote pod."""
+    from lightkube.resources.core_v1 import Pod
+
+    from tests.support.kube import remote_pod
+
+    virtual_node_patched(
+        {"offloadingPatch": {"labelsNotReflected": ["team"], "annotationsNotReflected": ["cloud.example/id"]}}
+    )
+    client = foreign["foreign-1"]
+    pod: Any = Pod.from_dict({
+        "metadata": {"name": "skipped", "namespace": offloaded, "labels": {"app": "skipped", "team": "ml"},
+                     "annotations": {"cloud.example/id": "i-123", "note": "kept"}},
+        "spec": {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: "foreign-1"},
+                 "containers": [{"name": "web", "image": "nginx:1.27"}]},
+    })  # fmt: skip
+    home.create(pod)
+
+    def running_remotely() -> Any:
+        found: Any = remote_pod(client, twin_of(offloaded), "skipped")
+        return found if found is not None and found.status and found.status.phase == "Running" else None
+
+    remote = wait_until(running_remotely, 60, "the pod Running in foreign-1")
+    assert remote.metadata.labels["app"] == "skipped" and "team" not in remote.metadata.labels
+    assert remote.metadata.labels[names.ORIGIN_LABEL] == "home"
+    assert remote.metadata.annotations.get("note") == "kept" and "cloud.example/id" not in remote.metadata.annotations
+    virtual_node_patched({"offloadingPatch": {"labelsNotReflected": None, "annotationsNotReflected": None}})
+
+    def remote_labels() -> dict[str, str]:
+        found: Any = remote_pod(client, twin_of(offloaded), "skipped")
+        return dict(found.metadata.labels or {}) if found is not None else {}
+
+    wait_until(
+        lambda: remote_labels().get("team") == "ml",
+        30,
+        "the label back on the remote pod once no longer skipped",
+    )
+    home.delete(Pod, "skipped", namespace=offloaded, grace_period=0)
+
+
+def test_an_endpoint_slice_follows_its_service_unless_annotated_itself(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    """Seed 002: a slice is reflected if its Service is, unless the slice carries liqo.io/allow-reflection
+    or liqo.io/skip-reflection itself. Slices made by hand (a managed-by of their own, so the home
+    endpoint-slice controller leaves them alone), so their annotations stay as written."""
+    from lightkube.resources.discovery_v1 import EndpointSlice
+
+    client = foreign["foreign-1"]
+    skip, allow = {names.SKIP_REFLECTION_ANNOTATION: "true"}, {names.ALLOW_REFLECTION_ANNOTATION: "true"}
+    for service_name, policy in (("hidden", skip), ("shown", {})):
+        create(home, Service, {
+            "metadata": {"name": service_name, "namespace": offloaded, "annotations": policy},
+            "spec": {"ports": [{"port": 80}]},  # no selector: its slices are the ones made here
+        })  # fmt: skip
+    reflected(client, Service, "shown", offloaded)  # the slices' decisions read the Services as known here
+    slices = [("hidden-follows", "hidden", {}), ("hidden-own", "hidden", allow),
+              ("shown-own", "shown", skip), ("shown-follows", "shown", {}), ("sentinel", "shown", {})]  # fmt: skip
+    for name, service_name, policy in slices:
+        create(home, EndpointSlice, {
+            "metadata": {"name": name, "namespace": offloaded, "annotations": policy,
+                         "labels": {"kubernetes.io/service-name": service_name,
+                                    "endpointslice.kubernetes.io/managed-by": "e2e.liqo.io"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.100.9.9"]}],
+            "ports": [{"port": 80}],
+        })  # fmt: skip
+    # the slices' queue is FIFO and a reconcile that decides not to reflect awaits nothing, so once the
+    # last one created is there, every earlier one was decided
+    reflected(client, EndpointSlice, "sentinel", offloaded)
+    listed: list[Any] = list(client.list(EndpointSlice, namespace=twin_of(offloaded)))
+    there = {s.metadata.name for s in listed}
+    assert {"hidden-own", "shown-follows"} <= there, "reflected: its own allow, or its Service's policy"
+    assert not {"hidden-follows", "shown-own"} & there, "not reflected: its Service's skip, or its own"
+
+
 def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
     offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
 ) -> None:

@@ -182,3 +182,20 @@ def test_the_virtual_node_carries_where_its_cluster_reaches_the_others() -> None
     ]
     assert second.endpoint_remappings == [], "foreign-2 sees home and foreign-1 where home does"
     assert settings_from(first, "endpointslice").address_ranges == (("10.0.0.0/16", "100.64.0.0/16"),)
+
+
+def test_the_skip_lists_of_the_stack_config_reach_every_virtual_node() -> None:
+    """liqo:reflection.skipLabels / skipAnnotations become each VirtualNode's offloadingPatch (seed 002's
+    labelsNotReflected / annotationsNotReflected); none set: the patch is empty."""
+    from liqo_stack.components.peering import virtual_node_spec
+
+    skips = {"skipLabels": ["cloud.example/zone"], "skipAnnotations": ["cloud.example/id", "note"]}
+    stack = parse(config(reflection=skips))
+    for foreign_cluster in stack.foreign_clusters:
+        patch = virtual_node_spec(stack, foreign_cluster).to_wire()["offloadingPatch"]
+        assert patch == {
+            "labelsNotReflected": ["cloud.example/zone"],
+            "annotationsNotReflected": ["cloud.example/id", "note"],
+        }
+    plain = parse(config())
+    assert virtual_node_spec(plain, plain.foreign_clusters[0]).to_wire()["offloadingPatch"] == {}
