@@ -276,3 +276,33 @@ def test_capacity_and_allocatable_are_replaced_whole() -> None:
         "allocatable": {"cpu": None, "memory": None, "nvidia.com/gpu": None},
     }, "every foreign node cordoned: nothing left to schedule on"
     assert status_patch({**live}, live) is None
+
+
+def test_the_virtual_node_carries_the_labels_its_foreign_cluster_suggests() -> None:
+    """Seed 000 / DESIGN: the Node's labels are the advertisement's suggested ones, the VirtualNode's
+    (which win on a shared key) and the two that identify it."""
+    from runtime.kube import Informer
+    from runtime.kube.resources import ResourceAdvertisementResource, VirtualNodeResource
+    from runtime.virtualkubelet.node import VirtualNodeController
+
+    none = cast(Any, None)
+    advertisements = Informer(none, ResourceAdvertisementResource)
+    controller = VirtualNodeController(
+        none,
+        none,
+        home_cluster_id="home",
+        foreign_cluster_id="foreign-1",
+        virtual_nodes=Informer(none, VirtualNodeResource),
+        advertisements=advertisements,
+    )
+    region = "topology.kubernetes.io/region"
+    advertisements.store[f"{names.tenant_namespace('home')}/foreign-1"] = ResourceAdvertisementResource.from_dict(
+        {
+            "metadata": {"name": "foreign-1", "namespace": names.tenant_namespace("home")},
+            "spec": {"clusterID": "foreign-1", "resources": {"cpu": "4"}, "labels": {region: "eu", "tier": "spot"}},
+        }
+    )
+    spec = VirtualNodeSpec.model_validate({"clusterID": "foreign-1", "labels": {"tier": "gold"}})
+    labels = controller.desired(spec)[0]["metadata"]["labels"]
+    assert labels[region] == "eu" and labels["tier"] == "gold"
+    assert labels[names.REMOTE_CLUSTER_ID_LABEL] == "foreign-1" and labels[names.TYPE_LABEL] == names.VIRTUAL_NODE_TYPE
