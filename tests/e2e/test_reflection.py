@@ -141,7 +141,8 @@ def test_ingresses_leave_the_class_to_the_foreign_cluster(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
     create(home, Ingress, {
-        "metadata": {"name": "front", "namespace": offloaded, "annotations": {"kubernetes.io/ingress.class": "nginx"}},
+        "metadata": {"name": "front", "namespace": offloaded,
+                     "annotations": {"kubernetes.io/ingress.class": "home-nginx"}},
         "spec": {"ingressClassName": "home-nginx", "rules": [{"host": "shop.example", "http": {"paths": [
             {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}},
         ]}}]},

@@ -95,12 +95,15 @@ def test_each_pod_event_moves_the_advertised_figures() -> None:
     assert advertised() == {"cpu": "9", "pods": "99"}, "counted once, from the informer that holds it"
 
 
-def labelled_node(name: str, ready: bool = True, **labels: str) -> Node:
-    return Node.from_dict(
-        {
-            "metadata": {"name": name, "labels": labels},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-        }
+def labelled_node(name: str, labels: dict[str, str] | None = None, ready: bool = True) -> Node:
+    return cast(
+        Node,
+        Node.from_dict(
+            {
+                "metadata": {"name": name, "labels": labels or {}},
+                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+            }
+        ),
     )
 
 
@@ -108,14 +111,14 @@ def test_a_cluster_suggests_the_region_and_zone_all_its_nodes_share() -> None:
     """Seed 000: the labels suggested for the virtual node (geographical region, ...), from the
     well-known topology labels on which every Ready physical node agrees."""
     region, zone = "topology.kubernetes.io/region", "topology.kubernetes.io/zone"
-    one_zone = [labelled_node("a", **{region: "eu", zone: "eu-1"}), labelled_node("b", **{region: "eu", zone: "eu-1"})]
+    one_zone = [labelled_node("a", {region: "eu", zone: "eu-1"}), labelled_node("b", {region: "eu", zone: "eu-1"})]
     assert suggested_labels(one_zone) == {region: "eu", zone: "eu-1"}
-    spread = [labelled_node("a", **{region: "eu", zone: "eu-1"}), labelled_node("b", **{region: "eu", zone: "eu-2"})]
+    spread = [labelled_node("a", {region: "eu", zone: "eu-1"}), labelled_node("b", {region: "eu", zone: "eu-2"})]
     assert suggested_labels(spread) == {region: "eu"}
-    not_ready = labelled_node("c", ready=False, **{region: "us"})
-    virtual = labelled_node("v", **{region: "us", names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
+    not_ready = labelled_node("c", {region: "us"}, ready=False)
+    virtual = labelled_node("v", {region: "us", names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
     assert suggested_labels([*spread, not_ready, virtual]) == {region: "eu"}, "only Ready physical nodes count"
-    assert suggested_labels([labelled_node("a", **{region: "eu"}), labelled_node("b")]) == {}
+    assert suggested_labels([labelled_node("a", {region: "eu"}), labelled_node("b")]) == {}
 
 
 def test_the_advertisement_carries_the_suggested_labels_and_drops_the_ones_gone() -> None:
