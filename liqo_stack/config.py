@@ -47,6 +47,7 @@ from runtime.api.network import (
     ForeignPodNetwork,
     PodNetworkError,
     parse_network,
+    ranges_seen_by,
     remapped_pod_cidrs,
 )
 from runtime.api.quantities import parse_quantity
@@ -556,6 +557,8 @@ class StackConfig(ConfigModel):
     @model_validator(mode="after")
     def _pod_networks_fit(self) -> Self:
         self.remapped_pod_cidrs()  # raises with the config path of what to change
+        for foreign in self.foreign_clusters:
+            self.ranges_seen_by(foreign.cluster_id)
         return self
 
     def home_api_server(self) -> ApiServerAddress | None:
@@ -574,6 +577,20 @@ class StackConfig(ConfigModel):
             raise ConfigError(
                 f"liqo:home: the kubeconfig's server {err}; set liqo:virtualKubelet.homeApiServerAddress"
             ) from None
+
+    def ranges_seen_by(self, cluster_id: str) -> dict[str, tuple[str, str]]:
+        """Per other cluster: the range the home cluster shows its pods in, and the range the foreign
+        cluster `cluster_id` reaches them in (its reflected EndpointSlices' addresses)."""
+        networks = [
+            ForeignPodNetwork(f.cluster_id, f.pod_cidr, f.remapped_pod_cidr, f"foreignClusters[{index}]")
+            for index, f in enumerate(self.foreign_clusters)
+        ]
+        home = ForeignPodNetwork(self.home.cluster_id, self.home.pod_cidr, None, "home")
+        destination = next(n for n in networks if n.cluster_id == cluster_id)
+        try:
+            return ranges_seen_by(destination, home, networks, self.network.remapping_pool)
+        except PodNetworkError as err:
+            raise ValueError(f"as {cluster_id} sees the others: {err}") from None
 
     def remapped_pod_cidrs(self) -> dict[str, str | None]:
         """Per foreign cluster id: the range its pod IPs are shown in at home (None: unchanged)."""

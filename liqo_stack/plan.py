@@ -31,6 +31,10 @@ def virtual_nodes_plan(config: StackConfig) -> dict[str, Any]:
                 "podCIDR": spec.pod_cidr or "not declared (podCIDR): pod IPs shown as they are",
                 "seenAtHomeAs": spec.remapped_pod_cidr or spec.pod_cidr or "unchanged",
                 "remapped": spec.remapped_pod_cidr is not None,
+                # where this cluster reaches the others' pods (its reflected EndpointSlices' addresses)
+                "reachesOthersIn": {
+                    cluster_id: there for cluster_id, (_, there) in config.ranges_seen_by(foreign.cluster_id).items()
+                },
             },
         }
     return plan

@@ -15,7 +15,7 @@ from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
 from liqo_stack.config import ForeignCluster, StackConfig
 from runtime.api import ReflectorSettings, VirtualNodeSpec, names
-from runtime.api.virtualnode import HealthCheck, OffloadingPatch, SecretReference, StorageType
+from runtime.api.virtualnode import HealthCheck, OffloadingPatch, RangeRemapping, SecretReference, StorageType
 
 TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret
 
@@ -44,6 +44,11 @@ def virtual_node_spec(config: StackConfig, foreign: ForeignCluster) -> VirtualNo
         home_api_server=config.home_api_server(),
         pod_cidr=foreign.pod_cidr,
         remapped_pod_cidr=config.remapped_pod_cidrs()[foreign.cluster_id],
+        endpoint_remappings=[
+            RangeRemapping(seen_at_home=home_range, seen_there=there)
+            for home_range, there in config.ranges_seen_by(foreign.cluster_id).values()
+            if home_range != there
+        ],
         storage_classes=[
             StorageType(storage_class_name=s.storage_class_name, default=s.default) for s in foreign.storage_classes
         ],

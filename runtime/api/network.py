@@ -113,3 +113,46 @@ def _check_declared(
         clash = _overlapping(remapped, [*home, *others])
         if clash is not None:
             raise PodNetworkError(f"{where}: {remapped} overlaps {clash}, already seen at home")
+
+
+def ranges_seen_by(
+    destination: ForeignPodNetwork,
+    home: ForeignPodNetwork,
+    foreign: Sequence[ForeignPodNetwork],
+    pool: str = DEFAULT_REMAPPING_POOL,
+) -> dict[str, tuple[str, str]]:
+    """Per other cluster (home by `home.cluster_id`, and every foreign one but `destination`): the range
+    the home cluster shows its pods in, and the range `destination` reaches them in (seed 002:
+    reflected endpoints are "remapped for the destination").
+
+    `destination` looks at the others as the home cluster looks at the foreign clusters
+    (`remapped_pod_cidrs`, with its own range in the place of home's): the home range first, then
+    the others in config order, each kept unless it overlaps one seen there before, else a block
+    of `pool`. Clusters whose range is not declared are left out (their addresses are copied as they are).
+    """
+    at_home = remapped_pod_cidrs(home.pod_cidr, foreign, pool)
+    shown_at_home = {f.cluster_id: at_home[f.cluster_id] or f.pod_cidr for f in foreign}
+    shown_at_home[home.cluster_id] = home.pod_cidr
+    others = [ForeignPodNetwork(o.cluster_id, o.pod_cidr, None, o.path) for o in (home, *foreign)]
+    others = [o for o in others if o.cluster_id != destination.cluster_id]
+    there = remapped_pod_cidrs(destination.pod_cidr, others, pool)
+    return {
+        o.cluster_id: (str(shown), there[o.cluster_id] or str(o.pod_cidr))
+        for o in others
+        if o.pod_cidr and (shown := shown_at_home.get(o.cluster_id))
+    }
+
+
+def translate_address(address: str, ranges: Sequence[tuple[str, str]]) -> str:
+    """`address` as the home cluster shows it, moved to the same offset of the paired range: the
+    first (from, to) pair whose `from` holds it; unchanged when none does."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address  # an FQDN slice's address: nothing to remap
+    for source, target in ranges:
+        source_net, target_net = parse_network(source), parse_network(target)
+        if ip.version == source_net.version and ip in source_net:
+            offset = int(ip) - int(source_net.network_address)
+            return str(ipaddress.ip_address(int(target_net.network_address) + offset))
+    return address

@@ -49,6 +49,13 @@ class StorageType(ApiModel):
     default: bool = False
 
 
+class RangeRemapping(ApiModel):
+    """Pods the home cluster shows in `seenAtHome` are reached from the foreign cluster in `seenThere`."""
+
+    seen_at_home: str
+    seen_there: str
+
+
 class VirtualNodeSpec(ApiModel):
     cluster_id: str = Field(alias="clusterID")
     kubeconfig_secret_ref: SecretReference | None = None
@@ -66,6 +73,9 @@ class VirtualNodeSpec(ApiModel):
     # the foreign cluster's pod range, and where the home cluster shows it when it overlaps (seed 002)
     pod_cidr: str | None = Field(default=None, alias="podCIDR")
     remapped_pod_cidr: str | None = Field(default=None, alias="remappedPodCIDR")
+    # where this foreign cluster reaches the pods of the others (home's included) whose range it sees
+    # elsewhere than the home cluster does: reflected EndpointSlice addresses are moved (seed 002)
+    endpoint_remappings: list[RangeRemapping] = Field(default_factory=list)
     # negotiated for the peering (seed 002): the class a `liqo` claim gets in the foreign cluster
     storage_classes: list[StorageType] = Field(default_factory=list)
 

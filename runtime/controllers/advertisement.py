@@ -99,6 +99,40 @@ def available_for(home_id: str, nodes: list[Any], loads: Iterable[PodLoad]) -> d
     return {resource: max(amount, Decimal(0)) for resource, amount in available.items()}
 
 
+# Seed 000: the labels a foreign cluster suggests for its virtual node ("geographical region, underlying
+# provider"), read from the well-known topology labels of its nodes when all of them agree.
+SUGGESTED_NODE_LABELS = ("topology.kubernetes.io/region", "topology.kubernetes.io/zone")
+
+
+def suggested_labels(nodes: Iterable[Any]) -> dict[str, str]:
+    """The topology labels every Ready physical node carries with one same value (a cluster spread
+    over several zones suggests its region only)."""
+    physical = [n for n in nodes if _is_physical_and_ready(n)]
+    suggested: dict[str, str] = {}
+    for key in SUGGESTED_NODE_LABELS:
+        values = {(n.metadata.labels or {}).get(key) for n in physical}
+        if len(values) == 1 and (value := values.pop()):
+            suggested[key] = value
+    return suggested
+
+
+def advertisement_patch(
+    cluster_id: str, current: Any, resources: dict[str, str], labels: dict[str, str]
+) -> dict[str, Any] | None:
+    """The spec to write over `current` (the stored advertisement, a mapping, or None); None: it already
+    says it. Keys gone since are null, which removes them in a merge patch."""
+    spec = (current or {}).get("spec") or {}
+    if current is not None and spec.get("resources") == resources and (spec.get("labels") or {}) == labels:
+        return None
+    gone_resources = set(spec.get("resources") or {}) - set(resources)
+    gone_labels = set(spec.get("labels") or {}) - set(labels)
+    return {
+        "clusterID": cluster_id,
+        "resources": {**resources, **dict.fromkeys(gone_resources)},
+        "labels": {**labels, **dict.fromkeys(gone_labels)},
+    }
+
+
 def as_quantity(amount: Decimal) -> str:
     if amount == amount.to_integral_value():
         return str(int(amount))
@@ -156,21 +190,21 @@ class AdvertisementController:
     async def _reconcile(self, _: str) -> None:
         nodes = list(self.nodes.store.values())
         loads = [*self.local_loads.values(), *self.offloaded_loads.values()]
+        labels = suggested_labels(nodes)
         for tenant in self.tenants.store.values():
             home_id = tenant.metadata.labels[names.TENANT_HOME_LABEL]
             if tenant.metadata.deletionTimestamp:
                 continue
             resources = {r: as_quantity(a) for r, a in sorted(available_for(home_id, nodes, loads).items())}
-            await self._publish(tenant.metadata.name, resources)
+            await self._publish(tenant.metadata.name, resources, labels)
 
-    async def _publish(self, namespace: str, resources: dict[str, str]) -> None:
+    async def _publish(self, namespace: str, resources: dict[str, str], labels: dict[str, str]) -> None:
         current = self.advertisements.store.get(f"{namespace}/{self.cluster_id}")
-        if current is not None and (current.get("spec") or {}).get("resources") == resources:
+        spec = advertisement_patch(self.cluster_id, current, resources, labels)
+        if spec is None:
             return
-        body: dict[str, Any] = {"spec": {"clusterID": self.cluster_id, "resources": resources}}
+        body: dict[str, Any] = {"spec": spec}
         if current is not None:
-            gone = set((current.get("spec") or {}).get("resources") or {}) - set(resources)
-            body["spec"]["resources"] = {**resources, **dict.fromkeys(gone)}  # null removes in a merge patch
             await self.client.patch(
                 ResourceAdvertisementResource, self.cluster_id, body, namespace=namespace, patch_type=PatchType.MERGE
             )
@@ -181,7 +215,7 @@ class AdvertisementController:
                 "namespace": namespace,
                 "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
             },
-            **body,
+            "spec": {"clusterID": self.cluster_id, "resources": resources, "labels": labels},
         }
         try:
             await self.client.create(ResourceAdvertisementResource.from_dict(manifest))

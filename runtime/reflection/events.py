@@ -24,10 +24,10 @@ from typing import Any
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event as CoreEvent
 
-from runtime.api import names
+from runtime.api import ReflectionPolicy, names
 from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
 from runtime.kube.serving import EngineMetrics
-from runtime.reflection.forging import ReflectionSettings, covers
+from runtime.reflection.forging import ReflectionSettings, covers, policy_allows
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,18 @@ def about_teardown(foreign_event: Mapping[str, Any], twin: str) -> bool:
     new content in a terminating namespace, e.g. FailedToUpdateEndpointSlices while an unoffload or a
     deselection tears the twin down): the foreign side's business, nothing a home user can act on."""
     return f"in namespace {twin} because it is being terminated" in str(foreign_event.get("message") or "")
+
+
+def event_allowed(policy: ReflectionPolicy, foreign_event: Mapping[str, Any], home_object: Mapping[str, Any]) -> bool:
+    """Seed 002's policy for the `event` kind. Events are written by foreign controllers, so the user's
+    annotation is the one on the home object the event is about (or on the event itself): DenyList
+    reflects all but those annotated `liqo.io/skip-reflection`, AllowList only those annotated
+    `liqo.io/allow-reflection`."""
+    verdicts = [
+        policy_allows(policy, (obj.get("metadata") or {}).get("annotations") or {})
+        for obj in (foreign_event, home_object)
+    ]
+    return any(verdicts) if policy is ReflectionPolicy.ALLOW_LIST else all(verdicts)
 
 
 def needs_write(desired: Mapping[str, Any], existing: Mapping[str, Any] | None) -> bool:
@@ -226,6 +238,8 @@ class EventReflector:
         target = await self.home_object(kind, namespace, str(involved.get("name")), involved.get("uid"))
         if target is None:
             return  # no home counterpart
+        if not event_allowed(self.settings().policy, foreign_event, target):
+            return
         desired = home_event(
             foreign_event, target, foreign_cluster_id=self.foreign_cluster_id, node_name=self.node_name
         )

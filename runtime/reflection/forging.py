@@ -28,6 +28,8 @@ class ReflectionSettings:
     workers: int = 3
     labels_not_reflected: frozenset[str] = field(default_factory=frozenset)
     annotations_not_reflected: frozenset[str] = field(default_factory=frozenset)
+    # (range at home, range in the foreign cluster): where it reaches pods the home cluster shows elsewhere
+    address_ranges: tuple[tuple[str, str], ...] = ()
 
 
 def _flag(annotations: Mapping[str, str], key: str) -> bool:
@@ -74,16 +76,17 @@ def reflected_object(
     foreign_cluster_id: str,
     settings: ReflectionSettings,
     relabel: Callable[[Mapping[str, str]], dict[str, str]] = dict,
+    reannotate: Callable[[Mapping[str, str]], dict[str, str]] = dict,
 ) -> dict[str, Any]:
     """The foreign copy: apiVersion, kind and name of the home object, in the twin namespace, with the
-    kind's `content` (everything but metadata), filtered labels (then `relabel`ed by the kind) and
-    annotations, ownership and hash."""
+    kind's `content` (everything but metadata), filtered labels and annotations (then `relabel`ed and
+    `reannotate`d by the kind), ownership and hash."""
     meta = home.get("metadata") or {}
     labels = {
         **relabel(_without(meta.get("labels"), settings.labels_not_reflected)),
         **ownership_labels(home_cluster_id, foreign_cluster_id),
     }
-    annotations = _without(meta.get("annotations"), settings.annotations_not_reflected)
+    annotations = reannotate(_without(meta.get("annotations"), settings.annotations_not_reflected))
     annotations.pop(APPLIED_HASH_ANNOTATION, None)
     body: dict[str, Any] = {
         "apiVersion": home["apiVersion"],

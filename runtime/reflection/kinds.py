@@ -12,6 +12,8 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.networking_v1 import Ingress
 
 from runtime.api import names
+from runtime.api.network import translate_address
+from runtime.reflection.forging import ReflectionSettings
 
 # home object, foreign cluster id -> the copy's fields other than metadata
 Content = Callable[[Mapping[str, Any], str], dict[str, Any]]
@@ -26,10 +28,19 @@ class ReflectedKind:
     # the kind whose policy and annotations this one follows, and which of its objects: (kind, name-of)
     follows: tuple[str, Callable[[Mapping[str, Any]], str | None]] | None = None
     labels: Callable[[Mapping[str, str]], dict[str, str]] = dict  # the copy's labels from the filtered home ones
+    annotations: Callable[[Mapping[str, str]], dict[str, str]] = dict  # the copy's annotations, likewise
     # foreign objects of this kind another reflector writes (never this kind's to update or delete)
     foreign_excluded: Callable[[Mapping[str, Any]], bool] = lambda obj: False
     # a foreign object as the reflector keeps it (Informer trim): what it never reads dropped
     trim_foreign: Callable[[Any], Any] | None = None
+    # the content as one destination must see it (its settings say how), after `content`
+    for_destination: Callable[[dict[str, Any], ReflectionSettings], dict[str, Any]] | None = None
+
+    def content_for(
+        self, obj: Mapping[str, Any], foreign_cluster_id: str, settings: ReflectionSettings
+    ) -> dict[str, Any]:
+        content = self.content(obj, foreign_cluster_id)
+        return self.for_destination(content, settings) if self.for_destination else content
 
 
 def _fields(*keys: str) -> Content:
@@ -99,7 +110,16 @@ def ingress_content(ingress: Mapping[str, Any], _: str = "") -> dict[str, Any]:
     return {"spec": spec}
 
 
-INGRESSES = ReflectedKind("ingress", Ingress, ingress_content)
+# The class as annotated before ingressClassName (still read by most controllers): it names a home class too.
+LEGACY_INGRESS_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
+
+
+def ingress_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The class is left to the foreign cluster's default, however the home object names it."""
+    return {k: v for k, v in annotations.items() if k != LEGACY_INGRESS_CLASS_ANNOTATION}
+
+
+INGRESSES = ReflectedKind("ingress", Ingress, ingress_content, annotations=ingress_annotations)
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
@@ -109,9 +129,10 @@ HOME_ENDPOINT_FIELDS = ("nodeName", "targetRef", "zone", "hints", "deprecatedTop
 
 def endpoint_slice_content(slice_: Mapping[str, Any], foreign_cluster_id: str) -> dict[str, Any]:
     """Seed 002: each foreign cluster gets the endpoints it cannot see itself, the pods at home and in
-    the *other* foreign clusters, at the addresses the home cluster knows them by (a remote pod's
-    address at home is already remapped, as its pod status is). Its own pods, on its virtual node,
-    are in the slices its own control plane makes."""
+    the *other* foreign clusters, here at the addresses the home cluster knows them by (a remote pod's
+    address at home is already remapped, as its pod status is); `endpoint_slice_addresses` then moves
+    them to where the destination reaches them. Its own pods, on its virtual node, are in the slices
+    its own control plane makes."""
     own_node = names.virtual_node_name(foreign_cluster_id)
     endpoints = [
         {k: copy.deepcopy(v) for k, v in endpoint.items() if k not in HOME_ENDPOINT_FIELDS}
@@ -123,6 +144,18 @@ def endpoint_slice_content(slice_: Mapping[str, Any], foreign_cluster_id: str) -
         "endpoints": endpoints,
         "ports": copy.deepcopy(slice_.get("ports")),
     }
+
+
+def endpoint_slice_addresses(content: dict[str, Any], settings: ReflectionSettings) -> dict[str, Any]:
+    """Seed 002: endpoint addresses "remapped for the destination". An address the home cluster shows
+    (its own pods', or a remote pod's as remapped at home) moves to the range in which this foreign
+    cluster reaches that cluster's pods (the VirtualNode's endpointRemappings), so two foreign
+    clusters with the same pod range each get the other's pods outside their own."""
+    if not settings.address_ranges:
+        return content
+    for endpoint in content.get("endpoints") or []:
+        endpoint["addresses"] = [translate_address(a, settings.address_ranges) for a in endpoint.get("addresses") or []]
+    return content
 
 
 def endpoint_slice_labels(labels: Mapping[str, str]) -> dict[str, str]:
@@ -138,6 +171,7 @@ ENDPOINT_SLICES = ReflectedKind(
     # seed 002: a slice is reflected if its Service is, unless it carries its own allow/skip annotation
     follows=("service", lambda obj: ((obj.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL)),
     labels=endpoint_slice_labels,
+    for_destination=endpoint_slice_addresses,
     # the foreign control plane's own slices of a reflected Service inherit the Service's labels, our
     # ownership labels included: only the slices marked as reflected are this reflector's
     foreign_excluded=lambda obj: (

@@ -332,12 +332,13 @@ class Reflector:
             return
         desired = reflected_object(
             home,
-            self.kind.content(home, self.foreign_cluster_id),
+            self.kind.content_for(home, self.foreign_cluster_id, settings),
             twin=watch.twin,
             home_cluster_id=self.home_cluster_id,
             foreign_cluster_id=self.foreign_cluster_id,
             settings=settings,
             relabel=self.kind.labels,
+            reannotate=self.kind.annotations,
         )
         if remote is not None and up_to_date(desired, remote):
             return

@@ -27,6 +27,7 @@ def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings
         workers=chosen.workers if chosen else ReflectionSettings.workers,
         labels_not_reflected=frozenset(patch.labels_not_reflected or ()),
         annotations_not_reflected=frozenset(patch.annotations_not_reflected or ()),
+        address_ranges=tuple((r.seen_at_home, r.seen_there) for r in spec.endpoint_remappings),
     )
 
 

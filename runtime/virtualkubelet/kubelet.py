@@ -28,7 +28,7 @@ from runtime.reflection.tokens import TokenReflector
 from runtime.virtualkubelet.node import NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.resourcemetrics import OffloadedPod
-from runtime.virtualkubelet.translation import CidrMapping
+from runtime.virtualkubelet.translation import CidrMapping, skip_lists
 
 
 async def foreign_kubeconfig(home: AsyncClient, foreign_cluster_id: str) -> dict[str, Any]:
@@ -131,6 +131,7 @@ class VirtualKubelet:
             metrics=metrics,
         )
         self._event_settings: ReflectionSettings | None = None
+        self._pod_skip_lists = skip_lists(None)
         self.home = home
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
         self.offloadings.add_handler(self._follow_twins)
@@ -215,9 +216,11 @@ class VirtualKubelet:
         if events != self._event_settings:
             self._event_settings = events
             self.events.requeue_all()
-        mapping = pod_cidr_mapping(self.node.spec())
-        if mapping != self.pods.pod_cidr_mapping:
-            self.pods.pod_cidr_mapping = mapping
+        spec = self.node.spec()
+        mapping, skips = pod_cidr_mapping(spec), skip_lists(spec)
+        # new skip lists reach the remote pods' labels and annotations through their ShadowPods
+        if mapping != self.pods.pod_cidr_mapping or skips != self._pod_skip_lists:
+            self.pods.pod_cidr_mapping, self._pod_skip_lists = mapping, skips
             for key in self.pods.pods.store:
                 self.pods.queue.add(key)
 

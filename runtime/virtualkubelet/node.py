@@ -293,11 +293,18 @@ class VirtualNodeController:
         advertisement = self.advertisements.store.get(f"{tenant}/{self.foreign_cluster_id}")
         return dict(((advertisement or {}).get("spec") or {}).get("resources") or {})
 
+    def suggested_labels(self) -> dict[str, str]:
+        """Seed 000: the labels the foreign cluster suggests for its virtual node (its advertisement's)."""
+        tenant = names.tenant_namespace(self.home_cluster_id)
+        advertisement = self.advertisements.store.get(f"{tenant}/{self.foreign_cluster_id}")
+        return dict(((advertisement or {}).get("spec") or {}).get("labels") or {})
+
     def desired(self, spec: VirtualNodeSpec) -> tuple[dict[str, Any], dict[str, Any]]:
         """The Node's metadata+spec, and its status without condition times."""
         shared = shared_resources(self.offered(), spec.sharing_percentage, spec.fixed_resources)
         labels = {
-            **virtual_node_labels(self.foreign_cluster_id, spec.labels),
+            # the VirtualNode's labels (the stack's, the home side's word) win over the suggested ones
+            **virtual_node_labels(self.foreign_cluster_id, {**self.suggested_labels(), **spec.labels}),
             "kubernetes.io/hostname": self.node_name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",

@@ -53,6 +53,7 @@ from runtime.virtualkubelet.translation import (
     nothing_to_tell,
     remote_pod_metadata,
     remote_pod_spec_with,
+    skip_lists,
 )
 
 log = logging.getLogger(__name__)
@@ -333,7 +334,7 @@ class PodOffloader:
         )
         try:
             spec = remote_pod_spec_with(home_pod, home_api)
-            meta = remote_pod_metadata(home_pod, **ids)
+            meta = remote_pod_metadata(home_pod, **ids, **skip_lists(node))
         except TranslationError as err:
             await self._back_off(pod, str(err), warn=True)
             return
@@ -351,7 +352,7 @@ class PodOffloader:
         ids = {"home_cluster_id": self.home_cluster_id, "foreign_cluster_id": self.foreign_cluster_id}
         current = shadow.to_dict()
         current_meta = current.get("metadata") or {}
-        desired_meta = remote_pod_metadata(home_pod, **ids)
+        desired_meta = remote_pod_metadata(home_pod, **ids, **skip_lists(self.virtual_node_spec()))
         have = {
             "metadata": {k: current_meta.get(k) or {} for k in ("labels", "annotations")},
             "spec": {"pod": pod_spec_of(current)},

@@ -4,13 +4,14 @@ as the home cluster shows it. Pure functions on wire-format dicts; inputs are ne
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
 from runtime.api import names
-from runtime.api.virtualnode import ApiServerAddress
+from runtime.api.virtualnode import ApiServerAddress, VirtualNodeSpec
 from runtime.reflection.tokens import home_api_env, token_projections, token_volumes
 
 
@@ -173,15 +174,62 @@ def live_pod_spec(offloaded: dict[str, Any], home_pod: dict[str, Any]) -> dict[s
     return spec
 
 
-def remote_pod_metadata(home_pod: dict[str, Any], *, home_cluster_id: str, foreign_cluster_id: str) -> dict[str, Any]:
-    """Labels (plus origin and destination) and annotations; name and namespace are the caller's."""
+def _selected_label_keys(affinity: dict[str, Any] | None) -> set[str]:
+    """The label keys the anti-affinity terms of a remote pod select on."""
+    anti = (affinity or {}).get("podAntiAffinity") or {}
+    terms = [
+        *(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []),
+        *(t.get("podAffinityTerm") or {} for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution") or []),
+    ]
+    keys: set[str] = set()
+    for term in terms:
+        selector = term.get("labelSelector") or {}
+        keys.update(selector.get("matchLabels") or {})
+        keys.update(e.get("key") for e in selector.get("matchExpressions") or [] if e.get("key"))
+    return keys
+
+
+class SkipLists(TypedDict):
+    labels_not_reflected: frozenset[str]
+    annotations_not_reflected: frozenset[str]
+
+
+def skip_lists(spec: VirtualNodeSpec | None) -> SkipLists:
+    """The VirtualNode's labels and annotations not reflected, as `remote_pod_metadata` takes them."""
+    patch = spec.offloading_patch if spec is not None else None
+    return {
+        "labels_not_reflected": frozenset((patch and patch.labels_not_reflected) or ()),
+        "annotations_not_reflected": frozenset((patch and patch.annotations_not_reflected) or ()),
+    }
+
+
+def remote_pod_metadata(
+    home_pod: dict[str, Any],
+    *,
+    home_cluster_id: str,
+    foreign_cluster_id: str,
+    labels_not_reflected: Iterable[str] = (),
+    annotations_not_reflected: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Labels (plus origin and destination) and annotations; name and namespace are the caller's.
+
+    Seed 002's skip lists (the VirtualNode's offloadingPatch) apply as to every reflected object,
+    but never to what offloading itself needs: the ownership labels, and the labels the remote
+    pod's anti-affinity selects on (the remote pods must carry them for the terms to match)."""
     meta = home_pod.get("metadata") or {}
+    try:
+        needed = _selected_label_keys(_anti_affinity(home_pod))
+    except TranslationError:
+        needed = set()  # such a pod is never offloaded: the spec's translation reports it
+    skipped_labels = set(labels_not_reflected) - needed
+    skipped_annotations = set(annotations_not_reflected)
     labels = {
-        **(meta.get("labels") or {}),
+        **{k: v for k, v in (meta.get("labels") or {}).items() if k not in skipped_labels},
         names.ORIGIN_LABEL: home_cluster_id,
         names.DESTINATION_LABEL: foreign_cluster_id,
     }
-    return {"labels": labels, "annotations": dict(meta.get("annotations") or {})}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in skipped_annotations}
+    return {"labels": labels, "annotations": annotations}
 
 
 def nothing_to_tell(remote_status: dict[str, Any], home_status: dict[str, Any]) -> bool:

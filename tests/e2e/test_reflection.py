@@ -5,6 +5,7 @@ ours are never touched."""
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import subprocess
 import time
@@ -19,8 +20,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
 from lightkube.resources.networking_v1 import Ingress
 from lightkube.types import PatchType
+from pulumi import automation as auto
 
-from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.kube.resources import VirtualNodeResource
@@ -139,13 +141,15 @@ def test_ingresses_leave_the_class_to_the_foreign_cluster(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
     create(home, Ingress, {
-        "metadata": {"name": "front", "namespace": offloaded},
+        "metadata": {"name": "front", "namespace": offloaded,
+                     "annotations": {"kubernetes.io/ingress.class": "home-nginx"}},
         "spec": {"ingressClassName": "home-nginx", "rules": [{"host": "shop.example", "http": {"paths": [
             {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}},
         ]}}]},
     })  # fmt: skip
     copy = reflected(foreign["foreign-2"], Ingress, "front", offloaded)
     assert copy.spec.ingressClassName is None and copy.spec.rules[0].host == "shop.example"
+    assert "kubernetes.io/ingress.class" not in (copy.metadata.annotations or {}), "nor the legacy annotation"
 
 
 def test_deny_list_annotations_and_deletes_at_home(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
@@ -260,6 +264,85 @@ def test_settings_patched_on_the_virtual_node_apply_live(
     assert find(client, Secret, "held-back", twin_of(offloaded)) is None, "workers 0 disables secrets"
 
 
+def test_an_offloaded_pod_runs_remotely_without_the_skipped_labels_and_annotations(
+    offloaded: str, home: Client, foreign: dict[str, Client], virtual_node_patched: Any
+) -> None:
+    """Seed 002's labelsNotReflected / annotationsNotReflected hold for offloaded pods too (never for the
+    ownership labels), and a change of the lists reaches the running remote pod."""
+    from lightkube.resources.core_v1 import Pod
+
+    from tests.support.kube import remote_pod
+
+    virtual_node_patched(
+        {"offloadingPatch": {"labelsNotReflected": ["team"], "annotationsNotReflected": ["cloud.example/id"]}}
+    )
+    client = foreign["foreign-1"]
+    pod: Any = Pod.from_dict({
+        "metadata": {"name": "skipped", "namespace": offloaded, "labels": {"app": "skipped", "team": "ml"},
+                     "annotations": {"cloud.example/id": "i-123", "note": "kept"}},
+        "spec": {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: "foreign-1"},
+                 "containers": [{"name": "web", "image": "nginx:1.27"}]},
+    })  # fmt: skip
+    home.create(pod)
+
+    def running_remotely() -> Any:
+        found: Any = remote_pod(client, twin_of(offloaded), "skipped")
+        return found if found is not None and found.status and found.status.phase == "Running" else None
+
+    remote = wait_until(running_remotely, 60, "the pod Running in foreign-1")
+    assert remote.metadata.labels["app"] == "skipped" and "team" not in remote.metadata.labels
+    assert remote.metadata.labels[names.ORIGIN_LABEL] == "home"
+    assert remote.metadata.annotations.get("note") == "kept" and "cloud.example/id" not in remote.metadata.annotations
+    virtual_node_patched({"offloadingPatch": {"labelsNotReflected": None, "annotationsNotReflected": None}})
+
+    def remote_labels() -> dict[str, str]:
+        found: Any = remote_pod(client, twin_of(offloaded), "skipped")
+        return dict(found.metadata.labels or {}) if found is not None else {}
+
+    wait_until(
+        lambda: remote_labels().get("team") == "ml",
+        30,
+        "the label back on the remote pod once no longer skipped",
+    )
+    home.delete(Pod, "skipped", namespace=offloaded, grace_period=0)
+
+
+def test_an_endpoint_slice_follows_its_service_unless_annotated_itself(
+    offloaded: str, home: Client, foreign: dict[str, Client]
+) -> None:
+    """Seed 002: a slice is reflected if its Service is, unless the slice carries liqo.io/allow-reflection
+    or liqo.io/skip-reflection itself. Slices made by hand (a managed-by of their own, so the home
+    endpoint-slice controller leaves them alone), so their annotations stay as written."""
+    from lightkube.resources.discovery_v1 import EndpointSlice
+
+    client = foreign["foreign-1"]
+    skip, allow = {names.SKIP_REFLECTION_ANNOTATION: "true"}, {names.ALLOW_REFLECTION_ANNOTATION: "true"}
+    for service_name, policy in (("hidden", skip), ("shown", {})):
+        create(home, Service, {
+            "metadata": {"name": service_name, "namespace": offloaded, "annotations": policy},
+            "spec": {"ports": [{"port": 80}]},  # no selector: its slices are the ones made here
+        })  # fmt: skip
+    reflected(client, Service, "shown", offloaded)  # the slices' decisions read the Services as known here
+    slices = [("hidden-follows", "hidden", {}), ("hidden-own", "hidden", allow),
+              ("shown-own", "shown", skip), ("shown-follows", "shown", {}), ("sentinel", "shown", {})]  # fmt: skip
+    for name, service_name, policy in slices:
+        create(home, EndpointSlice, {
+            "metadata": {"name": name, "namespace": offloaded, "annotations": policy,
+                         "labels": {"kubernetes.io/service-name": service_name,
+                                    "endpointslice.kubernetes.io/managed-by": "e2e.liqo.io"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.100.9.9"]}],
+            "ports": [{"port": 80}],
+        })  # fmt: skip
+    # the slices' queue is FIFO and a reconcile that decides not to reflect awaits nothing, so once the
+    # last one created is there, every earlier one was decided
+    reflected(client, EndpointSlice, "sentinel", offloaded)
+    listed: list[Any] = list(client.list(EndpointSlice, namespace=twin_of(offloaded)))
+    there = {s.metadata.name for s in listed}
+    assert {"hidden-own", "shown-follows"} <= there, "reflected: its own allow, or its Service's policy"
+    assert not {"hidden-follows", "shown-own"} & there, "not reflected: its Service's skip, or its own"
+
+
 def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
     offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
 ) -> None:
@@ -338,10 +421,16 @@ def test_the_home_identity_reflects_only_inside_twin_namespaces(
 
 
 def test_endpoint_slices_let_every_cluster_reach_every_replica(
-    runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+    runtime: ExternalRuntime,
+    installed: auto.Stack,
+    session_layout: ClusterLayout,
+    home: Client,
+    foreign: dict[str, Client],
 ) -> None:
     """Seed 002: a Service whose pods run at home, in foreign-1 and in foreign-2 has, in each foreign
-    cluster, endpoints for all three: its own from its control plane, the others reflected."""
+    cluster, endpoints for all three: its own from its control plane, the others reflected, at the
+    addresses that cluster reaches them at. foreign-1 and foreign-2 use the same pod range, so
+    foreign-2 gets foreign-1's replica moved out of its own range (the plan's reachesOthersIn)."""
     from lightkube.resources.apps_v1 import Deployment
     from lightkube.resources.core_v1 import Pod
     from lightkube.resources.discovery_v1 import EndpointSlice
@@ -378,9 +467,25 @@ def test_endpoint_slices_let_every_cluster_reach_every_replica(
 
     pods = wait_until(ready_pods, 120, "3 replicas Ready at home, one per cluster")
     home_view = {name: pod.status.podIP for name, pod in pods.items()}  # remote pods: as home knows them
+    plan: dict[str, Any] = installed.outputs()["foreignClusters"].value
+    shown_at_home = {"home": session_layout.pod_cidr("home")}
+    shown_at_home |= {c: plan[c]["podNetwork"]["seenAtHomeAs"] for c in foreign}
+
+    def reached_from(cluster_id: str, replica: str, ip: str) -> str:
+        """The address `cluster_id` reaches a replica at: the same offset in its view of that range."""
+        source = replica.removeprefix("in-") if replica != "at-home" else "home"
+        at_home = ipaddress.ip_network(shown_at_home[source])
+        there = ipaddress.ip_network(plan[cluster_id]["podNetwork"]["reachesOthersIn"][source])
+        return str(there.network_address + (int(ipaddress.ip_address(ip)) - int(at_home.network_address)))
+
+    assert plan["foreign-2"]["podNetwork"]["reachesOthersIn"]["foreign-1"] != shown_at_home["foreign-1"]
     for cluster_id, client in foreign.items():
         own: Any = client.get(Pod, pods[f"in-{cluster_id}"].metadata.name, namespace=twin_of(namespace))
-        expected = {own.status.podIP} | {ip for name, ip in home_view.items() if name != f"in-{cluster_id}"}
+        expected = {own.status.podIP} | {
+            reached_from(cluster_id, name, ip) for name, ip in home_view.items() if name != f"in-{cluster_id}"
+        }
+        own_range = ipaddress.ip_network(session_layout.pod_cidr(cluster_id))
+        assert [ip for ip in expected - {own.status.podIP} if ipaddress.ip_address(ip) in own_range] == []
 
         def sees_all(client: Client = client, expected: set[str] = expected) -> bool:
             selector: dict[str, Any] = {"kubernetes.io/service-name": "multi"}

@@ -15,7 +15,7 @@ from lightkube.resources.core_v1 import ConfigMap, Event
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.api import names
+from runtime.api import ReflectionPolicy, names
 from runtime.reflection.events import EventReflector
 from runtime.reflection.forging import ReflectionSettings
 from tests.support.kube import wait_until_async
@@ -84,3 +84,63 @@ def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
     first, second = asyncio.run(scenario())
     assert first.count == 1 and first.involvedObject.uid == target.metadata.uid
     assert second.metadata.uid == first.metadata.uid, "the same home event, updated in place"
+
+
+def test_with_an_allow_list_only_events_about_annotated_objects_come_home(
+    dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    """reflection.event.type AllowList (seed 002): an event comes home only when the home object it is
+    about (or the event) is annotated liqo.io/allow-reflection."""
+    namespace, twin = namespaces
+    targets: dict[str, Any] = {}
+    for name, allowed in (("hidden", {}), ("shown", {names.ALLOW_REFLECTION_ANNOTATION: "true"})):
+        meta = ObjectMeta(name=name, namespace=namespace, annotations=allowed)
+        targets[name] = home.create(ConfigMap(metadata=meta)).to_dict()
+    stamp = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    # one worker, and events named in the order they are queued (listed by name, or watched as created):
+    # once the second one is home, the first one has been decided
+    for order, name in enumerate(("hidden", "shown")):
+        event: Any = Event.from_dict(
+            {
+                "metadata": {"name": f"{order}-{name}.changed", "namespace": twin},
+                "involvedObject": {"kind": "ConfigMap", "name": name, "namespace": twin, "uid": name},
+                "reason": "Changed",
+                "message": f"{name} changed there",
+                "type": "Normal",
+                "count": 1,
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+            }
+        )
+        foreign["foreign-1"].create(event)
+
+    async def home_object(kind: str, home_namespace: str, name: str, uid: str | None) -> dict[str, Any] | None:
+        return targets.get(name) if (kind, home_namespace) == ("ConfigMap", namespace) else None
+
+    def reflected() -> list[Any]:
+        return list(home.list(Event, namespace=namespace, labels={names.EVENT_REFLECTED_FROM_LABEL: "foreign-1"}))
+
+    async def scenario() -> list[Any]:
+        home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
+        reflector = EventReflector(
+            home_client,
+            foreign=foreign_client,
+            foreign_cluster_id="foreign-1",
+            home_object=home_object,
+            settings=lambda: ReflectionSettings(policy=ReflectionPolicy.ALLOW_LIST, workers=1),
+        )
+        reflector.follow({namespace: twin})
+        reflector.start()
+        try:
+            await wait_until_async(
+                lambda: [e for e in reflected() if e.involvedObject.name == "shown"], what="the allowed event at home"
+            )
+            return reflected()
+        finally:
+            await reflector.stop()
+            await home_client.close()
+            await foreign_client.close()
+
+    events = asyncio.run(scenario())
+    assert [e.involvedObject.name for e in events] == ["shown"], "the unannotated object's event stays there"

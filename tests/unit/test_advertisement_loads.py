@@ -9,7 +9,7 @@ from typing import Any, cast
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 
 from runtime.api import names
-from runtime.controllers.advertisement import AdvertisementController
+from runtime.controllers.advertisement import AdvertisementController, advertisement_patch, suggested_labels
 from runtime.kube.informing import Event, EventType, Informer
 from runtime.kube.packing import Packer
 
@@ -48,7 +48,7 @@ def controller() -> tuple[AdvertisementController, list[dict[str, str]], list[st
     published: list[dict[str, str]] = []
     scheduled: list[str] = []
 
-    async def publish(namespace: str, resources: dict[str, str]) -> None:
+    async def publish(namespace: str, resources: dict[str, str], labels: dict[str, str]) -> None:
         published.append(resources)
 
     adverts._publish = publish  # type: ignore[method-assign]
@@ -93,3 +93,44 @@ def test_each_pod_event_moves_the_advertised_figures() -> None:
     send(adverts.local_pods, "ADDED", pod("moved", "1"))
     send(adverts.offloaded_pods, "DELETED", pod("moved", "1", origin="home-2"))
     assert advertised() == {"cpu": "9", "pods": "99"}, "counted once, from the informer that holds it"
+
+
+def labelled_node(name: str, labels: dict[str, str] | None = None, ready: bool = True) -> Node:
+    return cast(
+        Node,
+        Node.from_dict(
+            {
+                "metadata": {"name": name, "labels": labels or {}},
+                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+            }
+        ),
+    )
+
+
+def test_a_cluster_suggests_the_region_and_zone_all_its_nodes_share() -> None:
+    """Seed 000: the labels suggested for the virtual node (geographical region, ...), from the
+    well-known topology labels on which every Ready physical node agrees."""
+    region, zone = "topology.kubernetes.io/region", "topology.kubernetes.io/zone"
+    one_zone = [labelled_node("a", {region: "eu", zone: "eu-1"}), labelled_node("b", {region: "eu", zone: "eu-1"})]
+    assert suggested_labels(one_zone) == {region: "eu", zone: "eu-1"}
+    spread = [labelled_node("a", {region: "eu", zone: "eu-1"}), labelled_node("b", {region: "eu", zone: "eu-2"})]
+    assert suggested_labels(spread) == {region: "eu"}
+    not_ready = labelled_node("c", {region: "us"}, ready=False)
+    virtual = labelled_node("v", {region: "us", names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
+    assert suggested_labels([*spread, not_ready, virtual]) == {region: "eu"}, "only Ready physical nodes count"
+    assert suggested_labels([labelled_node("a", {region: "eu"}), labelled_node("b")]) == {}
+
+
+def test_the_advertisement_carries_the_suggested_labels_and_drops_the_ones_gone() -> None:
+    stored = {"spec": {"clusterID": "f", "resources": {"cpu": "4"}, "labels": {"r": "eu", "z": "eu-1"}}}
+    assert advertisement_patch("f", stored, {"cpu": "4"}, {"r": "eu", "z": "eu-1"}) is None, "nothing to write"
+    assert advertisement_patch("f", stored, {"cpu": "4"}, {"r": "eu"}) == {
+        "clusterID": "f",
+        "resources": {"cpu": "4"},
+        "labels": {"r": "eu", "z": None},
+    }
+    assert advertisement_patch("f", None, {"cpu": "4"}, {}) == {
+        "clusterID": "f",
+        "resources": {"cpu": "4"},
+        "labels": {},
+    }

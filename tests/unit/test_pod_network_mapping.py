@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from liqo_stack.config import ConfigError, parse
-from runtime.api.network import ForeignPodNetwork, PodNetworkError, remapped_pod_cidrs
+from runtime.api.network import (
+    ForeignPodNetwork,
+    PodNetworkError,
+    ranges_seen_by,
+    remapped_pod_cidrs,
+    translate_address,
+)
+from runtime.reflection.forging import ReflectionSettings
+from runtime.reflection.kinds import ENDPOINT_SLICES
+from runtime.reflection.reflection import settings_from
 from runtime.virtualkubelet.kubelet import pod_cidr_mapping
 
 
@@ -106,5 +117,85 @@ def test_the_virtual_node_carries_the_remapping_the_virtual_kubelet_uses() -> No
         "podCIDR": "10.0.0.0/16",
         "seenAtHomeAs": "100.64.0.0/16",
         "remapped": True,
+        "reachesOthersIn": {"home": "100.64.0.0/16", "foreign-2": "10.1.0.0/16"},
     }
     assert plan["foreign-2"]["podNetwork"]["remapped"] is False
+
+
+# -- endpoints remapped for the destination (seed 002) -----------------------------------------------
+HOME = ForeignPodNetwork("home", "10.100.0.0/16", None, "home")
+SAME_RANGE = [foreign("foreign-1", "10.101.0.0/16"), foreign("foreign-2", "10.101.0.0/16")]  # the dev clusters'
+
+
+def test_each_foreign_cluster_reaches_the_other_outside_its_own_overlapping_range() -> None:
+    assert remapped_pod_cidrs(HOME.pod_cidr, SAME_RANGE) == {"foreign-1": None, "foreign-2": "100.64.0.0/16"}
+    # foreign-1 sees foreign-2 where home does; foreign-2 cannot reach foreign-1 in its own range
+    assert ranges_seen_by(SAME_RANGE[0], HOME, SAME_RANGE) == {
+        "home": ("10.100.0.0/16", "10.100.0.0/16"),
+        "foreign-2": ("100.64.0.0/16", "100.64.0.0/16"),
+    }
+    assert ranges_seen_by(SAME_RANGE[1], HOME, SAME_RANGE) == {
+        "home": ("10.100.0.0/16", "10.100.0.0/16"),
+        "foreign-1": ("10.101.0.0/16", "100.64.0.0/16"),
+    }
+    undeclared = [foreign("foreign-1", "10.101.0.0/16"), foreign("foreign-2", None)]
+    assert ranges_seen_by(undeclared[0], HOME, undeclared) == {"home": ("10.100.0.0/16", "10.100.0.0/16")}
+
+
+def test_translate_address_moves_only_addresses_of_a_remapped_range() -> None:
+    ranges = [("10.101.0.0/16", "100.64.0.0/16")]
+    assert translate_address("10.101.3.9", ranges) == "100.64.3.9"
+    assert translate_address("10.100.0.5", ranges) == "10.100.0.5"
+    assert translate_address("fd00::1", ranges) == "fd00::1"
+    assert translate_address("web.example", ranges) == "web.example"
+
+
+def slice_content(destination: str, ranges: dict[str, tuple[str, str]]) -> list[str]:
+    """The addresses of a home slice's copy for `destination`, with a replica in every cluster."""
+    home_slice: dict[str, Any] = {
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": ["10.100.0.5"], "nodeName": "home-worker-0"},
+            {"addresses": ["10.101.0.9"], "nodeName": "liqo-foreign-1"},  # foreign-1's, as home shows it
+            {"addresses": ["100.64.0.7"], "nodeName": "liqo-foreign-2"},  # foreign-2's, remapped at home
+        ],
+    }
+    settings = ReflectionSettings(address_ranges=tuple(pair for pair in ranges.values() if pair[0] != pair[1]))
+    content = ENDPOINT_SLICES.content_for(home_slice, destination, settings)
+    assert home_slice["endpoints"][1]["addresses"] == ["10.101.0.9"], "the home slice is never changed"
+    return [a for endpoint in content["endpoints"] for a in endpoint["addresses"]]
+
+
+def test_a_reflected_slice_gives_each_destination_the_addresses_it_reaches() -> None:
+    assert slice_content("foreign-1", ranges_seen_by(SAME_RANGE[0], HOME, SAME_RANGE)) == ["10.100.0.5", "100.64.0.7"]
+    # foreign-1's replica at 10.101.0.9 would be one of foreign-2's own pods' addresses
+    assert slice_content("foreign-2", ranges_seen_by(SAME_RANGE[1], HOME, SAME_RANGE)) == ["10.100.0.5", "100.64.0.9"]
+
+
+def test_the_virtual_node_carries_where_its_cluster_reaches_the_others() -> None:
+    from liqo_stack.components.peering import virtual_node_spec
+
+    stack = parse(config())  # foreign-1 has home's range: each sees the other's pods in 100.64.0.0/16
+    first, second = (virtual_node_spec(stack, f) for f in stack.foreign_clusters)
+    assert [r.to_wire() for r in first.endpoint_remappings] == [
+        {"seenAtHome": "10.0.0.0/16", "seenThere": "100.64.0.0/16"}
+    ]
+    assert second.endpoint_remappings == [], "foreign-2 sees home and foreign-1 where home does"
+    assert settings_from(first, "endpointslice").address_ranges == (("10.0.0.0/16", "100.64.0.0/16"),)
+
+
+def test_the_skip_lists_of_the_stack_config_reach_every_virtual_node() -> None:
+    """liqo:reflection.skipLabels / skipAnnotations become each VirtualNode's offloadingPatch (seed 002's
+    labelsNotReflected / annotationsNotReflected); none set: the patch is empty."""
+    from liqo_stack.components.peering import virtual_node_spec
+
+    skips = {"skipLabels": ["cloud.example/zone"], "skipAnnotations": ["cloud.example/id", "note"]}
+    stack = parse(config(reflection=skips))
+    for foreign_cluster in stack.foreign_clusters:
+        patch = virtual_node_spec(stack, foreign_cluster).to_wire()["offloadingPatch"]
+        assert patch == {
+            "labelsNotReflected": ["cloud.example/zone"],
+            "annotationsNotReflected": ["cloud.example/id", "note"],
+        }
+    plain = parse(config())
+    assert virtual_node_spec(plain, plain.foreign_clusters[0]).to_wire()["offloadingPatch"] == {}

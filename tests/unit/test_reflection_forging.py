@@ -19,6 +19,8 @@ from runtime.reflection.forging import (
 from runtime.reflection.kinds import (
     CONFIGMAPS,
     ENDPOINT_SLICES,
+    INGRESSES,
+    LEGACY_INGRESS_CLASS_ANNOTATION,
     MANAGED_BY_LABEL,
     SECRETS,
     SERVICE_NAME_LABEL,
@@ -124,6 +126,29 @@ def test_services_leave_allocated_fields_out() -> None:
 def test_ingresses_leave_the_class_out() -> None:
     spec = ingress_content({"spec": {"ingressClassName": "nginx", "rules": [{"host": "a"}]}})["spec"]
     assert spec == {"rules": [{"host": "a"}]}
+
+
+def test_ingresses_leave_the_legacy_class_annotation_out_too() -> None:
+    """ingressClassName is cleared, so the class annotated the pre-1.18 way goes as well: the foreign
+    cluster's default class applies either way."""
+    home: dict[str, Any] = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {"name": "front", "annotations": {LEGACY_INGRESS_CLASS_ANNOTATION: "nginx", "note": "kept"}},
+        "spec": {"rules": [{"host": "a"}]},
+    }
+    copy = reflected_object(
+        home,
+        INGRESSES.content(home, "foreign-1"),
+        twin="shop-home",
+        home_cluster_id="home",
+        foreign_cluster_id="foreign-1",
+        settings=ReflectionSettings(),
+        relabel=INGRESSES.labels,
+        reannotate=INGRESSES.annotations,
+    )
+    assert set(copy["metadata"]["annotations"]) == {"note", APPLIED_HASH_ANNOTATION}
+    assert home["metadata"]["annotations"][LEGACY_INGRESS_CLASS_ANNOTATION] == "nginx", "the home object is unchanged"
 
 
 def test_endpoint_slices_carry_what_the_foreign_cluster_cannot_see() -> None:

@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from liqo_stack.components.peering import virtual_node_spec
 from liqo_stack.config import StackConfig, parse_api_server_address
-from runtime.api import VirtualNodeSpec, names
+from runtime.api import ReflectionPolicy, VirtualNodeSpec, names
 from runtime.api.virtualnode import ApiServerAddress
-from runtime.reflection.events import home_event, needs_write, occurrences
+from runtime.reflection.events import event_allowed, home_event, needs_write, occurrences
 from runtime.reflection.tokens import (
     TokenProjection,
     refresh_at,
@@ -340,3 +340,39 @@ def test_a_home_event_is_written_only_when_the_foreign_one_says_more() -> None:
     assert needs_write(home_event(core_event(count=4), HOME_POD, foreign_cluster_id="f1", node_name="liqo-f1"), stored)
     later = core_event(lastTimestamp="2026-11-23T11:06:00Z")
     assert needs_write(home_event(later, HOME_POD, foreign_cluster_id="f1", node_name="liqo-f1"), stored)
+
+
+def annotated(obj: dict[str, Any], **annotations: str) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
+def test_the_event_policy_follows_the_annotation_of_the_event_or_of_its_home_object() -> None:
+    """Seed 002's reflection.event.type: DenyList reflects all but what is annotated skip-reflection,
+    AllowList only what is annotated allow-reflection (the home object, as users annotate it)."""
+    deny, allow = ReflectionPolicy.DENY_LIST, ReflectionPolicy.ALLOW_LIST
+    event = core_event()
+    assert event_allowed(deny, event, HOME_POD)
+    assert not event_allowed(deny, event, annotated(HOME_POD, **{names.SKIP_REFLECTION_ANNOTATION: "true"}))
+    assert not event_allowed(deny, annotated(event, **{names.SKIP_REFLECTION_ANNOTATION: ""}), HOME_POD)
+    assert event_allowed(deny, event, annotated(HOME_POD, **{names.SKIP_REFLECTION_ANNOTATION: "false"}))
+    assert not event_allowed(allow, event, HOME_POD)
+    assert event_allowed(allow, event, annotated(HOME_POD, **{names.ALLOW_REFLECTION_ANNOTATION: "true"}))
+    assert event_allowed(allow, annotated(event, **{names.ALLOW_REFLECTION_ANNOTATION: "true"}), HOME_POD)
+    assert not event_allowed(allow, event, annotated(HOME_POD, **{names.ALLOW_REFLECTION_ANNOTATION: "false"}))
+
+
+def test_a_home_event_carries_no_label_or_annotation_of_the_foreign_one() -> None:
+    """Seed 002's skip lists (labelsNotReflected / annotationsNotReflected) hold for events: the home
+    copy carries only its own reflected-from label, nothing of the foreign event's metadata."""
+    foreign = core_event(
+        metadata={
+            "name": "web.1",
+            "namespace": "shop-home",
+            "uid": "u",
+            "labels": {"cloud.example/zone": "z"},
+            "annotations": {"cloud.example/managed": "yes"},
+        }
+    )
+    event = home_event(foreign, HOME_POD, foreign_cluster_id="f1", node_name="liqo-f1")
+    assert event["metadata"]["labels"] == {names.EVENT_REFLECTED_FROM_LABEL: "f1"}
+    assert "annotations" not in event["metadata"]

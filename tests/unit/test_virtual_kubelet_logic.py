@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
-from runtime.api import names
+from runtime.api import VirtualNodeSpec, names
 from runtime.controllers.advertisement import PodLoad, available_for, load_of, loads_of
 from runtime.virtualkubelet.node import node_apply, node_conditions, status_patch
 from runtime.virtualkubelet.translation import (
@@ -20,6 +20,7 @@ from runtime.virtualkubelet.translation import (
     nothing_to_tell,
     remote_pod_metadata,
     remote_pod_spec,
+    skip_lists,
 )
 
 IDS = {"home_cluster_id": "home", "foreign_cluster_id": "foreign-1"}
@@ -104,6 +105,28 @@ def test_remote_metadata_carries_origin_and_destination() -> None:
         names.DESTINATION_LABEL: "foreign-1",
     }
     assert meta["annotations"] == {"note": "kept"}
+
+
+def test_remote_metadata_leaves_out_the_virtual_nodes_skipped_labels_and_annotations() -> None:
+    """Seed 002's labelsNotReflected / annotationsNotReflected apply to offloaded pods too, but never
+    to the ownership labels or to the labels the remote anti-affinity selects on."""
+    spec = VirtualNodeSpec.model_validate(
+        {
+            "clusterID": "foreign-1",
+            "offloadingPatch": {
+                "labelsNotReflected": ["tier", names.ORIGIN_LABEL, names.DESTINATION_LABEL],
+                "annotationsNotReflected": ["cloud.example/managed"],
+            },
+        }
+    )
+    pod = home_pod(note="kept", **{"cloud.example/managed": "yes"})
+    meta = remote_pod_metadata(pod, **IDS, **skip_lists(spec))
+    assert meta["labels"] == {"app": "web", names.ORIGIN_LABEL: "home", names.DESTINATION_LABEL: "foreign-1"}
+    assert meta["annotations"] == {"note": "kept"}
+    # a hard preset selecting on `tier` needs the remote pods to carry it
+    hard = home_pod(**{names.ANTI_AFFINITY_PRESET_ANNOTATION: "hard", names.ANTI_AFFINITY_LABELS_ANNOTATION: "tier"})
+    assert remote_pod_metadata(hard, **IDS, **skip_lists(spec))["labels"]["tier"] == "front"
+    assert remote_pod_metadata(pod, **IDS, **skip_lists(None)) == remote_pod_metadata(pod, **IDS)
 
 
 def test_status_back_remaps_ips_and_counts_recreations_as_restarts() -> None:
@@ -253,3 +276,33 @@ def test_capacity_and_allocatable_are_replaced_whole() -> None:
         "allocatable": {"cpu": None, "memory": None, "nvidia.com/gpu": None},
     }, "every foreign node cordoned: nothing left to schedule on"
     assert status_patch({**live}, live) is None
+
+
+def test_the_virtual_node_carries_the_labels_its_foreign_cluster_suggests() -> None:
+    """Seed 000 / DESIGN: the Node's labels are the advertisement's suggested ones, the VirtualNode's
+    (which win on a shared key) and the two that identify it."""
+    from runtime.kube import Informer
+    from runtime.kube.resources import ResourceAdvertisementResource, VirtualNodeResource
+    from runtime.virtualkubelet.node import VirtualNodeController
+
+    none = cast(Any, None)
+    advertisements = Informer(none, ResourceAdvertisementResource)
+    controller = VirtualNodeController(
+        none,
+        none,
+        home_cluster_id="home",
+        foreign_cluster_id="foreign-1",
+        virtual_nodes=Informer(none, VirtualNodeResource),
+        advertisements=advertisements,
+    )
+    region = "topology.kubernetes.io/region"
+    advertisements.store[f"{names.tenant_namespace('home')}/foreign-1"] = ResourceAdvertisementResource.from_dict(
+        {
+            "metadata": {"name": "foreign-1", "namespace": names.tenant_namespace("home")},
+            "spec": {"clusterID": "foreign-1", "resources": {"cpu": "4"}, "labels": {region: "eu", "tier": "spot"}},
+        }
+    )
+    spec = VirtualNodeSpec.model_validate({"clusterID": "foreign-1", "labels": {"tier": "gold"}})
+    labels = controller.desired(spec)[0]["metadata"]["labels"]
+    assert labels[region] == "eu" and labels["tier"] == "gold"
+    assert labels[names.REMOTE_CLUSTER_ID_LABEL] == "foreign-1" and labels[names.TYPE_LABEL] == names.VIRTUAL_NODE_TYPE
