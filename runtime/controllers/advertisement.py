@@ -29,12 +29,12 @@ from lightkube.types import PatchType
 
 from runtime.api import names
 from runtime.api.quantities import parse_quantity
+from runtime.api.resources import ResourceAdvertisementResource
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.kube import Informer, WorkQueue
 from runtime.kube.controlling import run_controller
 from runtime.kube.informing import Event, Handler
 from runtime.kube.packing import unpacked
-from runtime.kube.resources import ResourceAdvertisementResource
 
 ALL = "all"  # one key: any change recomputes every advertisement (coalesced by the queue)
 

@@ -31,7 +31,7 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.api.plan import shared_resources
-from runtime.kube.resources import ResourceAdvertisementResource
+from runtime.api.resources import ResourceAdvertisementResource
 from runtime.virtualkubelet.pods import BACKOFF_REASON
 from tests.support.kube import (
     VIRTUAL_NODES,

@@ -12,8 +12,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from runtime.api import names
 from runtime.controllers.advertisement import PodLoad, available_for, load_of, loads_of
-from runtime.virtualkubelet.node import node_apply, node_conditions, status_patch
-from runtime.virtualkubelet.translation import (
+from runtime.forging.pods import (
     CidrMapping,
     TranslationError,
     home_pod_status,
@@ -21,6 +20,7 @@ from runtime.virtualkubelet.translation import (
     remote_pod_metadata,
     remote_pod_spec,
 )
+from runtime.virtualkubelet.node import node_apply, node_conditions, status_patch
 
 IDS = {"home_cluster_id": "home", "foreign_cluster_id": "foreign-1"}
 

@@ -1,0 +1,50 @@
+"""What every part of one virtual kubelet shares: its peering (clients, cluster ids, the VirtualNode)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lightkube import AsyncClient
+
+from runtime.api import VirtualNodeSpec, names
+from runtime.forging.objects import ReflectionSettings
+from runtime.kube.serving import EngineMetrics
+from runtime.kube.warnings import Warnings
+
+
+def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings:
+    """One kind's reflection settings from the VirtualNode's spec (defaults before it is known)."""
+    if spec is None:
+        return ReflectionSettings()
+    chosen = spec.reflection.get(kind)
+    patch = spec.offloading_patch
+    return ReflectionSettings(
+        policy=chosen.type if chosen else ReflectionSettings.policy,
+        workers=chosen.workers if chosen else ReflectionSettings.workers,
+        labels_not_reflected=frozenset(patch.labels_not_reflected or ()),
+        annotations_not_reflected=frozenset(patch.annotations_not_reflected or ()),
+    )
+
+
+@dataclass
+class Peering:
+    """`node_spec`: the VirtualNode's spec as the home informer holds it now (None before it is known)."""
+
+    home: AsyncClient
+    foreign: AsyncClient
+    home_cluster_id: str
+    foreign_cluster_id: str
+    node_spec: Callable[[], VirtualNodeSpec | None] = lambda: None
+    metrics: EngineMetrics | None = None
+    warnings: Warnings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.warnings = Warnings(self.home, "liqo-virtual-kubelet", self.node_name)
+
+    @property
+    def node_name(self) -> str:
+        return names.virtual_node_name(self.foreign_cluster_id)
+
+    def settings_of(self, kind: str) -> ReflectionSettings:
+        return settings_from(self.node_spec(), kind)
