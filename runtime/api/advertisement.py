@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, ClassVar
 
 from pydantic import Field
 
+from runtime.api import names
 from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
+from runtime.api.quantities import parse_quantity
 
 
 class ResourceAdvertisementSpec(ApiModel):
@@ -31,3 +37,72 @@ class ResourceAdvertisement(CustomObject):
     )
 
     spec: ResourceAdvertisementSpec
+
+
+# -- what a cluster offers (seed 004): pure, for the foreign agent and for the stack's preview checks --
+
+
+def _is_physical_and_ready(node: Any) -> bool:
+    labels = node.metadata.labels or {}
+    if labels.get(names.TYPE_LABEL) == names.VIRTUAL_NODE_TYPE or (node.spec and node.spec.unschedulable):
+        return False
+    conditions = (node.status.conditions if node.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def pod_requests(pod: Any) -> dict[str, Decimal]:
+    """What a pod holds on its node: the sum of its containers' requests, at least the largest
+    init container's (as the scheduler counts), and one `pods` slot."""
+    spec = pod.spec
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for container in spec.containers or []:
+        for resource, quantity in ((container.resources and container.resources.requests) or {}).items():
+            totals[resource] += parse_quantity(quantity) or Decimal(0)
+    for container in spec.initContainers or []:
+        for resource, quantity in ((container.resources and container.resources.requests) or {}).items():
+            totals[resource] = max(totals[resource], parse_quantity(quantity) or Decimal(0))
+    totals["pods"] += 1
+    return totals
+
+
+@dataclass(frozen=True, slots=True)
+class PodLoad:
+    """What one pod holds on a node, as the advertisement counts it."""
+
+    node: str
+    origin: str | None  # the home cluster that offloaded it (its origin label), None for a local pod
+    requests: tuple[tuple[str, Decimal], ...]
+
+
+def load_of(pod: Any) -> PodLoad | None:
+    """The load of a pod placed on a node and not finished; None for any other pod."""
+    node = pod.spec.nodeName if pod.spec else None
+    if not node or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
+        return None
+    origin = (pod.metadata.labels or {}).get(names.ORIGIN_LABEL)
+    return PodLoad(node, origin, tuple(sorted(pod_requests(pod).items())))
+
+
+def loads_of(pods: Iterable[Any]) -> list[PodLoad]:
+    return [load for load in map(load_of, pods) if load is not None]
+
+
+def available_for(home_id: str, nodes: list[Any], loads: Iterable[PodLoad]) -> dict[str, Decimal]:
+    physical = {n.metadata.name for n in nodes if _is_physical_and_ready(n)}
+    available: dict[str, Decimal] = defaultdict(Decimal)
+    for node in nodes:
+        if node.metadata.name in physical:
+            for resource, quantity in ((node.status and node.status.allocatable) or {}).items():
+                available[resource] += parse_quantity(quantity) or Decimal(0)
+    for load in loads:
+        if load.node in physical and load.origin != home_id:
+            for resource, amount in load.requests:
+                if resource in available:
+                    available[resource] -= amount
+    return {resource: max(amount, Decimal(0)) for resource, amount in available.items()}
+
+
+def as_quantity(amount: Decimal) -> str:
+    if amount == amount.to_integral_value():
+        return str(int(amount))
+    return f"{int(amount * 1000)}m"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import Client
@@ -258,6 +258,36 @@ def test_settings_patched_on_the_virtual_node_apply_live(
     # nothing and reports nothing, and its other kinds run on other queues fed by other watches
     time.sleep(2)
     assert find(client, Secret, "held-back", twin_of(offloaded)) is None, "workers 0 disables secrets"
+
+
+REFLECTED_KINDS = ("configmap", "secret", "service", "endpointslice", "ingress", "event")
+
+
+def test_worker_counts_on_the_virtual_node_apply_live_to_every_kind(
+    offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime, virtual_node_patched: Any
+) -> None:
+    """Seed 002's `reflection.<kind>.workers`, changed 3 -> 8 -> 0 -> 3 while objects are reflected:
+    each kind's queue (events included) runs that many workers from then on; 0 turns the kind off
+    (one worker still sees its keys through) and what was held back is reflected once it is back."""
+    client = foreign["foreign-1"]
+    url = cast(str, runtime.probes_url("kubelet-foreign-1"))
+
+    def workers() -> dict[str, float]:
+        samples = metric_samples(url, "liqo_queue_workers")
+        return {dict(labels)["queue"]: value for labels, value in samples.items()}
+
+    for step, count in enumerate((3, 8, 0, 3)):
+        virtual_node_patched({"reflection": {kind: {"workers": count} for kind in REFLECTED_KINDS}})
+        wanted = {f"reflection-{kind}": float(max(1, count)) for kind in REFLECTED_KINDS}
+        wait_until(
+            lambda wanted=wanted: {queue: workers().get(queue) for queue in wanted} == wanted,  # type: ignore[misc]
+            30,
+            f"{count} workers for every kind",
+        )
+        home.create(config_map(f"workers-{step}", offloaded, {"step": str(step)}))
+        if count:
+            for earlier in range(step + 1):  # what was reflected before stays, what was held back comes
+                reflected(client, ConfigMap, f"workers-{earlier}", offloaded)
 
 
 def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(

@@ -11,7 +11,7 @@ import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
 from runtime.api import names
-from runtime.controllers.advertisement import PodLoad, available_for, load_of, loads_of
+from runtime.api.advertisement import PodLoad, available_for, load_of, loads_of
 from runtime.forging.pods import (
     CidrMapping,
     TranslationError,
