@@ -1,7 +1,7 @@
 """Pod offloading: a pod scheduled on the virtual node runs in the foreign cluster through a ShadowPod.
 
 Per home pod (the key), in the twin namespace its NamespaceOffloading got in this cluster:
-- no ShadowPod yet: create it with seed 002's mutations (translation.py); the foreign agent makes
+- no ShadowPod yet: create it with seed 002's mutations (runtime.forging.pods); the foreign agent makes
   and keeps the pod;
 - the home pod changed (labels, annotations, images, activeDeadlineSeconds, tolerations, an
   in-place resize): the ShadowPod follows, and the agent brings the live remote pod along;

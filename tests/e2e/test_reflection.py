@@ -323,7 +323,7 @@ def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
         depth = metric_samples(url, "liqo_queue_depth")
         return all(value == 0 for labels, value in depth.items() if dict(labels)["queue"].startswith("reflection-"))
 
-    # every reconcile counts its write before it awaits anything (reflecting.py): with the queues
+    # every reconcile counts its write before it awaits anything (reflector.py): with the queues
     # drained, each steady key's reconcile since the restart has begun and so counted what it sent
     wait_until(settled, 60, "reflection queues drained after the restart")
     writes = {
