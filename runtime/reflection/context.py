@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from lightkube import AsyncClient
 
@@ -48,3 +49,9 @@ class Peering:
 
     def settings_of(self, kind: str) -> ReflectionSettings:
         return settings_from(self.node_spec(), kind)
+
+    async def conflict(self, home: Mapping[str, Any], reason: str, held: str, consequence: str) -> None:
+        """A foreign object in the way that is not ours (DESIGN: never modified or deleted): say so on
+        the home object it stands in the way of."""
+        message = f"{self.foreign_cluster_id} already holds a {held} that liqo did not create: {consequence}"
+        await self.warnings.warn(home, reason, message)

@@ -205,12 +205,8 @@ class Reflector(TwinFollower):
                     await peering.foreign.delete(self.kind.resource, name, namespace=twin)
             return
         if remote is not None and not ours:
-            await peering.warnings.warn(
-                home,
-                "ReflectionConflict",
-                f"{peering.foreign_cluster_id} already holds a {home['kind']} {twin}/{name} that liqo did not "
-                "create: it is left untouched and this object is not reflected there; rename one of them",
-            )
+            consequence = "it is left untouched and this object is not reflected there; rename one of them"
+            await peering.conflict(home, "ReflectionConflict", f"{home['kind']} {twin}/{name}", consequence)
             return
         desired = reflected_object(
             home,

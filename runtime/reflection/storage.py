@@ -237,12 +237,9 @@ class StorageProvisioner(TwinFollower):
                 await self._delete_remote(watch.twin, name, remote)  # no home claim here needs it any more
             return
         if remote is not None and not ours:
-            await peering.warnings.warn(
-                home,
-                "ProvisioningConflict",
-                f"{peering.foreign_cluster_id} already holds a PersistentVolumeClaim {watch.twin}/{name} that liqo "
-                "did not create: it is left untouched and this claim is not provisioned there",
-            )
+            consequence = "it is left untouched and this claim is not provisioned there"
+            held = f"PersistentVolumeClaim {watch.twin}/{name}"
+            await peering.conflict(home, "ProvisioningConflict", held, consequence)
             return
         if remote is not None and (_meta(remote).get("annotations") or {}).get(names.HOME_CLAIM_UID_ANNOTATION) != str(
             home_uid

@@ -142,12 +142,9 @@ class TokenReflector(TwinFollower):
             self.queue.add_after(key, max(1.0, (renew - datetime.datetime.now(datetime.UTC)).total_seconds() + 1))
 
     async def _conflict(self, pod: dict[str, Any], twin: str, secret_name: str) -> None:
-        await self.peering.warnings.warn(
-            {"apiVersion": "v1", "kind": "Pod", **pod},
-            "ReflectionConflict",
-            f"{self.peering.foreign_cluster_id} already holds a Secret {twin}/{secret_name} that liqo did not create: "
-            "the pod's ServiceAccount token is not reflected there",
-        )
+        consequence = "the pod's ServiceAccount token is not reflected there"
+        home = {"apiVersion": "v1", "kind": "Pod", **pod}
+        await self.peering.conflict(home, "ReflectionConflict", f"Secret {twin}/{secret_name}", consequence)
 
     async def _mint(self, pod: dict[str, Any], twin: str) -> tuple[dict[str, Any], datetime.datetime | None]:
         """New tokens from the home API server, bound to the home pod; the Secret and when to renew it."""
