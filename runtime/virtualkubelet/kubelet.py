@@ -15,9 +15,8 @@ import yaml
 from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.core_v1 import Secret
 
-from runtime.api import VirtualNodeSpec, names
+from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
-from runtime.forging.pods import CidrMapping
 from runtime.kube import Event, Informer, ProbeServer
 from runtime.kube.client import async_client
 from runtime.kube.controlling import leading
@@ -40,13 +39,6 @@ async def foreign_kubeconfig(home: AsyncClient, foreign_cluster_id: str) -> dict
             await asyncio.sleep(2)
     kubeconfig: dict[str, Any] = yaml.safe_load(base64.b64decode((secret.data or {})["kubeconfig"]).decode())
     return kubeconfig
-
-
-def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:
-    """The VirtualNode's remapping of the foreign pod range, when the stack gave it one."""
-    if spec is None or not spec.pod_cidr or not spec.remapped_pod_cidr:
-        return None
-    return CidrMapping.parse(spec.pod_cidr, spec.remapped_pod_cidr)
 
 
 class VirtualKubelet:
@@ -113,15 +105,8 @@ class VirtualKubelet:
         return found
 
     def _on_virtual_node(self, _: Event) -> None:
-        """A changed remapping shows at home at once: every pod's status is reconciled again; changed
-        reflection settings apply to every reflected object."""
         if self.reflection.started:
-            self.reflection.on_settings()
-        mapping = pod_cidr_mapping(self.node.spec())
-        if mapping != self.pods.pod_cidr_mapping:
-            self.pods.pod_cidr_mapping = mapping
-            for key in self.pods.pods.store:
-                self.pods.queue.add(key)
+            self.reflection.on_settings()  # every member, the pod offloader included
 
     async def run(self) -> None:
         """The node side as soon as the home informers it reads are synced, then the pods.

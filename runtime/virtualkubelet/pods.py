@@ -31,7 +31,7 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
-from runtime.api import names
+from runtime.api import VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import Placement, placement
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
@@ -59,6 +59,13 @@ BACKOFF_REASON = "OffloadingBackOff"  # seed 002: not offloaded (yet)
 ABORTED_REASON = "OffloadingAborted"  # offloaded, and the twin namespace went away
 FAILED_EVENT_REASON = "FailedOffloading"
 KILLED_EXIT_CODE = 137  # the container was killed with its twin namespace
+
+
+def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:
+    """The VirtualNode's remapping of the foreign pod range, when the stack gave it one."""
+    if spec is None or not spec.pod_cidr or not spec.remapped_pod_cidr:
+        return None
+    return CidrMapping.parse(spec.pod_cidr, spec.remapped_pod_cidr)
 
 
 def controlled(pod: Any) -> bool:
@@ -150,6 +157,14 @@ class PodOffloader(TwinFollower):
     @property
     def informers(self) -> list[Informer]:
         return [self.pods]
+
+    def on_settings(self) -> None:
+        """A changed remapping shows at home at once: every pod's status is reconciled again."""
+        mapping = pod_cidr_mapping(self.peering.node_spec())
+        if mapping != self.pod_cidr_mapping:
+            self.pod_cidr_mapping = mapping
+            for key in self.pods.store:
+                self.queue.add(key)
 
     def _on_pod(self, event: Event) -> None:
         if event.type == "DELETED":

@@ -6,7 +6,7 @@ import pytest
 
 from liqo_stack.config import ConfigError, parse
 from runtime.api.network import ForeignPodNetwork, PodNetworkError, remapped_pod_cidrs
-from runtime.virtualkubelet.kubelet import pod_cidr_mapping
+from runtime.virtualkubelet.pods import pod_cidr_mapping
 
 
 def foreign(cluster_id: str, cidr: str | None, remapped: str | None = None) -> ForeignPodNetwork:
