@@ -93,7 +93,7 @@ class TwinFollower:
 
     A subclass says which informers a scope holds (`open_scope`) and reconciles; by default any
     event in a scope queues the object's name in the home namespace, a write of ours excepted, and
-    a scope that syncs queues every name its stores hold.
+    a scope that syncs queues every key it may decide (`requeue`: the names its stores hold).
     """
 
     written: str | None = None  # the scope's informer whose objects this member writes, if it records them
@@ -112,13 +112,17 @@ class TwinFollower:
         if not scope.is_echo(informer, event):
             self.queue.add(f"{scope.namespace}/{event.key.partition('/')[2]}")
 
-    def on_synced(self, scope: TwinScope) -> None:
+    def requeue(self, scope: TwinScope) -> None:
+        """Every key the scope may decide: by default the names its stores hold."""
         for name in scope.names():
             self.queue.add(f"{scope.namespace}/{name}")
 
+    def on_synced(self, scope: TwinScope) -> None:
+        self.requeue(scope)
+
     def requeue_all(self) -> None:
         for scope in list(self.scopes.values()):
-            self.on_synced(scope)
+            self.requeue(scope)
 
     def follow(self, twins: Twins) -> None:
         for namespace in list(self.scopes):

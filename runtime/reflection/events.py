@@ -156,7 +156,7 @@ class EventReflector(TwinFollower):
         if informer == "foreign" and event.type != "DELETED":
             super().on_event(scope, informer, event)
 
-    def on_synced(self, scope: TwinScope) -> None:
+    def requeue(self, scope: TwinScope) -> None:
         for name in scope.names("foreign"):
             self.queue.add(f"{scope.namespace}/{name}")
 

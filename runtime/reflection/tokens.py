@@ -87,7 +87,7 @@ class TokenReflector(TwinFollower):
         if pod:
             self.queue.add(f"{scope.namespace}/{pod}")
 
-    def on_synced(self, scope: TwinScope) -> None:
+    def requeue(self, scope: TwinScope) -> None:
         for key in self.pods.store:
             if key.startswith(f"{scope.namespace}/"):
                 self.queue.add(key)

@@ -179,7 +179,7 @@ class PodOffloader(TwinFollower):
             "pods": Informer(foreign, Pod, namespace=twin, labels=origin, trim=without_spec, packed=True),
         }
 
-    def on_synced(self, scope: TwinScope) -> None:
+    def requeue(self, scope: TwinScope) -> None:
         self._requeue_namespace(scope.namespace)
 
     # -- which namespaces are offloaded here ---------------------------------------------------
