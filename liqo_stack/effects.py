@@ -275,8 +275,8 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
     from lightkube import ApiError
     from lightkube.resources.core_v1 import Namespace, Node, Pod
 
-    from runtime.controllers.advertisement import pod_requests
-    from runtime.kube.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
+    from runtime.api.advertisement import pod_requests
+    from runtime.api.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
 
     home_id = config.home.cluster_id
     home = clients[home_id]

@@ -351,8 +351,8 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
     from lightkube import Client, KubeConfig
     from lightkube.resources.core_v1 import Node, Pod
 
-    from runtime.controllers.advertisement import as_quantity, available_for, loads_of
-    from runtime.kube.resources import ResourceAdvertisementResource
+    from runtime.api.advertisement import as_quantity, available_for, loads_of
+    from runtime.api.resources import ResourceAdvertisementResource
 
     home_id = config.home.cluster_id
     offered: dict[str, dict[str, str]] = {}

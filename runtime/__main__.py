@@ -31,11 +31,11 @@ from runtime.controllers import (
 )
 from runtime.kube import EngineMetrics, ProbeServer
 from runtime.kube.client import RuntimeClient, async_client
-from runtime.kube.controlling import gate_on, leading
+from runtime.kube.controlling import gate_on
 from runtime.kube.leaderelection import LeaderElector, default_identity
 from runtime.kube.memory import release_free_memory_every
-from runtime.virtualkubelet.kubelet import VirtualKubelet, foreign_kubeconfig
-from runtime.virtualkubelet.node import FIELD_MANAGER, KUBELET_PORT, NODE_ADDRESS
+from runtime.virtualkubelet import kubelet
+from runtime.virtualkubelet.node import KUBELET_PORT, NODE_ADDRESS
 
 
 def _ip_address(value: str) -> str:
@@ -196,59 +196,16 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
 async def virtual_kubelet(
     home: AsyncClient, args: argparse.Namespace, probes: ProbeServer, leads: Callable[[], bool]
 ) -> None:
-    """The virtual node, its pods, the reflection of what they use (runtime.reflection) and its kubelet API."""
-    started = asyncio.Event()  # /readyz answers from the start: not ready before the real checks exist
-    probes.add_readiness("started", started.is_set)
-    kubeconfig = await foreign_kubeconfig(home, args.foreign_cluster_id)
-    foreign = async_client(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
-    probes.metrics.count_requests(foreign, args.foreign_cluster_id)
-    kubelet = VirtualKubelet(
+    """The virtual node of one foreign cluster (runtime.virtualkubelet.kubelet assembles it)."""
+    await kubelet.serve(
         home,
-        foreign,
         home_cluster_id=args.home_cluster_id,
         foreign_cluster_id=args.foreign_cluster_id,
-        metrics=probes.metrics,
+        probes=probes,
+        leads=leads,
         node_address=args.node_address,
         kubelet_port=args.kubelet_port or None,
     )
-    # a stand-by is ready once its home informers are warm (a rollout waits on it; it must not hang)
-    probes.add_readiness("informers synced", lambda: kubelet.synced.is_set() or (not leads() and kubelet.warm()))
-    serving = asyncio.Event()
-    if args.kubelet_port:  # the leader's Node names this port: `kubectl logs` before it listens is refused
-        probes.add_readiness("kubelet API serving", lambda: serving.is_set() or not leads())
-    started.set()
-    if not args.kubelet_port:
-        await kubelet.run()
-        return
-    # Imported here: aiohttp adds ~10 MB to a process (measured: docs/performance.md#memory).
-    from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer
-    from runtime.virtualkubelet.servingcert import serving_certificate
-
-    running = asyncio.ensure_future(kubelet.run())  # its informers warm while this replica stands by
-    # The Node shows the leader's address: only the leader serves the kubelet API (and asks for its
-    # serving certificate, a write).
-    try:
-        await leading()
-        certificate = await serving_certificate(home, kubelet.node.node_name, [args.node_address])
-        api = KubeletApiServer(
-            home,
-            ForeignEndpoint.from_kubeconfig(kubeconfig),
-            node_name=kubelet.node.node_name,
-            remote_of=kubelet.remote_of,
-            pods_on_node=kubelet.offloaded_pods,
-            address=args.node_address,
-            port=args.kubelet_port,
-            tls=certificate.ssl_context(),
-        )
-        await api.start()
-        serving.set()
-        try:
-            await running
-        finally:
-            await api.stop()
-    finally:
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
 
 
 async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServer) -> None:

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The test command: bootstrap, lint, type-check, then pytest (unit, integration and e2e tests
-# start real local clusters through the shared fixtures in tests/conftest.py).
+# The test command: bootstrap, lint, type-check, the import rules, then pytest (unit, integration
+# and e2e tests start real local clusters through the shared fixtures in tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports  # DESIGN.md's dependency rules ([tool.importlinter] in pyproject.toml)
 # Two workers, each with its own clusters (tests/conftest.py gives each worker one lane of modules);
 # LIQO_STACK_TEST_WORKERS=0 runs everything in this process.
 exec .venv/bin/pytest -n "${LIQO_STACK_TEST_WORKERS:-2}" "$@"

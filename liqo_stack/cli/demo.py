@@ -31,7 +31,7 @@ from liqo_stack.dev.progress import Heartbeat
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_config_and_service, example_deployment, wait_pods_running
 from runtime.api import format_duration, names
-from runtime.kube.resources import NamespaceOffloadingResource
+from runtime.api.resources import NamespaceOffloadingResource
 
 DEMO_NAMESPACE = "demo"
 DEMO_APP = "hello"

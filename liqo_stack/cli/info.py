@@ -13,7 +13,7 @@ from lightkube.utils.quantity import parse_quantity
 
 from liqo_stack.cli.offload import home_client, shown_labels, with_cluster
 from runtime.api import names
-from runtime.kube.resources import NamespaceOffloadingResource, VirtualNodeResource
+from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 _BYTES = ("memory", "ephemeral-storage")

@@ -37,8 +37,8 @@ from runtime.api import (
 )
 from runtime.api.plan import selected_clusters as clusters_matching
 from runtime.api.plan import selection_labels
+from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 from runtime.api.selectors import format_selector
-from runtime.kube.resources import NamespaceOffloadingResource, VirtualNodeResource
 
 FIELD_MANAGER = "liqo-stack-cli"
 SETTLED = {OffloadingPhase.READY.value, OffloadingPhase.NO_CLUSTER_SELECTED.value}

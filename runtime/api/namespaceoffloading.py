@@ -74,3 +74,37 @@ def ready_twin(status: Mapping[str, Any] | None, cluster_id: str) -> str | None:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     twin = status.get("remoteNamespaceName")
     return str(twin) if ready and twin else None
+
+
+class Placement(StrEnum):
+    """Where an offloaded namespace stands in one foreign cluster."""
+
+    READY = "ready"  # the twin namespace is Ready here
+    WAITING = "waiting"  # this cluster is selected, its twin not Ready (yet, or unreachable)
+    WITHDRAWN = "withdrawn"  # not offloaded here (any more)
+
+
+def placement(
+    status: Mapping[str, Any] | None, cluster_id: str, *, deleting: bool = False
+) -> tuple[Placement, str | None]:
+    """Where the offloading (its status; None: there is none) stands in `cluster_id`, and its twin's
+    name while the cluster is selected.
+
+    Withdrawn only on positive news: no NamespaceOffloading (or one being deleted), or a status that
+    no longer requires this cluster. A selected cluster whose twin is not Ready (creation failed, the
+    cluster unreachable) is waiting: what runs there is left alone.
+    """
+    if status is None or deleting:
+        return Placement.WITHDRAWN, None
+    ready = ready_twin(status, cluster_id)
+    if ready:
+        return Placement.READY, ready
+    twin = status.get("remoteNamespaceName")
+    conditions = {
+        c.get("type"): c.get("status") for c in (status.get("remoteNamespacesConditions") or {}).get(cluster_id) or []
+    }
+    if conditions.get("OffloadingRequired") == "True" and twin:
+        return Placement.WAITING, str(twin)
+    if conditions or status.get("offloadingPhase"):
+        return Placement.WITHDRAWN, None  # reported, and this cluster is not (or no longer) selected
+    return Placement.WAITING, None  # no status yet

@@ -22,9 +22,9 @@ from lightkube.types import PatchType
 
 from runtime.api import names
 from runtime.api.namespacemap import MappingPhase
+from runtime.api.resources import NamespaceMapResource
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
-from runtime.kube.resources import NamespaceMapResource
 
 log = logging.getLogger(__name__)
 

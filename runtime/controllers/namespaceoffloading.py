@@ -27,10 +27,10 @@ from lightkube.types import PatchType
 from runtime.api import NamespaceOffloadingSpec, OffloadingPhase, names
 from runtime.api.namespacemap import MappingPhase
 from runtime.api.plan import selected_clusters, selection_labels, twin_namespace_name
+from runtime.api.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.client import async_client
 from runtime.kube.controlling import run_controller
-from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
 
 log = logging.getLogger(__name__)
 

@@ -42,13 +42,13 @@ from lightkube.types import PatchType
 
 from runtime.api import names
 from runtime.api.quantities import parse_quantity
+from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.controllers.trimming import as_the_agent_reads
+from runtime.forging.pods import restart_counts
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.packing import unpacked
-from runtime.kube.resources import ShadowPodResource
-from runtime.virtualkubelet.translation import restart_counts
 
 log = logging.getLogger(__name__)
 

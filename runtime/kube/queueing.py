@@ -1,4 +1,4 @@
-"""Work queue: per-key coalescing, rate-limited retries, a fixed number of workers.
+"""Work queue: per-key coalescing, rate-limited retries, a number of workers that may change live.
 
 Semantics of client-go's workqueue: a key waits in the queue at most once however often it is
 added; a key being reconciled is never handed to a second worker, and adds that arrive meanwhile
@@ -55,7 +55,10 @@ class WorkQueue:
         self._dirty: set[str] = set()
         self._failures: dict[str, int] = {}
         self._delayed: dict[str, asyncio.TimerHandle] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[None]] = []  # the workers that count
+        self._busy: set[asyncio.Task[None]] = set()  # workers inside a reconcile
+        self._retiring: set[asyncio.Task[None]] = set()  # let go, leaving once their reconcile ends
+        self._started = False
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -105,8 +108,11 @@ class WorkQueue:
 
     # -- running ---------------------------------------------------------------------------
     async def _worker(self) -> None:
-        while True:
+        me = asyncio.current_task()
+        assert me is not None
+        while me not in self._retiring:
             key = await self._queue.get()
+            self._busy.add(me)
             self._queued.discard(key)
             self._report_depth()
             result = "success"
@@ -134,14 +140,36 @@ class WorkQueue:
                 if self.metrics:
                     self.metrics.reconcile_seconds.labels(self.name, result).observe(elapsed)
                 self._processing.discard(key)
+                self._busy.discard(me)
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.add(key)
                 if not self.pending():
                     self._idle.set()
+        self._retiring.discard(me)
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)]
+        self._started = True
+        self.resize(self.workers)
+
+    def resize(self, workers: int) -> None:
+        """Run `workers` workers from now on (before `start`: from the start). A worker let go in the
+        middle of a reconcile finishes it first: cancelling it could leave a write half done."""
+        if workers < 1:
+            raise ValueError("a work queue needs at least one worker")
+        self.workers = workers
+        if not self._started:
+            return
+        while len(self._tasks) < workers:
+            self._tasks.append(asyncio.create_task(self._worker(), name=f"{self.name}-worker-{len(self._tasks)}"))
+        for task in self._tasks[workers:]:
+            if task in self._busy:
+                self._retiring.add(task)
+            else:
+                task.cancel()  # waiting for a key: the queue keeps it for the others
+        del self._tasks[workers:]
+        if self.metrics:
+            self.metrics.queue_workers.labels(self.name).set(workers)
 
     async def shutdown(self, drain_timeout: float = 10.0) -> None:
         """Let queued work finish (up to `drain_timeout`), then stop the workers and pending retries."""
@@ -153,10 +181,12 @@ class WorkQueue:
                 await asyncio.wait_for(self._wait_drained(), drain_timeout)
             except TimeoutError:
                 log.warning("%s: %d keys not reconciled at shutdown", self.name, self.depth)
-        for task in self._tasks:
+        stopping = [*self._tasks, *self._retiring]
+        for task in stopping:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*stopping, return_exceptions=True)
+        self._tasks, self._started = [], False
+        self._retiring.clear()
 
     async def _wait_drained(self) -> None:
         while self._queued or self._processing or self._dirty:

@@ -26,6 +26,7 @@ class EngineMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self.queue_depth = Gauge("liqo_queue_depth", "keys waiting in a work queue", ["queue"], registry=self.registry)
+        self.queue_workers = Gauge("liqo_queue_workers", "workers of a work queue", ["queue"], registry=self.registry)
         self.reconcile_seconds = Histogram(
             "liqo_reconcile_seconds", "duration of one reconcile", ["queue", "result"], registry=self.registry
         )

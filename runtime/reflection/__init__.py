@@ -1,11 +1,12 @@
 """Resource reflection (seed 002): what offloaded pods use follows them into the foreign cluster.
 
-One `Reflection` per foreign cluster, inside its virtual kubelet: a reflector per kind
-(`kinds.py`: ConfigMaps, Secrets, Services, Ingresses) for every namespace offloaded there,
-with the policies and skip lists of the VirtualNode applied live.
+One `ReflectionManager` per foreign cluster, inside its virtual kubelet: it computes which namespaces
+are twinned there and runs every member that follows them (a reflector per kind of `kinds.py`,
+tokens, events, storage, the pod offloader), with the VirtualNode's settings applied live.
 """
 
-from runtime.reflection.forging import ReflectionSettings
-from runtime.reflection.reflection import Reflection
+from runtime.forging.objects import ReflectionSettings
+from runtime.reflection.context import Peering
+from runtime.reflection.manager import ReflectionManager
 
-__all__ = ["Reflection", "ReflectionSettings"]
+__all__ = ["Peering", "ReflectionManager", "ReflectionSettings"]

@@ -16,21 +16,22 @@ when the home event does not already say what the foreign one says.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import ApiError
 from lightkube.resources.core_v1 import Event as CoreEvent
 
 from runtime.api import ReflectionPolicy, names
-from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
-from runtime.kube.serving import EngineMetrics
-from runtime.reflection.forging import ReflectionSettings, covers, policy_allows
+from runtime.forging.objects import ReflectionSettings, covers, policy_allows
+from runtime.kube import Event, Informer, unless_gone
+from runtime.kube.twins import TwinFollower, TwinScope
+from runtime.reflection.context import Peering
 
 log = logging.getLogger(__name__)
 
+KIND = "event"  # its settings: liqo:reflection.resources.event
 FIELD_MANAGER = "liqo-reflection-event"
 # seed 002: the kinds whose events come back, by the kind an event names
 REFLECTED_EVENT_KINDS = ("Pod", "Service", "EndpointSlice", "Ingress", "ConfigMap", "Secret", "PersistentVolumeClaim")
@@ -135,97 +136,48 @@ def needs_write(desired: Mapping[str, Any], existing: Mapping[str, Any] | None) 
     return not covers(wanted, have) or _seconds(existing.get("lastTimestamp")) != desired.get("lastTimestamp")
 
 
-class TwinEvents:
-    """One offloaded namespace: the foreign events in its twin, and our copies at home."""
+class EventReflector(TwinFollower):
+    """Keyed by home namespace/foreign event name; the `event` kind's settings (workers 0: off)."""
 
-    def __init__(self, home: AsyncClient, foreign: AsyncClient, namespace: str, twin: str, foreign_cluster_id: str):
-        self.namespace, self.twin = namespace, twin
-        self.foreign = Informer(foreign, CoreEvent, namespace=twin, packed=True)
-        self.home = Informer(
-            home,
-            CoreEvent,
-            namespace=namespace,
-            labels={names.EVENT_REFLECTED_FROM_LABEL: foreign_cluster_id},
-            packed=True,
-        )
-        self.tasks: list[asyncio.Task[None]] = []
-
-    def start(self, on_foreign: Callable[[Event], None], on_synced: Callable[[], None]) -> None:
-        self.foreign.add_handler(on_foreign)
-        self.tasks = [asyncio.create_task(i.run()) for i in (self.foreign, self.home)]
-        self.tasks.append(asyncio.create_task(call_when_synced((self.foreign, self.home), on_synced)))
-
-    def synced(self) -> bool:
-        return self.foreign.synced.is_set() and self.home.synced.is_set()
-
-    def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-
-
-class EventReflector:
-    """Keyed by home namespace/foreign event name; `settings` is the `event` kind's (workers 0: off)."""
-
-    def __init__(
-        self,
-        home: AsyncClient,
-        *,
-        foreign: AsyncClient,
-        foreign_cluster_id: str,
-        home_object: HomeObjectOf,
-        settings: Callable[[], ReflectionSettings],
-        metrics: EngineMetrics | None = None,
-    ) -> None:
-        self.home, self.foreign = home, foreign
-        self.foreign_cluster_id = foreign_cluster_id
-        self.node_name = names.virtual_node_name(foreign_cluster_id)
+    def __init__(self, peering: Peering, home_object: HomeObjectOf) -> None:
+        self.peering = peering
         self.home_object = home_object
-        self.settings = settings
-        workers = max(1, settings().workers)
-        self.queue = WorkQueue(self.reconcile, workers=workers, name="reflection-event", metrics=metrics)
-        self.watches: dict[str, TwinEvents] = {}
+        self._applied = self.settings()
+        super().__init__("reflection-event", workers=self._applied.workers, metrics=peering.metrics)
 
-    def follow(self, twins: Mapping[str, str]) -> None:
-        for namespace in list(self.watches):
-            if twins.get(namespace) != self.watches[namespace].twin:
-                self.watches.pop(namespace).stop()
-        for namespace, twin in twins.items():
-            if namespace not in self.watches:
-                watch = TwinEvents(self.home, self.foreign, namespace, twin, self.foreign_cluster_id)
-                watch.start(
-                    lambda event, namespace=namespace: self._on_foreign(namespace, event),  # type: ignore[misc]
-                    lambda namespace=namespace: self._requeue(namespace),  # type: ignore[misc]
-                )
-                self.watches[namespace] = watch
+    def settings(self) -> ReflectionSettings:
+        return self.peering.settings_of(KIND)
 
-    def _on_foreign(self, namespace: str, event: Event) -> None:
-        if event.type != "DELETED":  # a foreign event expiring there leaves ours to expire here
-            self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+    def on_settings(self) -> None:
+        settings = self.settings()
+        self.resize(settings.workers)
+        if settings != self._applied:
+            self._applied = settings
+            self.requeue_all()
 
-    def _requeue(self, namespace: str) -> None:
-        watch = self.watches.get(namespace)
-        for key in watch.foreign.store if watch else ():
-            self.queue.add(f"{namespace}/{key.partition('/')[2]}")
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+        """The foreign events in the twin, and our copies at home."""
+        labels = {names.EVENT_REFLECTED_FROM_LABEL: self.peering.foreign_cluster_id}
+        return {
+            "foreign": Informer(self.peering.foreign, CoreEvent, namespace=twin, packed=True),
+            "home": Informer(self.peering.home, CoreEvent, namespace=namespace, labels=labels, packed=True),
+        }
 
-    def requeue_all(self) -> None:
-        for namespace in self.watches:
-            self._requeue(namespace)
+    def on_event(self, scope: TwinScope, informer: str, event: Event) -> None:
+        # a foreign event expiring there leaves ours to expire here
+        if informer == "foreign" and event.type != "DELETED":
+            super().on_event(scope, informer, event)
 
-    def start(self) -> None:
-        self.queue.start()
-
-    async def stop(self) -> None:
-        for watch in self.watches.values():
-            watch.stop()
-        self.watches.clear()
-        await self.queue.shutdown()
+    def requeue(self, scope: TwinScope) -> None:
+        for name in scope.names("foreign"):
+            self.queue.add(f"{scope.namespace}/{name}")
 
     async def reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
-        watch = self.watches.get(namespace)
-        if watch is None or not watch.synced() or self.settings().workers == 0:
+        watch = self.synced_scope(namespace)
+        if watch is None or self.settings().workers == 0:
             return
-        found = watch.foreign.store.get(f"{watch.twin}/{name}")
+        found = watch["foreign"].store.get(f"{watch.twin}/{name}")
         if found is None:
             return
         foreign_event = found.to_dict()
@@ -241,9 +193,9 @@ class EventReflector:
         if not event_allowed(self.settings().policy, foreign_event, target):
             return
         desired = home_event(
-            foreign_event, target, foreign_cluster_id=self.foreign_cluster_id, node_name=self.node_name
+            foreign_event, target, foreign_cluster_id=self.peering.foreign_cluster_id, node_name=self.peering.node_name
         )
-        existing_obj = watch.home.store.get(f"{namespace}/{desired['metadata']['name']}")
+        existing_obj = watch["home"].store.get(f"{namespace}/{desired['metadata']['name']}")
         existing = existing_obj.to_dict() if existing_obj is not None else None
         if not needs_write(desired, existing):
             return
@@ -253,9 +205,9 @@ class EventReflector:
                 # most reflected events are new: a create costs the API server 0.7 ms, an apply
                 # 1.15 (an ad hoc run of 2,000 each); one our store has not seen yet is applied
                 try:
-                    await self.home.create(body, field_manager=FIELD_MANAGER)
+                    await self.peering.home.create(body, field_manager=FIELD_MANAGER)
                     return
                 except ApiError as err:
                     if err.status.code != 409:
                         raise
-            await self.home.apply(body, field_manager=FIELD_MANAGER, force=True)
+            await self.peering.home.apply(body, field_manager=FIELD_MANAGER, force=True)

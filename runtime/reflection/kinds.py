@@ -13,7 +13,7 @@ from lightkube.resources.networking_v1 import Ingress
 
 from runtime.api import names
 from runtime.api.network import translate_address
-from runtime.reflection.forging import ReflectionSettings
+from runtime.forging.objects import ReflectionSettings
 
 # home object, foreign cluster id -> the copy's fields other than metadata
 Content = Callable[[Mapping[str, Any], str], dict[str, Any]]

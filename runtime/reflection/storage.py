@@ -23,17 +23,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import ApiError
 from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim
 
-from runtime.api import VirtualNodeSpec, names
-from runtime.kube import Event, Informer, WorkQueue, unless_gone
-from runtime.kube.serving import EngineMetrics
-from runtime.reflection.forging import ReflectionSettings, is_owned, ownership_labels, reflected_object, up_to_date
-from runtime.reflection.reflecting import HomeEvents, NamespaceWatch
+from runtime.api import names
+from runtime.forging.objects import ReflectionSettings, is_owned, ownership_labels, reflected_object, up_to_date
+from runtime.kube import Event, Informer, unless_gone
+from runtime.kube.twins import TwinFollower
+from runtime.reflection.context import Peering
 
 log = logging.getLogger(__name__)
 
@@ -161,75 +161,37 @@ def volume_outdated(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> bo
     return bool(want["capacity"] != (have.get("capacity") or {}) or want["accessModes"] != have.get("accessModes"))
 
 
-class StorageProvisioner:
+class StorageProvisioner(TwinFollower):
     """Per foreign cluster: the `liqo` claims scheduled on its virtual node, in every namespace offloaded there."""
 
-    def __init__(
-        self,
-        home: AsyncClient,
-        foreign: AsyncClient,
-        *,
-        home_cluster_id: str,
-        foreign_cluster_id: str,
-        virtual_node_spec: Callable[[], VirtualNodeSpec | None],
-        settings_of: Callable[[str], ReflectionSettings],
-        events: HomeEvents,
-        metrics: EngineMetrics | None = None,
-    ) -> None:
-        self.home, self.foreign = home, foreign
-        self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
-        self.node_name = names.virtual_node_name(foreign_cluster_id)
-        self.virtual_node_spec = virtual_node_spec
-        self.settings_of = settings_of
-        self.events = events
-        self.queue = WorkQueue(self.reconcile, workers=2, name="storage", metrics=metrics)
-        self.watches: dict[str, NamespaceWatch] = {}
+    def __init__(self, peering: Peering) -> None:
+        super().__init__("storage", workers=2, metrics=peering.metrics)
+        self.peering = peering
         # the home PVs this virtual kubelet made (its ownership labels), keyed back to their claims
-        self.volumes = Informer(home, PersistentVolume, labels=ownership_labels(home_cluster_id, foreign_cluster_id))
+        owned = ownership_labels(peering.home_cluster_id, peering.foreign_cluster_id)
+        self.volumes = Informer(peering.home, PersistentVolume, labels=owned)
         self.volumes.add_handler(self._on_volume)
         self._volumes_task: asyncio.Task[None] | None = None
 
-    # -- what is watched ----------------------------------------------------------------------------
-    def start(self, twins: Mapping[str, str]) -> None:
-        self._volumes_task = asyncio.create_task(self.volumes.run())
-        self.queue.start()
-        self.follow(twins)
-
-    def follow(self, twins: Mapping[str, str]) -> None:
-        """Watch exactly these offloaded namespaces (home namespace -> twin in this foreign cluster)."""
-        for namespace in list(self.watches):
-            if twins.get(namespace) != self.watches[namespace].twin:
-                self.watches.pop(namespace).stop()
-        for namespace, twin in twins.items():
-            if namespace not in self.watches:
-                watch = NamespaceWatch(PersistentVolumeClaim, self.home, self.foreign, namespace, twin)
-                watch.start(self._on_claim, self._on_remote(namespace), self.requeue_all)
-                self.watches[namespace] = watch
-
-    def _on_claim(self, event: Event) -> None:
-        self.queue.add(event.key)
-
-    def _on_remote(self, namespace: str) -> Callable[[Event], None]:
-        return lambda event: self.queue.add(f"{namespace}/{event.key.partition('/')[2]}")
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+        return {
+            "home": Informer(self.peering.home, PersistentVolumeClaim, namespace=namespace, packed=True),
+            "foreign": Informer(self.peering.foreign, PersistentVolumeClaim, namespace=twin, packed=True),
+        }
 
     def _on_volume(self, event: Event) -> None:
         claim_ref = event.obj.spec.claimRef if event.obj.spec is not None else None
         if claim_ref is not None:
             self.queue.add(f"{claim_ref.namespace}/{claim_ref.name}")
 
-    def requeue_all(self) -> None:
-        for namespace, watch in self.watches.items():
-            found = {key.partition("/")[2] for key in (*watch.home.store, *watch.foreign.store)}
-            for name in found:
-                self.queue.add(f"{namespace}/{name}")
+    async def start(self) -> None:
+        self._volumes_task = asyncio.create_task(self.volumes.run())
+        await super().start()
 
     async def stop(self) -> None:
-        for watch in self.watches.values():
-            watch.stop()
-        self.watches.clear()
         if self._volumes_task is not None:
             self._volumes_task.cancel()
-        await self.queue.shutdown()
+        await super().stop()
 
     # -- reconcile ----------------------------------------------------------------------------------
     def _volume_of(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -242,20 +204,21 @@ class StorageProvisioner:
 
     async def reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
-        watch = self.watches.get(namespace)
-        if watch is None or not watch.synced() or not self.volumes.synced.is_set():
+        watch = self.synced_scope(namespace)
+        if watch is None or not self.volumes.synced.is_set():
             return  # decided only on what both clusters are known to hold: their sync requeues all
-        found = watch.home.store.get(key)
+        peering = self.peering
+        found = watch["home"].store.get(key)
         home = found.to_dict() if found is not None else None
-        found = watch.foreign.store.get(f"{watch.twin}/{name}")
+        found = watch["foreign"].store.get(f"{watch.twin}/{name}")
         remote = found.to_dict() if found is not None else None
         volume = self._volume_of(namespace, name)
-        ours = remote is not None and is_owned(remote, self.home_cluster_id, self.foreign_cluster_id)
+        ours = remote is not None and is_owned(remote, peering.home_cluster_id, peering.foreign_cluster_id)
         home_uid = _meta(home).get("uid")
         volume_uid = ((volume or {}).get("spec") or {}).get("claimRef", {}).get("uid")
         deleting = bool(_meta(home).get("deletionTimestamp"))
         serves_claim = volume is not None and home_uid is not None and volume_uid == home_uid
-        wanted = home is not None and (serves_claim or (not deleting and provisions_here(home, self.node_name)))
+        wanted = home is not None and (serves_claim or (not deleting and provisions_here(home, peering.node_name)))
 
         if volume is not None and not serves_claim:
             # the claim it was bound to is gone (or is another claim now): reclaim as the volume says
@@ -267,19 +230,16 @@ class StorageProvisioner:
             ):
                 await self._delete_remote(watch.twin, name, remote)
             with unless_gone():
-                await self.home.delete(PersistentVolume, _meta(volume)["name"])
+                await peering.home.delete(PersistentVolume, _meta(volume)["name"])
             return
         if home is None or not wanted:
             if ours and remote is not None and volume is None:
                 await self._delete_remote(watch.twin, name, remote)  # no home claim here needs it any more
             return
         if remote is not None and not ours:
-            await self.events.warn(
-                home,
-                "ProvisioningConflict",
-                f"{self.foreign_cluster_id} already holds a PersistentVolumeClaim {watch.twin}/{name} that liqo "
-                "did not create: it is left untouched and this claim is not provisioned there",
-            )
+            consequence = "it is left untouched and this claim is not provisioned there"
+            held = f"PersistentVolumeClaim {watch.twin}/{name}"
+            await peering.conflict(home, "ProvisioningConflict", held, consequence)
             return
         if remote is not None and (_meta(remote).get("annotations") or {}).get(names.HOME_CLAIM_UID_ANNOTATION) != str(
             home_uid
@@ -292,16 +252,17 @@ class StorageProvisioner:
         desired_volume = home_volume(
             home,
             remote,
-            node_name=self.node_name,
-            home_cluster_id=self.home_cluster_id,
-            foreign_cluster_id=self.foreign_cluster_id,
+            node_name=peering.node_name,
+            home_cluster_id=peering.home_cluster_id,
+            foreign_cluster_id=peering.foreign_cluster_id,
         )
         if volume is None or volume_outdated(desired_volume, volume):
             volume_obj: Any = PersistentVolume.from_dict(desired_volume)
-            await self.home.apply(volume_obj, field_manager=FIELD_MANAGER, force=True)
+            await peering.home.apply(volume_obj, field_manager=FIELD_MANAGER, force=True)
 
     async def _ensure_remote(self, home: dict[str, Any], remote: dict[str, Any] | None, twin: str) -> dict[str, Any]:
-        spec = self.virtual_node_spec()
+        peering = self.peering
+        spec = peering.node_spec()
         # the class of a claim that exists stays: a claim's class cannot change
         storage_class = (
             (remote.get("spec") or {}).get("storageClassName")
@@ -312,19 +273,19 @@ class StorageProvisioner:
             home,
             twin=twin,
             storage_class=storage_class,
-            home_cluster_id=self.home_cluster_id,
-            foreign_cluster_id=self.foreign_cluster_id,
-            settings=self.settings_of(KIND),
+            home_cluster_id=peering.home_cluster_id,
+            foreign_cluster_id=peering.foreign_cluster_id,
+            settings=peering.settings_of(KIND),
         )
         if remote is not None and up_to_date(desired, remote):
             return remote
         claim: Any = PersistentVolumeClaim.from_dict(desired)
         try:
-            applied = await self.foreign.apply(claim, field_manager=FIELD_MANAGER, force=True)
+            applied = await peering.foreign.apply(claim, field_manager=FIELD_MANAGER, force=True)
         except ApiError as err:
             if err.status.code in (400, 403, 404, 409, 422):  # refused as it is: say so at home, retry later
-                await self.events.warn(
-                    home, "ProvisioningFailed", f"{self.foreign_cluster_id} refused the claim: {err.status.message}"
+                await peering.warnings.warn(
+                    home, "ProvisioningFailed", f"{peering.foreign_cluster_id} refused the claim: {err.status.message}"
                 )
             raise
         result: dict[str, Any] = applied.to_dict()
@@ -334,4 +295,4 @@ class StorageProvisioner:
         if remote is None or _meta(remote).get("deletionTimestamp"):
             return
         with unless_gone():
-            await self.foreign.delete(PersistentVolumeClaim, name, namespace=twin)
+            await self.peering.foreign.delete(PersistentVolumeClaim, name, namespace=twin)

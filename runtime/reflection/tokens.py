@@ -1,377 +1,123 @@
-"""ServiceAccount tokens of offloaded pods (seed 002, `apiServerTokenSupport`).
+"""The token Secrets of offloaded pods in their twin namespaces (what they hold: runtime.forging.tokens).
 
-An offloaded pod that mounts its ServiceAccount token (the projected `kube-api-access-*` volume
-the ServiceAccount admission plugin adds, or any projected `serviceAccountToken` source) gets in
-its twin namespace one Secret holding, per projection, a token requested from the HOME API server
-(TokenRequest bound to the home pod, with the projection's audience and expiry), the home root CA
-and the home namespace. The remote pod's projected volume reads those keys where the projection
-put the token, `ca.crt` and `namespace`; its containers reach the home API server through
-KUBERNETES_SERVICE_HOST/PORT. The Secret is renewed at 80% of the token's life (at most a day), as
-a kubelet renews projected tokens, and deleted with the home pod. Off: the remote pod mounts no
-token and no Secret is written (seed 002's warning: whoever reads Secrets there could act as the
-pod at home).
-
-The functions up to `TokenReflector` are pure; the reflector decides from synced stores and the
-Secret's annotations only, so a restart renews nothing that is still fresh.
+Per home pod on the virtual node (its key): its Secret is written when missing or due, renewed at
+80% of the token's life, and deleted with the home pod. The reflector decides from synced stores
+and the Secret's annotations only, so a restart renews nothing that is still fresh.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import copy
 import datetime
-import hashlib
-import json
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import ApiError
 from lightkube.resources.core_v1 import ConfigMap, Secret, ServiceAccount
 
-from runtime.api import VirtualNodeSpec, names
+from runtime.api import names
 from runtime.api.virtualnode import ApiServerAddress
-from runtime.kube import Event, Informer, WorkQueue, call_when_synced, unless_gone
-from runtime.kube.serving import EngineMetrics
-from runtime.reflection.forging import is_owned, ownership_labels
+from runtime.forging.objects import is_owned
+from runtime.forging.tokens import (
+    CA_KEY,
+    ROOT_CA_CONFIGMAP,
+    parse_stamp,
+    refresh_at,
+    renewal_due,
+    service_account_of,
+    token_projections,
+    token_secret,
+    tokens_wanted,
+)
+from runtime.kube import Event, Informer, unless_gone
+from runtime.kube.twins import TwinFollower, TwinScope
+from runtime.reflection.context import Peering
 from runtime.reflection.kinds import without_pod_token_values
-from runtime.reflection.reflecting import HomeEvents
 
 log = logging.getLogger(__name__)
 
-HOME_TOKEN_VOLUME_PREFIX = "kube-api-access-"
-ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
-CA_KEY = "ca.crt"
-NAMESPACE_KEY = "namespace"
-DEFAULT_EXPIRATION_SECONDS = 3600  # the API's default for a projected token
-REFRESH_AT = 0.8  # of the token's life, as the kubelet does
-MAX_REFRESH_SECONDS = 24 * 3600  # the kubelet renews a token at least daily
 FIELD_MANAGER = "liqo-reflection-token"
 
 
-@dataclass(frozen=True)
-class TokenProjection:
-    """One `serviceAccountToken` source of a pod, and the Secret key its token goes under."""
-
-    key: str
-    audience: str | None
-    expiration_seconds: int
-
-
-def _token_key(volume: str, index: int, sources: list[Any]) -> str:
-    tokens = [i for i, source in enumerate(sources) if "serviceAccountToken" in source]
-    return f"{volume}.token" if len(tokens) == 1 else f"{volume}.{index}.token"
-
-
-def token_projections(pod: Mapping[str, Any]) -> list[TokenProjection]:
-    """The tokens the pod mounts, in volume order."""
-    found = []
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
-        sources = (volume.get("projected") or {}).get("sources") or []
-        for index, source in enumerate(sources):
-            token = source.get("serviceAccountToken")
-            if token is not None:
-                found.append(
-                    TokenProjection(
-                        key=_token_key(volume["name"], index, sources),
-                        audience=token.get("audience") or None,
-                        expiration_seconds=int(token.get("expirationSeconds") or DEFAULT_EXPIRATION_SECONDS),
-                    )
-                )
-    return found
-
-
-def service_account_of(pod: Mapping[str, Any]) -> str:
-    spec = pod.get("spec") or {}
-    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
-
-
-def is_home_token_volume(volume: Mapping[str, Any]) -> bool:
-    """The volume the ServiceAccount admission plugin adds at home."""
-    sources = (volume.get("projected") or {}).get("sources") or []
-    return str(volume.get("name", "")).startswith(HOME_TOKEN_VOLUME_PREFIX) and any(
-        "serviceAccountToken" in source for source in sources
-    )
-
-
-def _secret_volume(volume: dict[str, Any], secret_name: str) -> dict[str, Any]:
-    """A projected volume with token sources, reading the token(s), the home CA and the home
-    namespace from the token Secret at the paths the projection chose; anything else stays."""
-    projected = volume["projected"]
-    sources = projected.get("sources") or []
-    items: list[dict[str, Any]] = []
-    kept: list[dict[str, Any]] = []
-    for index, source in enumerate(sources):
-        if "serviceAccountToken" in source:
-            items.append(
-                {"key": _token_key(volume["name"], index, sources), "path": source["serviceAccountToken"]["path"]}
-            )
-        elif (source.get("configMap") or {}).get("name") == ROOT_CA_CONFIGMAP:
-            # the foreign cluster's own root CA would not verify the home API server
-            wanted = source["configMap"].get("items") or [{"key": CA_KEY, "path": CA_KEY}]
-            items += [{"key": CA_KEY, "path": item["path"]} for item in wanted if item.get("key") == CA_KEY]
-        elif "downwardAPI" in source:
-            # the twin namespace is not the one the pod's ServiceAccount lives in
-            downward = copy.deepcopy(source["downwardAPI"])
-            entries = downward.get("items") or []
-            home_ns = [e for e in entries if (e.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace"]
-            items += [{"key": NAMESPACE_KEY, "path": e["path"]} for e in home_ns]
-            rest = [e for e in entries if e not in home_ns]
-            if rest:
-                kept.append({"downwardAPI": {**downward, "items": rest}})
-        else:
-            kept.append(copy.deepcopy(source))
-    return {**volume, "projected": {**projected, "sources": [{"secret": {"name": secret_name, "items": items}}, *kept]}}
-
-
-def token_volumes(spec: dict[str, Any], secret_name: str | None) -> dict[str, Any]:
-    """The remote pod's volumes: with tokens (`secret_name` given) every projected token source reads
-    the token Secret; without, the home token volume goes with its mounts, and the foreign cluster
-    mounts no token of its own. `spec` is a copy the caller owns; it is changed and returned."""
-    volumes = spec.get("volumes") or []
-    if secret_name is not None:
-        spec["volumes"] = [
-            _secret_volume(v, secret_name)
-            if any("serviceAccountToken" in s for s in (v.get("projected") or {}).get("sources") or [])
-            else v
-            for v in volumes
-        ]
-    else:
-        dropped = {v["name"] for v in volumes if is_home_token_volume(v)}
-        if dropped:
-            spec["volumes"] = [v for v in volumes if v["name"] not in dropped]
-            for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-                if container.get("volumeMounts"):
-                    container["volumeMounts"] = [m for m in container["volumeMounts"] if m.get("name") not in dropped]
-    spec.pop("serviceAccountName", None)
-    spec.pop("serviceAccount", None)
-    spec["automountServiceAccountToken"] = False
-    return spec
-
-
-HOME_API_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
-
-
-def home_api_env(spec: dict[str, Any], address: ApiServerAddress) -> dict[str, Any]:
-    """Containers reach the home API server; a value the user set stays. Changes and returns `spec`."""
-    wanted = {"KUBERNETES_SERVICE_HOST": address.host, "KUBERNETES_SERVICE_PORT": str(address.port)}
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        env = list(container.get("env") or [])
-        have = {e.get("name") for e in env}
-        env += [{"name": k, "value": v} for k, v in wanted.items() if k not in have]
-        container["env"] = env
-    return spec
-
-
-def request_digest(pod: Mapping[str, Any]) -> str:
-    """What the tokens were asked for: the ServiceAccount and each projection."""
-    asked = [service_account_of(pod), *[[p.key, p.audience, p.expiration_seconds] for p in token_projections(pod)]]
-    return hashlib.sha256(json.dumps(asked).encode()).hexdigest()[:16]
-
-
-def refresh_at(issued: datetime.datetime, expires: datetime.datetime) -> datetime.datetime:
-    """When a token issued then and valid until then is renewed: at 80% of its life, within a day."""
-    life = (expires - issued).total_seconds()
-    return issued + datetime.timedelta(seconds=min(life * REFRESH_AT, MAX_REFRESH_SECONDS))
-
-
-def _stamp(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_stamp(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
-    except ValueError:
-        return None
-
-
-def token_secret(
-    pod: Mapping[str, Any],
-    *,
-    twin: str,
-    tokens: Mapping[str, str],
-    ca: str | None,
-    renew_at: datetime.datetime,
-    home_cluster_id: str,
-    foreign_cluster_id: str,
-) -> dict[str, Any]:
-    """The foreign Secret of one pod: its tokens by key, the home CA and the home namespace."""
-    meta = pod.get("metadata") or {}
-    data = {key: token for key, token in tokens.items()}
-    if ca is not None:
-        data[CA_KEY] = ca
-    data[NAMESPACE_KEY] = meta["namespace"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": names.token_secret_name(meta["name"]),
-            "namespace": twin,
-            "labels": {
-                **ownership_labels(home_cluster_id, foreign_cluster_id),
-                names.SERVICE_ACCOUNT_TOKEN_LABEL: "true",
-            },
-            "annotations": {
-                names.TOKEN_POD_ANNOTATION: meta["name"],
-                names.TOKEN_POD_UID_ANNOTATION: meta.get("uid") or "",
-                names.TOKEN_REQUEST_ANNOTATION: request_digest(pod),
-                names.TOKEN_REFRESH_AT_ANNOTATION: _stamp(renew_at),
-            },
-        },
-        "type": "Opaque",
-        "data": {key: base64.b64encode(value.encode()).decode() for key, value in data.items()},
-    }
-
-
-def renewal_due(pod: Mapping[str, Any], secret: Mapping[str, Any] | None, now: datetime.datetime) -> float:
-    """Seconds until the pod's token Secret must be (re)written: 0 when missing, bound to another pod
-    (same name, new UID), asked for differently, edited (a key missing) or due for renewal."""
-    if secret is None:
-        return 0.0
-    meta = secret.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    pod_meta = pod.get("metadata") or {}
-    keys = {p.key for p in token_projections(pod)} | {NAMESPACE_KEY}
-    if (
-        annotations.get(names.TOKEN_POD_UID_ANNOTATION) != pod_meta.get("uid")
-        or annotations.get(names.TOKEN_REQUEST_ANNOTATION) != request_digest(pod)
-        or not keys <= set((secret.get("data") or {}).keys())
-        or (meta.get("labels") or {}).get(names.SERVICE_ACCOUNT_TOKEN_LABEL) != "true"
-    ):
-        return 0.0
-    renew = parse_stamp(annotations.get(names.TOKEN_REFRESH_AT_ANNOTATION))
-    if renew is None:
-        return 0.0
-    return max(0.0, (renew - now).total_seconds())
-
-
-def tokens_wanted(pod: Mapping[str, Any] | None, spec: VirtualNodeSpec | None) -> bool:
-    """The pod (not being deleted) mounts a token and the VirtualNode lets tokens go."""
-    return (
-        pod is not None
-        and not (pod.get("metadata") or {}).get("deletionTimestamp")
-        and spec is not None
-        and spec.api_server_token_support
-        and bool(token_projections(pod))
-    )
-
-
-class TokenReflector:
+class TokenReflector(TwinFollower):
     """Per home pod on the virtual node (its key), the token Secret in the pod's twin namespace."""
 
     def __init__(
         self,
-        home: AsyncClient,
-        foreign: AsyncClient,
-        *,
-        home_cluster_id: str,
-        foreign_cluster_id: str,
+        peering: Peering,
         pods: Informer,
-        virtual_node_spec: Callable[[], VirtualNodeSpec | None],
-        events: HomeEvents,
-        metrics: EngineMetrics | None = None,
+        *,
         # as many as the pod offloader's: a remote pod starts only once its token Secret is there
         workers: int = 16,
         home_config_map: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None,
     ) -> None:
         """`pods`: the home pods on the virtual node (the pod offloader's informer);
         `home_config_map`: (namespace, name) -> a home ConfigMap an informer already holds, if any."""
-        self.home, self.foreign = home, foreign
-        self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
+        super().__init__("reflection-token", workers=workers, metrics=peering.metrics)
+        self.peering = peering
         self.pods = pods
-        self.virtual_node_spec = virtual_node_spec
-        self.events = events
         self.home_config_map = home_config_map
-        self.queue = WorkQueue(self.reconcile, workers=workers, name="reflection-token", metrics=metrics)
-        self.watches: dict[str, tuple[str, Informer, list[asyncio.Task[None]]]] = {}  # namespace -> twin, secrets
-        pods.add_handler(self._on_pod)
-        self._support: tuple[bool, ApiServerAddress | None] | None = None
+        pods.add_handler(lambda event: self.queue.add(event.key))
+        self._support = self.support()
 
-    def _on_pod(self, event: Event) -> None:
-        self.queue.add(event.key)
+    def support(self) -> tuple[bool, ApiServerAddress | None] | None:
+        spec = self.peering.node_spec()
+        return (spec.api_server_token_support, spec.home_api_server) if spec else None
 
     def on_settings(self) -> None:
         """apiServerTokenSupport changed on the VirtualNode: every pod's Secret is decided again."""
-        spec = self.virtual_node_spec()
-        support = (spec.api_server_token_support, spec.home_api_server) if spec else None
-        if support != self._support:
+        if (support := self.support()) != self._support:
             self._support = support
             for key in self.pods.store:
                 self.queue.add(key)
 
-    def follow(self, twins: Mapping[str, str]) -> None:
-        """The token Secrets of exactly these offloaded namespaces (home namespace -> twin here)."""
-        for namespace in list(self.watches):
-            if twins.get(namespace) != self.watches[namespace][0]:
-                for task in self.watches.pop(namespace)[2]:
-                    task.cancel()
-        for namespace, twin in twins.items():
-            if namespace in self.watches:
-                continue
-            secrets = Informer(
-                self.foreign,
-                Secret,
-                namespace=twin,
-                labels={names.SERVICE_ACCOUNT_TOKEN_LABEL: "true"},
-                trim=without_pod_token_values,  # renewal_due reads the keys only
-                packed=True,
-            )
-            secrets.add_handler(lambda event, namespace=namespace: self._on_secret(namespace, event))  # type: ignore[misc]
-            tasks = [
-                asyncio.create_task(secrets.run()),
-                asyncio.create_task(call_when_synced([secrets], lambda n=namespace: self._requeue(n))),  # type: ignore[misc]
-            ]
-            self.watches[namespace] = (twin, secrets, tasks)
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+        secrets = Informer(
+            self.peering.foreign,
+            Secret,
+            namespace=twin,
+            labels={names.SERVICE_ACCOUNT_TOKEN_LABEL: "true"},
+            trim=without_pod_token_values,  # renewal_due reads the keys only
+            packed=True,
+        )
+        return {"secrets": secrets}
 
-    def _on_secret(self, namespace: str, event: Event) -> None:
+    def on_event(self, scope: TwinScope, informer: str, event: Event) -> None:
         pod = ((event.obj.metadata.annotations or {}) if event.obj is not None else {}).get(names.TOKEN_POD_ANNOTATION)
         if pod:
-            self.queue.add(f"{namespace}/{pod}")
+            self.queue.add(f"{scope.namespace}/{pod}")
 
-    def _requeue(self, namespace: str) -> None:
+    def requeue(self, scope: TwinScope) -> None:
         for key in self.pods.store:
-            if key.startswith(f"{namespace}/"):
+            if key.startswith(f"{scope.namespace}/"):
                 self.queue.add(key)
         # Secrets of pods gone while nobody watched (a restart): their keys come from the Secrets
-        watch = self.watches.get(namespace)
-        if watch is not None:
-            for secret in watch[1].store.values():
-                pod = (secret.metadata.annotations or {}).get(names.TOKEN_POD_ANNOTATION)
-                if pod:
-                    self.queue.add(f"{namespace}/{pod}")
+        for secret in scope["secrets"].store.values():
+            pod = (secret.metadata.annotations or {}).get(names.TOKEN_POD_ANNOTATION)
+            if pod:
+                self.queue.add(f"{scope.namespace}/{pod}")
 
-    def start(self) -> None:
-        spec = self.virtual_node_spec()
-        self._support = (spec.api_server_token_support, spec.home_api_server) if spec else None
-        self.queue.start()
-
-    async def stop(self) -> None:
-        for namespace in list(self.watches):
-            for task in self.watches.pop(namespace)[2]:
-                task.cancel()
-        await self.queue.shutdown()
+    async def start(self) -> None:
+        self._support = self.support()
+        await super().start()
 
     async def reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
-        watch = self.watches.get(namespace)
-        if watch is None or not watch[1].synced.is_set():
+        scope = self.synced_scope(namespace)
+        if scope is None:
             return  # decided once the twin's Secrets are known: their sync requeues the namespace
-        twin, secrets, _ = watch
+        peering = self.peering
+        twin, secrets = scope.twin, scope["secrets"]
         pod_obj = self.pods.store.get(key)
         pod = pod_obj.to_dict() if pod_obj is not None else None
         secret_name = names.token_secret_name(name)
         remote_obj = secrets.store.get(f"{twin}/{secret_name}")
         remote = remote_obj.to_dict() if remote_obj is not None else None
-        ours = remote is not None and is_owned(remote, self.home_cluster_id, self.foreign_cluster_id)
-        if not tokens_wanted(pod, self.virtual_node_spec()) or pod is None:
+        ours = remote is not None and is_owned(remote, peering.home_cluster_id, peering.foreign_cluster_id)
+        if not tokens_wanted(pod, peering.node_spec()) or pod is None:
             if remote is not None and ours and not (remote.get("metadata") or {}).get("deletionTimestamp"):
                 with unless_gone():
-                    await self.foreign.delete(Secret, secret_name, namespace=twin)
+                    await peering.foreign.delete(Secret, secret_name, namespace=twin)
             return
         if remote is not None and not ours:
             await self._conflict(pod, twin, secret_name)
@@ -384,9 +130,9 @@ class TokenReflector:
         body: Any = Secret.from_dict(desired)
         try:
             if remote is None:
-                await self.foreign.create(body)  # never over a Secret of that name that is not ours
+                await peering.foreign.create(body)  # never over a Secret of that name that is not ours
             else:
-                await self.foreign.apply(body, field_manager=FIELD_MANAGER, force=True)
+                await peering.foreign.apply(body, field_manager=FIELD_MANAGER, force=True)
         except ApiError as err:
             if err.status.code == 409 and remote is None:
                 await self._conflict(pod, twin, secret_name)
@@ -396,12 +142,9 @@ class TokenReflector:
             self.queue.add_after(key, max(1.0, (renew - datetime.datetime.now(datetime.UTC)).total_seconds() + 1))
 
     async def _conflict(self, pod: dict[str, Any], twin: str, secret_name: str) -> None:
-        await self.events.warn(
-            {"apiVersion": "v1", "kind": "Pod", **pod},
-            "ReflectionConflict",
-            f"{self.foreign_cluster_id} already holds a Secret {twin}/{secret_name} that liqo did not create: "
-            "the pod's ServiceAccount token is not reflected there",
-        )
+        consequence = "the pod's ServiceAccount token is not reflected there"
+        home = {"apiVersion": "v1", "kind": "Pod", **pod}
+        await self.peering.conflict(home, "ReflectionConflict", f"Secret {twin}/{secret_name}", consequence)
 
     async def _mint(self, pod: dict[str, Any], twin: str) -> tuple[dict[str, Any], datetime.datetime | None]:
         """New tokens from the home API server, bound to the home pod; the Secret and when to renew it."""
@@ -423,7 +166,7 @@ class TokenReflector:
                 }
             )
             issued = datetime.datetime.now(datetime.UTC)
-            granted: Any = await self.home.create(request, name=account, namespace=namespace)
+            granted: Any = await self.peering.home.create(request, name=account, namespace=namespace)
             tokens[projection.key] = granted.status.token
             expires = granted.status.expirationTimestamp
             if isinstance(expires, str):
@@ -439,8 +182,8 @@ class TokenReflector:
             tokens=tokens,
             ca=ca,
             renew_at=renew or datetime.datetime.now(datetime.UTC),
-            home_cluster_id=self.home_cluster_id,
-            foreign_cluster_id=self.foreign_cluster_id,
+            home_cluster_id=self.peering.home_cluster_id,
+            foreign_cluster_id=self.peering.foreign_cluster_id,
         )
         return secret, renew
 
@@ -451,17 +194,6 @@ class TokenReflector:
         if known is not None:
             return (known.get("data") or {}).get(CA_KEY)
         with unless_gone():
-            root: Any = await self.home.get(ConfigMap, ROOT_CA_CONFIGMAP, namespace=namespace)
+            root: Any = await self.peering.home.get(ConfigMap, ROOT_CA_CONFIGMAP, namespace=namespace)
             return (root.data or {}).get(CA_KEY)
         return None
-
-
-__all__ = [
-    "TokenProjection",
-    "TokenReflector",
-    "home_api_env",
-    "renewal_due",
-    "token_projections",
-    "token_secret",
-    "token_volumes",
-]

@@ -34,8 +34,8 @@ from lightkube.types import PatchType
 
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.plan import shared_resources, virtual_node_labels, virtual_node_taints
+from runtime.api.resources import ResourceAdvertisementResource
 from runtime.kube import Informer, WorkQueue
-from runtime.kube.resources import ResourceAdvertisementResource
 
 log = logging.getLogger(__name__)
 

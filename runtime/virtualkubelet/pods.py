@@ -1,7 +1,7 @@
 """Pod offloading: a pod scheduled on the virtual node runs in the foreign cluster through a ShadowPod.
 
 Per home pod (the key), in the twin namespace its NamespaceOffloading got in this cluster:
-- no ShadowPod yet: create it with seed 002's mutations (translation.py); the foreign agent makes
+- no ShadowPod yet: create it with seed 002's mutations (runtime.forging.pods); the foreign agent makes
   and keeps the pod;
 - the home pod changed (labels, annotations, images, activeDeadlineSeconds, tolerations, an
   in-place resize): the ShadowPod follows, and the agent brings the live remote pod along;
@@ -23,26 +23,19 @@ Deletes happen only on what the synced stores say, so a restart never removes a 
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
-from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import Event as CoreEvent
+from lightkube import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
 from runtime.api import VirtualNodeSpec, names
-from runtime.api.namespaceoffloading import ready_twin
+from runtime.api.namespaceoffloading import Placement, placement
+from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
-from runtime.kube import Event, Informer, OwnWrites, WorkQueue, call_when_synced, unless_gone
-from runtime.kube.packing import unpacked
-from runtime.kube.resources import ShadowPodResource
-from runtime.virtualkubelet.node import NODE_ADDRESS
-from runtime.virtualkubelet.translation import (
+from runtime.forging.pods import (
     TERMINAL_PHASES,
     CidrMapping,
     HomeApiAccess,
@@ -55,6 +48,11 @@ from runtime.virtualkubelet.translation import (
     remote_pod_spec_with,
     skip_lists,
 )
+from runtime.kube import Event, Informer, OwnWrites, unless_gone
+from runtime.kube.packing import unpacked
+from runtime.kube.twins import TwinFollower, TwinScope
+from runtime.reflection.context import Peering
+from runtime.virtualkubelet.node import NODE_ADDRESS
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +62,11 @@ FAILED_EVENT_REASON = "FailedOffloading"
 KILLED_EXIT_CODE = 137  # the container was killed with its twin namespace
 
 
-class Placement(Enum):
-    READY = "ready"  # the twin namespace is Ready here
-    WAITING = "waiting"  # this cluster is selected, its twin not Ready (yet, or unreachable)
-    WITHDRAWN = "withdrawn"  # not offloaded here (any more)
+def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:
+    """The VirtualNode's remapping of the foreign pod range, when the stack gave it one."""
+    if spec is None or not spec.pod_cidr or not spec.remapped_pod_cidr:
+        return None
+    return CidrMapping.parse(spec.pod_cidr, spec.remapped_pod_cidr)
 
 
 def controlled(pod: Any) -> bool:
@@ -128,72 +127,48 @@ def without_spec(pod: Any) -> Any:
     return pod
 
 
-class TwinWatch:
-    """The foreign side of one twin namespace: its ShadowPods and their pods."""
+class PodOffloader(TwinFollower):
+    """Per home pod on the virtual node (its key); per twin, a scope of its ShadowPods and their pods."""
+
+    written = "shadows"  # the ShadowPods' events our creates and patches caused are echoes
 
     def __init__(
         self,
-        foreign: AsyncClient,
-        home_id: str,
-        twin: str,
-        on_shadow: Callable[[Event], None],
-        on_pod: Callable[[Event], None],
-        on_synced: Callable[[], None],
-    ) -> None:
-        """`on_synced`: once both informers are synced (an unreachable cluster: when it is back)."""
-        self.twin = twin
-        self.shadows = Informer(foreign, ShadowPodResource, namespace=twin, packed=True)
-        self.pods = Informer(
-            foreign, Pod, namespace=twin, labels={names.ORIGIN_LABEL: home_id}, trim=without_spec, packed=True
-        )
-        self.shadows.add_handler(on_shadow)
-        self.pods.add_handler(on_pod)
-        self.tasks = [asyncio.create_task(i.run()) for i in (self.shadows, self.pods)]
-        self.tasks.append(asyncio.create_task(call_when_synced((self.shadows, self.pods), on_synced)))
-
-    def synced(self) -> bool:
-        return self.shadows.synced.is_set() and self.pods.synced.is_set()
-
-    def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-
-
-class PodOffloader:
-    def __init__(
-        self,
-        home: AsyncClient,
-        foreign: AsyncClient,
-        *,
-        home_cluster_id: str,
-        foreign_cluster_id: str,
+        peering: Peering,
         offloadings: Informer,
+        *,
         pod_cidr_mapping: CidrMapping | None = None,
         node_address: str = NODE_ADDRESS,
         workers: int = 16,
-        virtual_node_spec: Callable[[], VirtualNodeSpec | None] = lambda: None,
     ) -> None:
-        """`virtual_node_spec`: its apiServerTokenSupport and home API server shape new remote pods."""
-        self.home, self.foreign = home, foreign
-        self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
-        self.node_name = names.virtual_node_name(foreign_cluster_id)
+        """`peering.node_spec`: its apiServerTokenSupport and home API server shape new remote pods."""
+        super().__init__("pods", workers=workers)
+        self.peering = peering
+        self.node_name = peering.node_name
         self.pod_cidr_mapping = pod_cidr_mapping
+        self._skip_lists = skip_lists(None)  # the VirtualNode's, as last applied to the ShadowPods
         self.node_address = node_address
         self.offloadings = offloadings
-        self.virtual_node_spec = virtual_node_spec
-        self.pods = Informer(home, Pod, fields={"spec.nodeName": self.node_name}, packed=True)
-        self.queue = WorkQueue(self.reconcile, workers=workers, name="pods")
+        self.pods = Informer(peering.home, Pod, fields={"spec.nodeName": self.node_name}, packed=True)
         self.pods.add_handler(self._on_pod)
-        self.offloadings.add_handler(self._on_offloading)
-        self.twins: dict[str, TwinWatch] = {}  # home namespace -> its twin's watch
-        self._home_of_twin: dict[str, str] = {}
+        # any change to an offloading may change what its pods here should do
+        self.offloadings.add_handler(lambda event: self._requeue_namespace(event.key.partition("/")[0]))
         self._reported: dict[str, str] = {}  # home pod key -> the remote failure last reported
         self.status_writes = OwnWrites()  # home pods' events our status patches caused
-        self.shadow_writes = OwnWrites()  # ShadowPods' events our creates and patches caused
 
     @property
     def informers(self) -> list[Informer]:
         return [self.pods]
+
+    def on_settings(self) -> None:
+        """A changed remapping shows at home at once, and new skip lists reach the remote pods' labels
+        and annotations through their ShadowPods: every pod is reconciled again."""
+        spec = self.peering.node_spec()
+        mapping, skips = pod_cidr_mapping(spec), skip_lists(spec)
+        if mapping != self.pod_cidr_mapping or skips != self._skip_lists:
+            self.pod_cidr_mapping, self._skip_lists = mapping, skips
+            for key in self.pods.store:
+                self.queue.add(key)
 
     def _on_pod(self, event: Event) -> None:
         if event.type == "DELETED":
@@ -201,38 +176,31 @@ class PodOffloader:
         if not self.status_writes.is_echo(event):
             self.queue.add(event.key)
 
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+        foreign, origin = self.peering.foreign, {names.ORIGIN_LABEL: self.peering.home_cluster_id}
+        return {
+            "shadows": Informer(foreign, ShadowPodResource, namespace=twin, packed=True),
+            "pods": Informer(foreign, Pod, namespace=twin, labels=origin, trim=without_spec, packed=True),
+        }
+
+    def requeue(self, scope: TwinScope) -> None:
+        self._requeue_namespace(scope.namespace)
+
     # -- which namespaces are offloaded here ---------------------------------------------------
     def placement(self, namespace: str) -> tuple[Placement, str | None]:
-        """Where the namespace stands in this cluster, and its twin's name while it is selected.
-
-        Withdrawn only on positive news: no NamespaceOffloading (or one being deleted), or a
-        status that no longer requires this cluster. A selected cluster whose twin is not Ready
-        (creation failed, the cluster unreachable) is waiting: what runs there is left alone.
-        """
+        """Where the namespace stands in this cluster, and its twin's name while it is selected."""
         offloading = self.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
-        if offloading is None or offloading.metadata.deletionTimestamp:
+        if offloading is None:
             return Placement.WITHDRAWN, None
-        status = offloading.get("status") or {}
-        ready = ready_twin(status, self.foreign_cluster_id)
-        if ready:
-            return Placement.READY, ready
-        twin = status.get("remoteNamespaceName")
-        conditions = {
-            c.get("type"): c.get("status")
-            for c in (status.get("remoteNamespacesConditions") or {}).get(self.foreign_cluster_id) or []
-        }
-        if conditions.get("OffloadingRequired") == "True" and twin:
-            return Placement.WAITING, twin
-        if conditions or status.get("offloadingPhase"):
-            return Placement.WITHDRAWN, None  # reported, and this cluster is not (or no longer) selected
-        return Placement.WAITING, None  # no status yet
+        deleting = bool(offloading.metadata.deletionTimestamp)
+        return placement(offloading.get("status") or {}, self.peering.foreign_cluster_id, deleting=deleting)
 
     def not_offloaded_message(self, namespace: str) -> str:
         """Why a pod of `namespace` on this node cannot run here, with the command that fixes it."""
         offloading = self.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
         return not_offloaded_message(
             namespace,
-            self.foreign_cluster_id,
+            self.peering.foreign_cluster_id,
             offloaded=offloading is not None and not offloading.metadata.deletionTimestamp,
         )
 
@@ -241,49 +209,18 @@ class PodOffloader:
         where, twin = self.placement(namespace)
         return twin if where is Placement.READY else None
 
-    def _on_offloading(self, event: Event) -> None:
-        namespace = event.key.partition("/")[0]
-        where, twin = (Placement.WITHDRAWN, None) if event.type == "DELETED" else self.placement(namespace)
-        watch = self.twins.get(namespace)
-        if watch is not None and watch.twin != twin:
-            watch.stop()
-            del self.twins[namespace]
-            watch = None
-        # watched from Ready on (before, the home identity may not read the twin), and kept while
-        # the cluster stays selected, so a twin going unready (unreachable) loses nothing
-        if twin and where is Placement.READY and watch is None:
-            self._home_of_twin[twin] = namespace
-            self.twins[namespace] = TwinWatch(
-                self.foreign,
-                self.home_cluster_id,
-                twin,
-                self._on_shadow,
-                self._on_remote,
-                lambda namespace=namespace: self._requeue_namespace(namespace),  # type: ignore[misc]
-            )
-        self._requeue_namespace(namespace)
-
     def _requeue_namespace(self, namespace: str) -> None:
         for key in self.pods.store:
             if key.startswith(f"{namespace}/"):
                 self.queue.add(key)
 
-    def _on_shadow(self, event: Event) -> None:
-        if not self.shadow_writes.is_echo(event):
-            self._on_remote(event)
-
-    def _on_remote(self, event: Event) -> None:
-        twin, _, name = event.key.partition("/")
-        namespace = self._home_of_twin.get(twin)
-        if namespace is not None:
-            self.queue.add(f"{namespace}/{name}")
-
     # -- reconcile -------------------------------------------------------------------------------
     async def reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
+        foreign_id = self.peering.foreign_cluster_id
         pod = unpacked(self.pods.store.get(key))
         where, twin = self.placement(namespace)
-        watch = self.twins.get(namespace)
+        watch = self.scopes.get(namespace)
         if twin is None or watch is None or watch.twin != twin:
             if pod is None:
                 return
@@ -292,12 +229,12 @@ class PodOffloader:
             elif where is Placement.WITHDRAWN:
                 await self._withdrawn(pod, self.not_offloaded_message(namespace))
             else:
-                await self._back_off(pod, f"namespace {namespace} is not offloaded to {self.foreign_cluster_id} yet")
+                await self._back_off(pod, f"namespace {namespace} is not offloaded to {foreign_id} yet")
             return
         if not watch.synced():
             return  # decided once the foreign side is known: its sync requeues the namespace
-        shadow = unpacked(watch.shadows.store.get(f"{twin}/{name}"))
-        remote = unpacked(watch.pods.store.get(f"{twin}/{name}"))
+        shadow = unpacked(watch["shadows"].store.get(f"{twin}/{name}"))
+        remote = unpacked(watch["pods"].store.get(f"{twin}/{name}"))
         if pod is None:
             await self._delete_remote(twin, name, shadow, remote, grace=None)
             return
@@ -311,22 +248,22 @@ class PodOffloader:
             if (pod.status.phase if pod.status else None) in TERMINAL_PHASES:
                 return  # finished, or failed by a removal of its node (removal.py): never run again
             if where is Placement.READY:
-                await self._create_shadow(pod, twin)
+                await self._create_shadow(pod, watch)
             elif not ever_ran(pod.to_dict().get("status") or {}):
-                await self._back_off(pod, f"the twin namespace {twin} is not ready in {self.foreign_cluster_id}")
+                await self._back_off(pod, f"the twin namespace {twin} is not ready in {foreign_id}")
             return
         if where is Placement.READY and not shadow.metadata.deletionTimestamp:
-            await self._update_shadow(pod, shadow)
+            await self._update_shadow(pod, shadow, watch)
         if remote is not None:
             shadow_status = shadow.get("status") or {}
             await self._reflect_status(pod, remote, shadow_status)
         else:
             await self._report_failure(pod, shadow)
 
-    async def _create_shadow(self, pod: Any, twin: str) -> None:
-        home_pod = pod.to_dict()
-        ids = {"home_cluster_id": self.home_cluster_id, "foreign_cluster_id": self.foreign_cluster_id}
-        node = self.virtual_node_spec()
+    async def _create_shadow(self, pod: Any, scope: TwinScope) -> None:
+        home_pod, twin = pod.to_dict(), scope.twin
+        ids = {"home_cluster_id": self.peering.home_cluster_id, "foreign_cluster_id": self.peering.foreign_cluster_id}
+        node = self.peering.node_spec()
         home_api = (
             HomeApiAccess(names.token_secret_name(pod.metadata.name), node.home_api_server)
             if node is not None and node.api_server_token_support
@@ -340,19 +277,19 @@ class PodOffloader:
             return
         body = {"metadata": {**meta, "name": pod.metadata.name, "namespace": twin}, "spec": {"pod": spec}}
         try:
-            created = await self.foreign.create(ShadowPodResource.from_dict(body))
-            self.shadow_writes.record(f"{twin}/{pod.metadata.name}", created)
+            created = await self.peering.foreign.create(ShadowPodResource.from_dict(body))
+            scope.own_writes.record(f"{twin}/{pod.metadata.name}", created)
         except ApiError as err:
             if err.status.code != 409:
                 raise
 
-    async def _update_shadow(self, pod: Any, shadow: Any) -> None:
+    async def _update_shadow(self, pod: Any, shadow: Any, scope: TwinScope) -> None:
         """Carry what changed on the live home pod to the ShadowPod (the agent updates the remote pod)."""
         home_pod = pod.to_dict()
-        ids = {"home_cluster_id": self.home_cluster_id, "foreign_cluster_id": self.foreign_cluster_id}
+        ids = {"home_cluster_id": self.peering.home_cluster_id, "foreign_cluster_id": self.peering.foreign_cluster_id}
         current = shadow.to_dict()
         current_meta = current.get("metadata") or {}
-        desired_meta = remote_pod_metadata(home_pod, **ids, **skip_lists(self.virtual_node_spec()))
+        desired_meta = remote_pod_metadata(home_pod, **ids, **skip_lists(self.peering.node_spec()))
         have = {
             "metadata": {k: current_meta.get(k) or {} for k in ("labels", "annotations")},
             "spec": {"pod": pod_spec_of(current)},
@@ -362,14 +299,14 @@ class PodOffloader:
         if not patch:
             return
         with unless_gone():
-            patched = await self.foreign.patch(
+            patched = await self.peering.foreign.patch(
                 ShadowPodResource,
                 shadow.metadata.name,
                 patch,
                 namespace=shadow.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
-            self.shadow_writes.record(f"{shadow.metadata.namespace}/{shadow.metadata.name}", patched)
+            scope.own_writes.record(f"{shadow.metadata.namespace}/{shadow.metadata.name}", patched)
 
     async def _report_failure(self, pod: Any, shadow: Any) -> None:
         """The agent could not create the remote pod: tell it on the home pod, once per message."""
@@ -378,33 +315,14 @@ class PodOffloader:
         message = status.get("message")
         if status.get("reason") != CREATE_FAILED_REASON or not message or self._reported.get(key) == message:
             return
-        text = f"the foreign cluster {self.foreign_cluster_id} refused the pod: {message}"
+        text = f"the foreign cluster {self.peering.foreign_cluster_id} refused the pod: {message}"
         await self._warn(pod, FAILED_EVENT_REASON, text)
         self._reported[key] = message
 
     async def _warn(self, pod: Any, reason: str, message: str) -> None:
-        stamp = now()
-        meta = pod.metadata
-        body = {
-            "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": meta.name,
-                "namespace": meta.namespace,
-                "uid": meta.uid,
-            },
-            "type": "Warning",
-            "reason": reason,
-            "message": message,
-            "source": {"component": "liqo-virtual-kubelet", "host": self.node_name},
-            "reportingComponent": "liqo-virtual-kubelet",
-            "reportingInstance": self.node_name,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        await self.home.create(CoreEvent.from_dict(body))  # type: ignore[call-overload]
+        """The caller decides when it is news (once per message, as the status changes)."""
+        body = {"apiVersion": "v1", "kind": "Pod", **pod.to_dict()}
+        await self.peering.warnings.warn(body, reason, message, once=False)
 
     async def _reflect_status(self, pod: Any, remote: Any, shadow_status: dict[str, Any]) -> None:
         remote_status = remote.to_dict().get("status") or {}
@@ -438,7 +356,7 @@ class PodOffloader:
 
     async def _evict(self, pod: Any) -> None:
         with unless_gone():
-            await self.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace)
+            await self.peering.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace)
 
     async def _back_off(self, pod: Any, message: str, *, warn: bool = False) -> None:
         """Pending with reason OffloadingBackOff (seed 002); `warn`: the user has to act, so a Warning
@@ -450,8 +368,7 @@ class PodOffloader:
             return
         await self._patch_status(pod, {"phase": "Pending", "reason": BACKOFF_REASON, "message": message})
         if warn:
-            with unless_gone():
-                await self._warn(pod, BACKOFF_REASON, message)
+            await self._warn(pod, BACKOFF_REASON, message)
 
     async def _replace_status(self, pod: Any, current: dict[str, Any], desired: dict[str, Any]) -> None:
         """Make the home pod's status exactly `desired`: a merge patch that also nulls what must go."""
@@ -461,7 +378,7 @@ class PodOffloader:
 
     async def _patch_status(self, pod: Any, status: dict[str, Any]) -> None:
         with unless_gone():
-            patched = await self.home.patch(
+            patched = await self.peering.home.patch(
                 Pod.Status,
                 pod.metadata.name,
                 {"status": status},
@@ -477,16 +394,12 @@ class PodOffloader:
         # pod's. Were we to stop in between, the next reconcile finds the orphan and deletes it.
         if shadow is not None and not shadow.metadata.deletionTimestamp:
             with unless_gone():
-                await self.foreign.delete(ShadowPodResource, name, namespace=twin, cascade=CascadeType.ORPHAN)
+                await self.peering.foreign.delete(ShadowPodResource, name, namespace=twin, cascade=CascadeType.ORPHAN)
         if remote is not None and not remote.metadata.deletionTimestamp:
             with unless_gone():
-                await self.foreign.delete(Pod, name, namespace=twin, grace_period=grace)
+                await self.peering.foreign.delete(Pod, name, namespace=twin, grace_period=grace)
 
     async def _release(self, pod: Any) -> None:
         """The remote side is gone: remove the home pod for good, as a kubelet does."""
         with unless_gone():
-            await self.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0)
-
-    def stop(self) -> None:
-        for watch in self.twins.values():
-            watch.stop()
+            await self.peering.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0)

@@ -32,10 +32,10 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from runtime.api import names
+from runtime.api.resources import NamespaceMapResource, VirtualNodeResource
+from runtime.forging.pods import TERMINAL_PHASES, merge_patch
 from runtime.kube import unless_gone
-from runtime.kube.resources import NamespaceMapResource, VirtualNodeResource
 from runtime.virtualkubelet.pods import aborted_status
-from runtime.virtualkubelet.translation import TERMINAL_PHASES, merge_patch
 
 log = logging.getLogger(__name__)
 

@@ -46,8 +46,8 @@ from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, NodeShape
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
+from runtime.api.resources import ShadowPodResource
 from runtime.kube import Event, Informer
-from runtime.kube.resources import ShadowPodResource
 from tests.bench.apiserver_profiles import ApiServerProfile, apiservers_profiled
 from tests.bench.apiserver_profiles import report as report_apiservers
 from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin

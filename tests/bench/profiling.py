@@ -44,7 +44,7 @@ class Profile:
 
 
 def _function(frame: str) -> str:
-    """'reconcile (runtime/reflection/reflecting.py:271)' -> 'reconcile (reflecting.py)': lines apart merged."""
+    """'reconcile (runtime/reflection/reflector.py:271)' -> 'reconcile (reflector.py)': lines apart merged."""
     name, _, where = frame.partition(" (")
     path = where.rstrip(")").rsplit(":", 1)[0]
     return f"{name} ({Path(path).name})" if path else name

@@ -18,8 +18,8 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
+from runtime.api.resources import ShadowPodResource
 from runtime.kube import Event, Informer
-from runtime.kube.resources import ShadowPodResource
 
 OFFLOADED_STAGES = [
     ("scheduled at home", "submitted", "home bound"),

@@ -23,7 +23,7 @@ from lightkube.resources.core_v1 import Namespace
 
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
-from runtime.kube.resources import NamespaceOffloadingResource
+from runtime.api.resources import NamespaceOffloadingResource
 from tests.support.docs import REPO, runnable_blocks
 from tests.support.kube import VIRTUAL_NODES, get_or_none, wait_until
 

@@ -27,7 +27,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from runtime.kube.resources import NamespaceOffloadingResource, VirtualNodeResource
+from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 from tests.support.kube import wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]

@@ -34,7 +34,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.api.leaderelection import JITTER_FACTOR, LeaderElectionTiming
-from runtime.kube.resources import ShadowPodResource
+from runtime.api.resources import ShadowPodResource
 from tests.support.kube import VIRTUAL_NODES, free_port, home_pods, node_ready, offload, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]

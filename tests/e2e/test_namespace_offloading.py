@@ -22,7 +22,7 @@ from lightkube.types import PatchType
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from runtime.kube.resources import NamespaceMapResource, NamespaceOffloadingResource
+from runtime.api.resources import NamespaceMapResource, NamespaceOffloadingResource
 from tests.support.kube import (
     all_running,
     create_namespace,

@@ -22,7 +22,7 @@ from lightkube.types import PatchType
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
-from runtime.kube.resources import NamespaceOffloadingResource, ShadowPodResource
+from runtime.api.resources import NamespaceOffloadingResource, ShadowPodResource
 from tests.support.kube import (
     VIRTUAL_NODES,
     all_running,

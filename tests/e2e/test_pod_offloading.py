@@ -18,7 +18,7 @@ from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from runtime.kube.resources import ShadowPodResource
+from runtime.api.resources import ShadowPodResource
 from tests.support.kube import (
     VIRTUAL_NODES,
     all_running,

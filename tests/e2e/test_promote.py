@@ -19,7 +19,7 @@ from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.policy import is_not_found
 from runtime.api import names
-from runtime.kube.resources import NamespaceOffloadingResource, VirtualNodeResource
+from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 from tests import conftest
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]

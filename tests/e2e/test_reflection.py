@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import Client
@@ -25,7 +25,7 @@ from pulumi import automation as auto
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from runtime.kube.resources import VirtualNodeResource
+from runtime.api.resources import VirtualNodeResource
 from tests.support.kube import get_or_none, metric_samples, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -343,6 +343,36 @@ def test_an_endpoint_slice_follows_its_service_unless_annotated_itself(
     assert not {"hidden-follows", "shown-own"} & there, "not reflected: its Service's skip, or its own"
 
 
+REFLECTED_KINDS = ("configmap", "secret", "service", "endpointslice", "ingress", "event")
+
+
+def test_worker_counts_on_the_virtual_node_apply_live_to_every_kind(
+    offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime, virtual_node_patched: Any
+) -> None:
+    """Seed 002's `reflection.<kind>.workers`, changed 3 -> 8 -> 0 -> 3 while objects are reflected:
+    each kind's queue (events included) runs that many workers from then on; 0 turns the kind off
+    (one worker still sees its keys through) and what was held back is reflected once it is back."""
+    client = foreign["foreign-1"]
+    url = cast(str, runtime.probes_url("kubelet-foreign-1"))
+
+    def workers() -> dict[str, float]:
+        samples = metric_samples(url, "liqo_queue_workers")
+        return {dict(labels)["queue"]: value for labels, value in samples.items()}
+
+    for step, count in enumerate((3, 8, 0, 3)):
+        virtual_node_patched({"reflection": {kind: {"workers": count} for kind in REFLECTED_KINDS}})
+        wanted = {f"reflection-{kind}": float(max(1, count)) for kind in REFLECTED_KINDS}
+        wait_until(
+            lambda wanted=wanted: {queue: workers().get(queue) for queue in wanted} == wanted,  # type: ignore[misc]
+            30,
+            f"{count} workers for every kind",
+        )
+        home.create(config_map(f"workers-{step}", offloaded, {"step": str(step)}))
+        if count:
+            for earlier in range(step + 1):  # what was reflected before stays, what was held back comes
+                reflected(client, ConfigMap, f"workers-{earlier}", offloaded)
+
+
 def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
     offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
 ) -> None:
@@ -376,7 +406,7 @@ def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
         depth = metric_samples(url, "liqo_queue_depth")
         return all(value == 0 for labels, value in depth.items() if dict(labels)["queue"].startswith("reflection-"))
 
-    # every reconcile counts its write before it awaits anything (reflecting.py): with the queues
+    # every reconcile counts its write before it awaits anything (reflector.py): with the queues
     # drained, each steady key's reconcile since the restart has begun and so counted what it sent
     wait_until(settled, 60, "reflection queues drained after the restart")
     writes = {

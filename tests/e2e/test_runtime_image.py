@@ -34,7 +34,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from runtime.kube.resources import NamespaceOffloadingResource
+from runtime.api.resources import NamespaceOffloadingResource
 from tests.support.kube import deploy_running, free_port, node_ready, offload, remote_pod, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi, pytest.mark.image]

@@ -26,7 +26,7 @@ from lightkube.types import PatchType
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from runtime.kube.resources import VirtualNodeResource
+from runtime.api.resources import VirtualNodeResource
 from tests.support.kube import VIRTUAL_NODES, get_or_none, metric_samples, queue_drained, remote_pod, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]

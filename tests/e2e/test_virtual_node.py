@@ -18,7 +18,7 @@ from lightkube.utils.quantity import parse_quantity
 
 from liqo_stack.dev.clusters import DevEnvironment, NodeShape, fake_node_manifest
 from runtime.api import names
-from runtime.kube.resources import VirtualNodeResource
+from runtime.api.resources import VirtualNodeResource
 from tests.support.kube import VIRTUAL_NODES, all_running, deploy_running, node_ready, remote_pod, restarts, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]

@@ -33,7 +33,7 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.api.plan import shared_resources
-from runtime.kube.resources import ResourceAdvertisementResource, VirtualNodeResource
+from runtime.api.resources import ResourceAdvertisementResource, VirtualNodeResource
 from runtime.virtualkubelet.pods import BACKOFF_REASON
 from runtime.virtualkubelet.removal import REMOVED_REASON
 from tests.support.kube import (

@@ -16,7 +16,7 @@ from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names, parse_selector
-from runtime.kube.resources import NamespaceOffloadingResource
+from runtime.api.resources import NamespaceOffloadingResource
 from tests.support.kube import create_namespace, offload, status_of, wait_phase, wait_until
 from tests.support.placement import EXPECTED, SELECTORS, schedulable
 

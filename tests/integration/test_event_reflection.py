@@ -15,9 +15,9 @@ from lightkube.resources.core_v1 import ConfigMap, Event
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.api import ReflectionPolicy, names
+from runtime.api import ReflectionPolicy, VirtualNodeSpec, names
+from runtime.reflection import Peering
 from runtime.reflection.events import EventReflector
-from runtime.reflection.forging import ReflectionSettings
 from tests.support.kube import wait_until_async
 
 pytestmark = pytest.mark.clusters
@@ -54,21 +54,15 @@ def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
     async def scenario() -> tuple[Any, Any]:
         home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
         foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
-        reflector = EventReflector(
-            home_client,
-            foreign=foreign_client,
-            foreign_cluster_id="foreign-1",
-            home_object=home_object,
-            settings=ReflectionSettings,
-        )
+        reflector = EventReflector(Peering(home_client, foreign_client, "home", "foreign-1"), home_object)
+        await reflector.start()
         reflector.follow({namespace: twin})
-        reflector.start()
         try:
             (first,) = await wait_until_async(reflected, what="the foreign event created at home")
             # the home store stops seeing events, as if our own create had not come back yet
-            watch = reflector.watches[namespace]
-            watch.tasks[1].cancel()
-            watch.home.store.clear()
+            scope = reflector.scopes[namespace]
+            scope.tasks["home"].cancel()
+            scope["home"].store.clear()
             foreign["foreign-1"].patch(
                 Event, "settings.changed", {"count": 2}, namespace=twin, patch_type=PatchType.MERGE
             )
@@ -123,15 +117,13 @@ def test_with_an_allow_list_only_events_about_annotated_objects_come_home(
     async def scenario() -> list[Any]:
         home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
         foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
-        reflector = EventReflector(
-            home_client,
-            foreign=foreign_client,
-            foreign_cluster_id="foreign-1",
-            home_object=home_object,
-            settings=lambda: ReflectionSettings(policy=ReflectionPolicy.ALLOW_LIST, workers=1),
+        spec = VirtualNodeSpec.model_validate(
+            {"clusterID": "foreign-1", "reflection": {"event": {"type": ReflectionPolicy.ALLOW_LIST, "workers": 1}}}
         )
+        peering = Peering(home_client, foreign_client, "home", "foreign-1", node_spec=lambda: spec)
+        reflector = EventReflector(peering, home_object)
+        await reflector.start()
         reflector.follow({namespace: twin})
-        reflector.start()
         try:
             await wait_until_async(
                 lambda: [e for e in reflected() if e.involvedObject.name == "shown"], what="the allowed event at home"

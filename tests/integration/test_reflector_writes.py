@@ -15,9 +15,9 @@ from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.reflection.forging import ReflectionSettings
+from runtime.reflection import Peering
 from runtime.reflection.kinds import CONFIGMAPS
-from runtime.reflection.reflecting import HomeEvents, ReflectionMetrics, Reflector
+from runtime.reflection.reflector import ReflectionMetrics, Reflector
 from tests.support.kube import get_or_none, wait_until_async
 
 pytestmark = pytest.mark.clusters
@@ -37,27 +37,18 @@ def test_a_reconcile_before_the_echo_of_its_apply_writes_nothing_more(
         home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
         foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
         stats = ReflectionMetrics(CollectorRegistry())
-        reflector = Reflector(
-            CONFIGMAPS,
-            home_client,
-            foreign_client,
-            home_cluster_id="home",
-            foreign_cluster_id="foreign-1",
-            settings_of=lambda _: ReflectionSettings(),
-            events=HomeEvents(home_client, "test"),
-            reflection_metrics=stats,
-        )
+        peering = Peering(home_client, foreign_client, "home", "foreign-1")
+        reflector = Reflector(CONFIGMAPS, peering, reflection_metrics=stats)
         applies = stats.writes.labels("foreign-1", "configmap", "apply")
         written: list[float] = []
-        reflector.queue.start()
+        await reflector.start()
         reflector.follow({namespace: twin})
         try:
             await wait_until_async(lambda: copy_data() == {"v": "1"}, what="the ConfigMap reflected")
             await reflector.queue.wait_idle(30)
             written.append(applies._value.get())
             # the foreign store stops seeing events, as if the echo of the next apply were late
-            watch = reflector.watches[namespace]
-            watch.tasks[1].cancel()
+            reflector.scopes[namespace].tasks["foreign"].cancel()
             home.patch(ConfigMap, "settings", {"data": {"v": "2"}}, namespace=namespace, patch_type=PatchType.MERGE)
             await wait_until_async(lambda: copy_data() == {"v": "2"}, what="the change reflected")
             await reflector.queue.wait_idle(30)
@@ -80,8 +71,7 @@ def test_a_reconcile_before_the_echo_of_its_apply_writes_nothing_more(
             written.append(applies._value.get())
             return written
         finally:
-            reflector.stop()
-            await reflector.queue.shutdown()
+            await reflector.stop()
             await home_client.close()
             await foreign_client.close()
 

@@ -16,9 +16,9 @@ from lightkube.resources.core_v1 import Pod, Secret, ServiceAccount
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import VirtualNodeSpec, names
+from runtime.forging import tokens
 from runtime.kube import Informer
-from runtime.reflection import tokens
-from runtime.reflection.reflecting import HomeEvents
+from runtime.reflection import Peering
 from runtime.reflection.tokens import TokenReflector
 
 pytestmark = pytest.mark.clusters
@@ -63,19 +63,13 @@ def test_a_token_secret_is_renewed_when_due_and_deleted_with_the_pod(
         home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
         foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
         pods = Informer(home_client, Pod, namespace=namespace)
-        reflector = TokenReflector(
-            home_client,
-            foreign_client,
-            home_cluster_id="home",
-            foreign_cluster_id="foreign-1",
-            pods=pods,
-            virtual_node_spec=lambda: VirtualNodeSpec(clusterID="foreign-1"),
-            events=HomeEvents(home_client, "test"),
-        )
+        spec = VirtualNodeSpec(clusterID="foreign-1")
+        peering = Peering(home_client, foreign_client, "home", "foreign-1", node_spec=lambda: spec)
+        reflector = TokenReflector(peering, pods)
         task = asyncio.create_task(pods.run())
         await pods.synced.wait()
+        await reflector.start()
         reflector.follow({namespace: twin})
-        reflector.start()
 
         async def secret_where(condition: Any, timeout: float) -> Any:
             deadline = asyncio.get_running_loop().time() + timeout

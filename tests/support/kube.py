@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, Service
 
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
-from runtime.kube.resources import NamespaceOffloadingResource
+from runtime.api.resources import NamespaceOffloadingResource
 
 
 def free_port() -> int:
@@ -189,8 +189,8 @@ def remote_pod(foreign: Client, twin: str, name: str) -> Pod | None:
 def home_view(home: Client, cluster_id: str, remote_ip: str) -> str:
     """The address a remote pod IP of `cluster_id` shows at home: remapped as its VirtualNode says."""
     from runtime.api import VirtualNodeSpec
-    from runtime.kube.resources import VirtualNodeResource
-    from runtime.virtualkubelet.kubelet import pod_cidr_mapping
+    from runtime.api.resources import VirtualNodeResource
+    from runtime.virtualkubelet.pods import pod_cidr_mapping
 
     found = home.get(VirtualNodeResource, names.virtual_node_name(cluster_id), namespace=names.LIQO_NAMESPACE)
     mapping = pod_cidr_mapping(VirtualNodeSpec.model_validate(found["spec"]))

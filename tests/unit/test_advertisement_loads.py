@@ -9,7 +9,8 @@ from typing import Any, cast
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 
 from runtime.api import names
-from runtime.controllers.advertisement import AdvertisementController, advertisement_patch, suggested_labels
+from runtime.api.advertisement import advertisement_patch, suggested_labels
+from runtime.controllers.advertisement import AdvertisementController
 from runtime.kube.informing import Event, EventType, Informer
 from runtime.kube.packing import Packer
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from lightkube.resources.core_v1 import Node, Pod
 
-from runtime.controllers.advertisement import available_for, load_of, pod_requests
+from runtime.api.advertisement import available_for, load_of, pod_requests
 from runtime.controllers.shadowpod import live_changes
 from runtime.controllers.trimming import as_the_agent_reads
-from runtime.virtualkubelet.translation import restart_counts
+from runtime.forging.pods import restart_counts
 
 WHOLE: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "twin", "uid": "u-1", "labels": {"liqo.io/origin": "home", "app": "a"}},

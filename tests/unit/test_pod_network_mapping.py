@@ -14,10 +14,10 @@ from runtime.api.network import (
     remapped_pod_cidrs,
     translate_address,
 )
-from runtime.reflection.forging import ReflectionSettings
+from runtime.forging.objects import ReflectionSettings
+from runtime.reflection.context import settings_from
 from runtime.reflection.kinds import ENDPOINT_SLICES
-from runtime.reflection.reflection import settings_from
-from runtime.virtualkubelet.kubelet import pod_cidr_mapping
+from runtime.virtualkubelet.pods import pod_cidr_mapping
 
 
 def foreign(cluster_id: str, cidr: str | None, remapped: str | None = None) -> ForeignPodNetwork:

@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 from lightkube.resources.core_v1 import Pod
 
+from runtime.api.advertisement import pod_requests
 from runtime.api.quantities import parse_quantity
-from runtime.controllers.advertisement import pod_requests
 
 
 def test_nano_and_micro_suffixes() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -137,3 +138,59 @@ def test_diff_of_stores_reports_vanished_new_and_changed_objects() -> None:
     old = {"a": obj("1"), "b": obj("2"), "c": obj("3")}
     new = {"b": obj("2"), "c": obj("4"), "d": obj("5")}
     assert [(e.type, e.key) for e in diff_stores(old, new)] == [("DELETED", "a"), ("MODIFIED", "c"), ("ADDED", "d")]
+
+
+def test_the_number_of_workers_changes_live_and_a_worker_let_go_finishes_its_key_first() -> None:
+    async def until(condition: Callable[[], bool]) -> None:
+        for _ in range(1000):  # loop turns, not time: every worker that can run has run
+            if condition():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("condition not met")
+
+    async def scenario() -> tuple[list[int], list[int], int]:
+        running: set[str] = set()
+        done: list[str] = []
+        gate = asyncio.Event()
+
+        async def reconcile(key: str) -> None:
+            running.add(key)
+            await gate.wait()
+            running.discard(key)
+            done.append(key)
+
+        def workers() -> int:
+            return sum(1 for t in asyncio.all_tasks() if t.get_name().startswith("live-worker-") and not t.done())
+
+        queue = WorkQueue(reconcile, workers=3, name="live")
+        queue.start()
+        for i in range(20):
+            queue.add(str(i))
+        busy, depth = [], []
+        for count in (3, 8):
+            queue.resize(count)
+            await until(lambda count=count: len(running) == count and queue.depth == 20 - count)  # type: ignore[misc]
+            busy.append(len(running))
+            depth.append(queue.depth)
+        queue.resize(1)  # seven workers in the middle of a reconcile: let go once it ends
+        gate.set()
+        await queue.wait_idle(timeout=5)
+        await until(lambda: workers() == 1)
+        assert sorted(done, key=int) == [str(i) for i in range(20)], "no key lost"
+        gate.clear()
+        queue.resize(3)
+        for i in range(10):
+            queue.add(f"again-{i}")
+        await until(lambda: len(running) == 3)
+        for _ in range(10):
+            await asyncio.sleep(0)  # a fourth worker would have taken a key by now
+        busy.append(len(running))
+        depth.append(queue.depth)
+        gate.set()
+        await queue.shutdown()
+        return busy, depth, workers()
+
+    busy, depth, left = asyncio.run(scenario())
+    assert busy == [3, 8, 3]
+    assert depth == [17, 12, 7]
+    assert left == 0

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runtime.api import ReflectionPolicy, names
-from runtime.reflection.forging import (
+from runtime.forging.objects import (
     APPLIED_HASH_ANNOTATION,
     ReflectionSettings,
     covers,
@@ -191,7 +191,7 @@ def test_the_foreign_control_planes_slices_of_a_reflected_service_are_not_ours()
 def test_an_empty_list_the_api_server_returns_as_null_is_up_to_date() -> None:
     """A Service with no ready pod has an EndpointSlice with no endpoints: applied as [], read back
     as null. Taken for a difference, the copy was re-applied on every event."""
-    from runtime.reflection.forging import covers
+    from runtime.forging.objects import covers
 
     assert covers({"endpoints": [], "ports": [{"port": 80}]}, {"ports": [{"port": 80}]})
     assert covers({"data": {}}, {})

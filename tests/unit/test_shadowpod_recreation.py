@@ -7,9 +7,9 @@ from typing import Any, cast
 
 from lightkube.resources.core_v1 import Pod
 
+from runtime.api.resources import ShadowPodResource
 from runtime.controllers.shadowpod import ShadowPodController, applied, applied_hash
 from runtime.kube.packing import Packer
-from runtime.kube.resources import ShadowPodResource
 
 KEY = "twin/p"
 

@@ -11,7 +11,7 @@ from liqo_stack import manifests
 from liqo_stack.config import ConfigError, parse
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.virtualnode import StorageType
-from runtime.reflection.forging import ReflectionSettings, applied_hash, up_to_date
+from runtime.forging.objects import ReflectionSettings, applied_hash, up_to_date
 from runtime.reflection.storage import (
     PLACEHOLDER_PATH,
     home_volume,

@@ -17,8 +17,8 @@ from liqo_stack.components.peering import virtual_node_spec
 from liqo_stack.config import StackConfig, parse_api_server_address
 from runtime.api import ReflectionPolicy, VirtualNodeSpec, names
 from runtime.api.virtualnode import ApiServerAddress
-from runtime.reflection.events import event_allowed, home_event, needs_write, occurrences
-from runtime.reflection.tokens import (
+from runtime.forging.pods import HomeApiAccess, remote_pod_spec, remote_pod_spec_with
+from runtime.forging.tokens import (
     TokenProjection,
     refresh_at,
     renewal_due,
@@ -26,7 +26,7 @@ from runtime.reflection.tokens import (
     token_secret,
     tokens_wanted,
 )
-from runtime.virtualkubelet.translation import HomeApiAccess, remote_pod_spec, remote_pod_spec_with
+from runtime.reflection.events import event_allowed, home_event, needs_write, occurrences
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.UTC)
 

@@ -11,9 +11,8 @@ import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
 from runtime.api import VirtualNodeSpec, names
-from runtime.controllers.advertisement import PodLoad, available_for, load_of, loads_of
-from runtime.virtualkubelet.node import node_apply, node_conditions, status_patch
-from runtime.virtualkubelet.translation import (
+from runtime.api.advertisement import PodLoad, available_for, load_of, loads_of
+from runtime.forging.pods import (
     CidrMapping,
     TranslationError,
     home_pod_status,
@@ -22,6 +21,7 @@ from runtime.virtualkubelet.translation import (
     remote_pod_spec,
     skip_lists,
 )
+from runtime.virtualkubelet.node import node_apply, node_conditions, status_patch
 
 IDS = {"home_cluster_id": "home", "foreign_cluster_id": "foreign-1"}
 
@@ -281,8 +281,8 @@ def test_capacity_and_allocatable_are_replaced_whole() -> None:
 def test_the_virtual_node_carries_the_labels_its_foreign_cluster_suggests() -> None:
     """Seed 000 / DESIGN: the Node's labels are the advertisement's suggested ones, the VirtualNode's
     (which win on a shared key) and the two that identify it."""
+    from runtime.api.resources import ResourceAdvertisementResource, VirtualNodeResource
     from runtime.kube import Informer
-    from runtime.kube.resources import ResourceAdvertisementResource, VirtualNodeResource
     from runtime.virtualkubelet.node import VirtualNodeController
 
     none = cast(Any, None)

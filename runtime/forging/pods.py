@@ -12,7 +12,7 @@ import msgspec
 
 from runtime.api import names
 from runtime.api.virtualnode import ApiServerAddress, VirtualNodeSpec
-from runtime.reflection.tokens import home_api_env, token_projections, token_volumes
+from runtime.forging.tokens import home_api_env, token_projections, token_volumes
 
 
 def wire_copy(value: Any) -> Any:

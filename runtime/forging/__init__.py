@@ -1,0 +1,3 @@
+"""Pure forging: what the runtime writes, computed from what it reads (no I/O). Reflected copies
+(`objects`), offloaded pods and their status back home (`pods`), ServiceAccount token Secrets
+(`tokens`); shared by the virtual kubelet, reflection and the foreign agent."""
