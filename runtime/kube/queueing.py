@@ -3,12 +3,14 @@
 Semantics of client-go's workqueue: a key waits in the queue at most once however often it is
 added; a key being reconciled is never handed to a second worker, and adds that arrive meanwhile
 make it run once more afterwards; a failed reconcile is retried after an exponential backoff per
-key, reset by the next success.
+key, reset by the next success. Beyond client-go: a key added `first` is handed out before the
+others (the pod offloader's newly bound pods go ahead of status updates of pods already running).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -49,7 +51,13 @@ class WorkQueue:
         self.name = name
         self.metrics = metrics
         self.stats = QueueStats()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        # (0: added `first`, else 1; the order of adding; key): new work ahead of follow-ups
+        self._queue: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
+        self._added = itertools.count()
+        # the metrics' children, looked up once: prometheus_client's labels() takes a lock per call
+        if metrics is not None:
+            self._depth = metrics.queue_depth.labels(name)
+            self._durations = {r: metrics.reconcile_seconds.labels(name, r) for r in ("success", "failure")}
         self._queued: set[str] = set()
         self._processing: set[str] = set()
         self._dirty: set[str] = set()
@@ -63,7 +71,8 @@ class WorkQueue:
         self._idle.set()
 
     # -- adding ----------------------------------------------------------------------------
-    def add(self, key: str) -> None:
+    def add(self, key: str, *, first: bool = False) -> None:
+        """`first`: ahead of the keys added without it (new work before follow-ups of work begun)."""
         if key in self._processing:
             self._dirty.add(key)  # run again once the current reconcile ends
             return
@@ -71,7 +80,7 @@ class WorkQueue:
             return
         self._queued.add(key)
         self._idle.clear()
-        self._queue.put_nowait(key)
+        self._queue.put_nowait((0 if first else 1, next(self._added), key))
         self._report_depth()
 
     def add_after(self, key: str, delay: float) -> None:
@@ -92,7 +101,7 @@ class WorkQueue:
 
     def _report_depth(self) -> None:
         if self.metrics:
-            self.metrics.queue_depth.labels(self.name).set(len(self._queued))
+            self._depth.set(len(self._queued))
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -111,7 +120,7 @@ class WorkQueue:
         me = asyncio.current_task()
         assert me is not None
         while me not in self._retiring:
-            key = await self._queue.get()
+            _, _, key = await self._queue.get()
             self._busy.add(me)
             self._queued.discard(key)
             self._report_depth()
@@ -138,7 +147,7 @@ class WorkQueue:
                 self.stats.reconciles += 1
                 self.stats.latency_seconds_total += elapsed
                 if self.metrics:
-                    self.metrics.reconcile_seconds.labels(self.name, result).observe(elapsed)
+                    self._durations[result].observe(elapsed)
                 self._processing.discard(key)
                 self._busy.discard(me)
                 if key in self._dirty:

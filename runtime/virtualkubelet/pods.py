@@ -154,6 +154,8 @@ class PodOffloader(TwinFollower):
         # any change to an offloading may change what its pods here should do
         self.offloadings.add_handler(lambda event: self._requeue_namespace(event.key.partition("/")[0]))
         self._reported: dict[str, str] = {}  # home pod key -> the remote failure last reported
+        # home pod key -> (its resourceVersion, its ShadowPod's) when the two were last found in step
+        self._shadow_checked: dict[str, tuple[str | None, str | None]] = {}
         self.status_writes = OwnWrites()  # home pods' events our status patches caused
 
     @property
@@ -167,14 +169,18 @@ class PodOffloader(TwinFollower):
         mapping, skips = pod_cidr_mapping(spec), skip_lists(spec)
         if mapping != self.pod_cidr_mapping or skips != self._skip_lists:
             self.pod_cidr_mapping, self._skip_lists = mapping, skips
+            self._shadow_checked.clear()  # the ShadowPods' labels and annotations to compare anew
             for key in self.pods.store:
                 self.queue.add(key)
 
     def _on_pod(self, event: Event) -> None:
         if event.type == "DELETED":
             self._reported.pop(event.key, None)
+            self._shadow_checked.pop(event.key, None)
         if not self.status_writes.is_echo(event):
-            self.queue.add(event.key)
+            # ADDED: newly bound here, its ShadowPod to make: ahead of the status updates of the
+            # pods already running, which a burst queues by the hundred (issue 41: pick-up latency)
+            self.queue.add(event.key, first=event.type == "ADDED")
 
     def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
         foreign, origin = self.peering.foreign, {names.ORIGIN_LABEL: self.peering.home_cluster_id}
@@ -285,6 +291,10 @@ class PodOffloader(TwinFollower):
 
     async def _update_shadow(self, pod: Any, shadow: Any, scope: TwinScope) -> None:
         """Carry what changed on the live home pod to the ShadowPod (the agent updates the remote pod)."""
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        versions = (pod.metadata.resourceVersion, shadow.metadata.resourceVersion)
+        if self._shadow_checked.get(key) == versions:
+            return  # neither changed since the last comparison: the remote pod's own events bring most keys back
         home_pod = pod.to_dict()
         ids = {"home_cluster_id": self.peering.home_cluster_id, "foreign_cluster_id": self.peering.foreign_cluster_id}
         current = shadow.to_dict()
@@ -297,6 +307,7 @@ class PodOffloader(TwinFollower):
         want = {"metadata": desired_meta, "spec": {"pod": live_pod_spec(have["spec"]["pod"], home_pod)}}
         patch = merge_patch(have, want)
         if not patch:
+            self._shadow_checked[key] = versions
             return
         with unless_gone():
             patched = await self.peering.foreign.patch(
@@ -307,6 +318,7 @@ class PodOffloader(TwinFollower):
                 patch_type=PatchType.MERGE,
             )
             scope.own_writes.record(f"{shadow.metadata.namespace}/{shadow.metadata.name}", patched)
+            self._shadow_checked[key] = (versions[0], patched.metadata.resourceVersion)
 
     async def _report_failure(self, pod: Any, shadow: Any) -> None:
         """The agent could not create the remote pod: tell it on the home pod, once per message."""

@@ -194,3 +194,31 @@ def test_the_number_of_workers_changes_live_and_a_worker_let_go_finishes_its_key
     assert busy == [3, 8, 3]
     assert depth == [17, 12, 7]
     assert left == 0
+
+
+def test_a_key_added_first_is_reconciled_before_the_keys_waiting() -> None:
+    """A newly bound pod goes ahead of follow-ups of pods already offloaded (issue 41: pick-up latency)."""
+
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+        gate = asyncio.Event()
+
+        async def reconcile(key: str) -> None:
+            if key == "busy":
+                await gate.wait()
+            seen.append(key)
+
+        queue = WorkQueue(reconcile, workers=1)
+        queue.start()
+        queue.add("busy")
+        await asyncio.sleep(0)  # the one worker takes it and waits
+        for key in ("status-1", "status-2"):
+            queue.add(key)
+        queue.add("new-pod", first=True)
+        queue.add("status-1", first=True)  # already waiting: keeps its place
+        gate.set()
+        await queue.wait_idle(5)
+        await queue.shutdown()
+        return seen
+
+    assert asyncio.run(scenario()) == ["busy", "new-pod", "status-1", "status-2"]
