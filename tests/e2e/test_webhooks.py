@@ -7,6 +7,7 @@ offloading is ready; the namespace mapping strategy can't change once set.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import pytest
@@ -50,6 +51,18 @@ def test_pods_get_their_strategys_constraints(runtime: ExternalRuntime, home: Cl
                 pod = create_pod(home, namespace, f"runtime-class-{str(runtime_class).lower()}", runtime_class)
                 where = (strategy, runtime_class, selector)
                 assert schedulable(pod) == EXPECTED[where], where
+
+
+def test_every_pod_of_a_burst_is_admitted_with_its_constraints(runtime: ExternalRuntime, home: Client) -> None:
+    """Under load (20 creates at once, as the offloading bench sends them) the webhook still mutates
+    every pod: none is stored without the constraints its namespace's strategy requires."""
+    namespace = "wh-burst"
+    offload(home, namespace, {"podOffloadingStrategy": "Remote"})
+    wait_until(lambda: offloaded(home, namespace), 40, f"{namespace} offloaded")
+    with ThreadPoolExecutor(max_workers=20) as creators:
+        pods = list(creators.map(lambda index: create_pod(home, namespace, f"burst-{index}"), range(40)))
+    wrong = {pod["metadata"]["name"]: schedulable(pod) for pod in pods}
+    assert {name: nodes for name, nodes in wrong.items() if nodes != EXPECTED[("Remote", False, "empty")]} == {}
 
 
 def test_pods_are_rejected_until_the_offloading_is_ready(runtime: ExternalRuntime, home: Client) -> None:
