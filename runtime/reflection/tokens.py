@@ -57,8 +57,15 @@ class TokenReflector(TwinFollower):
         self.peering = peering
         self.pods = pods
         self.home_config_map = home_config_map
-        pods.add_handler(lambda event: self.queue.add(event.key))
+        pods.add_handler(self._on_pod)
         self._support = self.support()
+
+    def _on_pod(self, event: Event) -> None:
+        # What decides a pod's Secret (its UID, ServiceAccount and projected volumes) never changes on a
+        # live pod: its arrival, its deletion and the start of it matter, not its status updates (the
+        # most of its events, each of which cost a reconcile that found nothing to do).
+        if event.type != "MODIFIED" or event.obj.metadata.deletionTimestamp:
+            self.queue.add(event.key)
 
     def support(self) -> tuple[bool, ApiServerAddress | None] | None:
         spec = self.peering.node_spec()

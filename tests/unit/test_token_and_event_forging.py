@@ -376,3 +376,35 @@ def test_a_home_event_carries_no_label_or_annotation_of_the_foreign_one() -> Non
     event = home_event(foreign, HOME_POD, foreign_cluster_id="f1", node_name="liqo-f1")
     assert event["metadata"]["labels"] == {names.EVENT_REFLECTED_FROM_LABEL: "f1"}
     assert "annotations" not in event["metadata"]
+
+
+def test_the_token_reflector_decides_again_on_a_pod_s_arrival_and_deletion_not_its_status_updates() -> None:
+    """A pod's token Secret depends on nothing a live pod can change: its status updates (most of a
+    burst's pod events) queue no token work, its arrival and the start of its deletion do."""
+    from typing import cast
+
+    from lightkube.resources.core_v1 import Pod
+
+    from runtime.kube import Event, Informer
+    from runtime.reflection import Peering
+    from runtime.reflection.tokens import TokenReflector
+
+    none = cast(Any, None)
+    pods = Informer(none, Pod)
+    reflector = TokenReflector(Peering(none, none, "home", "foreign-1"), pods)
+
+    def pod(name: str, deleting: bool = False) -> Any:
+        meta: dict[str, Any] = {"name": name, "namespace": "apps", "uid": name}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-11-26T12:00:00Z"
+        return Pod.from_dict({"metadata": meta, "spec": {"containers": [{"name": "app"}]}})
+
+    for event in (
+        Event("ADDED", "apps/new", pod("new")),
+        Event("MODIFIED", "apps/running", pod("running")),
+        Event("MODIFIED", "apps/leaving", pod("leaving", deleting=True)),
+        Event("DELETED", "apps/gone", pod("gone")),
+    ):
+        for handler in pods._handlers:
+            handler(event)
+    assert reflector.queue._queued == {"apps/new", "apps/leaving", "apps/gone"}
