@@ -445,6 +445,19 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
     },
 ]
 
+
+def virtual_kubelet_rules(foreign_cluster_id: str) -> list[Manifest]:
+    """VIRTUAL_KUBELET_RULES, and what one virtual kubelet may do to its own Node and VirtualNode only:
+    at the peering's removal it holds the VirtualNode with its finalizer until its Node is drained
+    and deleted (runtime/virtualkubelet/removal.py)."""
+    own = names.virtual_node_name(foreign_cluster_id)
+    return [
+        *VIRTUAL_KUBELET_RULES,
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["delete"], "resourceNames": [own]},
+        {"apiGroups": [_GROUP], "resources": ["virtualnodes"], "verbs": ["patch", "update"], "resourceNames": [own]},
+    ]
+
+
 # In the foreign cluster, inside its tenant namespace only: what the home cluster may ask for.
 HOME_IDENTITY_TENANT_RULES: list[Manifest] = [
     {

@@ -119,7 +119,7 @@ class Peering(pulumi.ComponentResource):
             resource_name=f"virtual-kubelet-{foreign_id}",
             name=names.virtual_kubelet_name(foreign_id),
             component="virtual-kubelet",
-            rules=manifests.VIRTUAL_KUBELET_RULES,
+            rules=manifests.virtual_kubelet_rules(foreign_id),
             args=[
                 "virtual-kubelet",
                 f"--foreign-cluster-id={foreign_id}",

@@ -78,3 +78,25 @@ def test_only_our_finalizer_holds_the_virtual_node() -> None:
     assert has_finalizer(VirtualNode([names.VIRTUAL_NODE_FINALIZER, "other.io/x"]))
     assert not has_finalizer(VirtualNode(["other.io/x"]))
     assert not has_finalizer(VirtualNode(None))
+
+
+def test_a_virtual_kubelet_may_remove_its_own_node_and_hold_its_own_virtual_node_only() -> None:
+    """Cluster mode runs the virtual kubelet as its ServiceAccount: removal.py's finalizer patch and
+    Node delete must be in its ClusterRole (the image test caught their absence), for its own only."""
+    from liqo_stack import manifests
+
+    rules = manifests.virtual_kubelet_rules("foreign-1")
+
+    def allowed(group: str, resource: str, verb: str, name: str) -> bool:
+        return any(
+            group in rule["apiGroups"]
+            and resource in rule["resources"]
+            and verb in rule["verbs"]
+            and name in rule.get("resourceNames", [name])
+            for rule in rules
+        )
+
+    assert allowed(names.GROUP, "virtualnodes", "patch", "liqo-foreign-1")
+    assert allowed("", "nodes", "delete", "liqo-foreign-1")
+    assert not allowed(names.GROUP, "virtualnodes", "patch", "liqo-foreign-2")
+    assert not allowed("", "nodes", "delete", "fake-node-1")
