@@ -222,3 +222,33 @@ def test_a_key_added_first_is_reconciled_before_the_keys_waiting() -> None:
         return seen
 
     assert asyncio.run(scenario()) == ["busy", "new-pod", "status-1", "status-2"]
+
+
+def test_keys_added_first_go_two_for_one_and_never_starve_the_others() -> None:
+    """1,000 pods bound at once must not hold back the status updates of the pods already running."""
+
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+        gate = asyncio.Event()
+
+        async def reconcile(key: str) -> None:
+            if key == "busy":
+                await gate.wait()
+            seen.append(key)
+
+        queue = WorkQueue(reconcile, workers=1)
+        queue.start()
+        queue.add("busy")
+        await asyncio.sleep(0)
+        for index in range(3):
+            queue.add(f"status-{index}")
+        for index in range(5):
+            queue.add(f"new-{index}", first=True)
+        gate.set()
+        await queue.wait_idle(5)
+        await queue.shutdown()
+        return seen
+
+    assert asyncio.run(scenario()) == [
+        "busy", "new-0", "new-1", "status-0", "new-2", "new-3", "status-1", "new-4", "status-2",
+    ]  # fmt: skip
