@@ -196,8 +196,8 @@ def test_the_number_of_workers_changes_live_and_a_worker_let_go_finishes_its_key
     assert left == 0
 
 
-def test_a_key_added_first_is_reconciled_before_the_keys_waiting() -> None:
-    """A newly bound pod goes ahead of follow-ups of pods already offloaded (issue 41: pick-up latency)."""
+def reconcile_order(adds: list[tuple[str, bool]]) -> list[str]:
+    """The order one worker reconciles keys in, added (key, first) while it is busy with another."""
 
     async def scenario() -> list[str]:
         seen: list[str] = []
@@ -212,43 +212,24 @@ def test_a_key_added_first_is_reconciled_before_the_keys_waiting() -> None:
         queue.start()
         queue.add("busy")
         await asyncio.sleep(0)  # the one worker takes it and waits
-        for key in ("status-1", "status-2"):
-            queue.add(key)
-        queue.add("new-pod", first=True)
-        queue.add("status-1", first=True)  # already waiting: keeps its place
+        for key, first in adds:
+            queue.add(key, first=first)
         gate.set()
         await queue.wait_idle(5)
         await queue.shutdown()
-        return seen
+        return seen[1:]
 
-    assert asyncio.run(scenario()) == ["busy", "new-pod", "status-1", "status-2"]
+    return asyncio.run(scenario())
+
+
+def test_a_key_added_first_is_reconciled_before_the_keys_waiting() -> None:
+    """A newly bound pod goes ahead of follow-ups of pods already offloaded (issue 41: pick-up latency)."""
+    adds = [("status-1", False), ("status-2", False), ("new-pod", True), ("status-1", True)]
+    assert reconcile_order(adds) == ["new-pod", "status-1", "status-2"], "a key already waiting keeps its place"
 
 
 def test_keys_added_first_go_two_for_one_and_never_starve_the_others() -> None:
     """1,000 pods bound at once must not hold back the status updates of the pods already running."""
-
-    async def scenario() -> list[str]:
-        seen: list[str] = []
-        gate = asyncio.Event()
-
-        async def reconcile(key: str) -> None:
-            if key == "busy":
-                await gate.wait()
-            seen.append(key)
-
-        queue = WorkQueue(reconcile, workers=1)
-        queue.start()
-        queue.add("busy")
-        await asyncio.sleep(0)
-        for index in range(3):
-            queue.add(f"status-{index}")
-        for index in range(5):
-            queue.add(f"new-{index}", first=True)
-        gate.set()
-        await queue.wait_idle(5)
-        await queue.shutdown()
-        return seen
-
-    assert asyncio.run(scenario()) == [
-        "busy", "new-0", "new-1", "status-0", "new-2", "new-3", "status-1", "new-4", "status-2",
-    ]  # fmt: skip
+    adds = [(f"status-{i}", False) for i in range(3)] + [(f"new-{i}", True) for i in range(5)]
+    order = ["new-0", "new-1", "status-0", "new-2", "new-3", "status-1", "new-4", "status-2"]
+    assert reconcile_order(adds) == order
