@@ -167,8 +167,9 @@ def test_default_kubelet_ports_skip_a_port_something_listens_on() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         busy = listener.getsockname()[1]
-        assert free_ports_from(busy, 2, set()) == [busy + 1, busy + 2] or busy + 1 > 65535
-        assert busy not in free_ports_from(busy, 1, {busy + 1})
+        found = free_ports_from(busy, 2, {busy + 1})  # one in use, one already given to another kubelet
+        # (the next ones may be taken too, by other processes of this machine: only their order is known)
+        assert len(found) == 2 and busy < found[0] < found[1] and busy + 1 not in found
 
 
 def test_a_dead_component_is_reported_with_its_log(tmp_path: Path) -> None:
