@@ -23,26 +23,29 @@ from tests.support.kube import wait_until_async
 pytestmark = pytest.mark.clusters
 
 
-def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
-    dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
-) -> None:
-    namespace, twin = namespaces
-    target: Any = home.create(ConfigMap(metadata=ObjectMeta(name="settings", namespace=namespace)))
-    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    stamp = now.isoformat().replace("+00:00", "Z")
-    changed: Any = Event.from_dict(
+def config_map_changed(name: str, twin: str, *, about: str, uid: str) -> Any:
+    """A foreign controller's event about ConfigMap `about` of the twin namespace, happened now."""
+    stamp = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return Event.from_dict(
         {
-            "metadata": {"name": "settings.changed", "namespace": twin},
-            "involvedObject": {"kind": "ConfigMap", "name": "settings", "namespace": twin, "uid": "1"},
+            "metadata": {"name": name, "namespace": twin},
+            "involvedObject": {"kind": "ConfigMap", "name": about, "namespace": twin, "uid": uid},
             "reason": "Changed",
-            "message": "changed there",
+            "message": f"{about} changed there",
             "type": "Normal",
             "count": 1,
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
         }
     )
-    foreign["foreign-1"].create(changed)
+
+
+def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
+    dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    namespace, twin = namespaces
+    target: Any = home.create(ConfigMap(metadata=ObjectMeta(name="settings", namespace=namespace)))
+    foreign["foreign-1"].create(config_map_changed("settings.changed", twin, about="settings", uid="1"))
 
     async def home_object(kind: str, home_namespace: str, name: str, uid: str | None) -> dict[str, Any] | None:
         return target.to_dict() if (kind, home_namespace, name) == ("ConfigMap", namespace, "settings") else None
@@ -90,23 +93,10 @@ def test_with_an_allow_list_only_events_about_annotated_objects_come_home(
     for name, allowed in (("hidden", {}), ("shown", {names.ALLOW_REFLECTION_ANNOTATION: "true"})):
         meta = ObjectMeta(name=name, namespace=namespace, annotations=allowed)
         targets[name] = home.create(ConfigMap(metadata=meta)).to_dict()
-    stamp = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     # one worker, and events named in the order they are queued (listed by name, or watched as created):
     # once the second one is home, the first one has been decided
     for order, name in enumerate(("hidden", "shown")):
-        event: Any = Event.from_dict(
-            {
-                "metadata": {"name": f"{order}-{name}.changed", "namespace": twin},
-                "involvedObject": {"kind": "ConfigMap", "name": name, "namespace": twin, "uid": name},
-                "reason": "Changed",
-                "message": f"{name} changed there",
-                "type": "Normal",
-                "count": 1,
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-            }
-        )
-        foreign["foreign-1"].create(event)
+        foreign["foreign-1"].create(config_map_changed(f"{order}-{name}.changed", twin, about=name, uid=name))
 
     async def home_object(kind: str, home_namespace: str, name: str, uid: str | None) -> dict[str, Any] | None:
         return targets.get(name) if (kind, home_namespace) == ("ConfigMap", namespace) else None
