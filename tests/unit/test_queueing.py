@@ -182,8 +182,7 @@ def test_the_number_of_workers_changes_live_and_a_worker_let_go_finishes_its_key
         for i in range(10):
             queue.add(f"again-{i}")
         await until(lambda: len(running) == 3)
-        for _ in range(10):
-            await asyncio.sleep(0)  # a fourth worker would have taken a key by now
+        assert workers() == 3, "no fourth worker left to take a key"
         busy.append(len(running))
         depth.append(queue.depth)
         gate.set()
@@ -201,17 +200,18 @@ def reconcile_order(adds: list[tuple[str, bool]]) -> list[str]:
 
     async def scenario() -> list[str]:
         seen: list[str] = []
-        gate = asyncio.Event()
+        gate, taken = asyncio.Event(), asyncio.Event()
 
         async def reconcile(key: str) -> None:
             if key == "busy":
+                taken.set()
                 await gate.wait()
             seen.append(key)
 
         queue = WorkQueue(reconcile, workers=1)
         queue.start()
         queue.add("busy")
-        await asyncio.sleep(0)  # the one worker takes it and waits
+        await asyncio.wait_for(taken.wait(), 5)  # the one worker holds it: the next keys queue up
         for key, first in adds:
             queue.add(key, first=first)
         gate.set()
