@@ -51,6 +51,7 @@ FIRST_LANE = {
     "test_upgrade",
     "test_failover",
     "test_preview",
+    "test_soak",
 }
 
 
