@@ -56,6 +56,8 @@ CHECK_SECONDS = 20.0
 GRACE_SECONDS = 120.0  # a violated state that holds this long is a breach
 FAULT_GAP_SECONDS = (20.0, 60.0)
 FOREIGN_OUTAGE_SECONDS = 30.0
+# an API server started again can take over a minute to serve on a loaded machine (seen at load 19)
+RESTART_TIMEOUT_SECONDS = 300.0
 RSS_TOLERANCE = 0.10
 SETTLE_SECONDS = 300.0
 APPS = ("web-1", "web-2", "web-3")
@@ -294,12 +296,12 @@ class Soak:
                 elif kind == kinds[1]:
                     cluster_id = self.fault_random.choice(self.foreign_ids)
                     self.journal.fault(f"{FOREIGN_OUTAGE} {cluster_id} for {FOREIGN_OUTAGE_SECONDS:.0f}s")
-                    with self.env.api_server_stopped(cluster_id):
+                    with self.env.api_server_stopped(cluster_id, timeout=RESTART_TIMEOUT_SECONDS):
                         self.stopping.wait(FOREIGN_OUTAGE_SECONDS)  # the outage itself, not a wait for a state
                     self.journal.fault(f"control plane started again: {cluster_id}")
                 else:
                     self.journal.fault(f"{HOME_RESTART} ({self.home_id})")
-                    with self.env.api_server_stopped(self.home_id):
+                    with self.env.api_server_stopped(self.home_id, timeout=RESTART_TIMEOUT_SECONDS):
                         pass
             except Exception as err:  # the fault could not be made: say so, it is not the runtime's breach
                 self.journal.fault(f"{kind} failed: {err}")
