@@ -604,14 +604,18 @@ class DevEnvironment:
         try:
             yield
         finally:
-            for component, command in commands.items():
-                holds[component].release()
-                self._relaunch(cluster_dir, component, command)
-            deadline = time.monotonic() + timeout
-            while not self._is_ready(cluster_id):
-                if time.monotonic() > deadline:
-                    raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
-                time.sleep(0.2)
+            # The machine's port lock from releasing the ports until the API server serves: a cluster
+            # created meanwhile (kwokctl picks ports free at that moment) could otherwise take a port
+            # between its release and the relaunched component binding it, seen on a loaded machine.
+            with _ports_locked():
+                for component, command in commands.items():
+                    holds[component].release()
+                    self._relaunch(cluster_dir, component, command)
+                deadline = time.monotonic() + timeout
+                while not self._is_ready(cluster_id):
+                    if time.monotonic() > deadline:
+                        raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
+                    time.sleep(0.2)
 
     def _component_commands(self, cluster_id: str) -> dict[str, list[str]]:
         """The command line of each control-plane component, as kwokctl recorded it in kwok.yaml."""

@@ -418,6 +418,7 @@ class Soak:
         return current
 
     def check_forever(self) -> None:
+        unanswered_since: float | None = None
         while not self.stopping.wait(CHECK_SECONDS):
             with self.supervising:
                 for component in self.runtime.components:  # a process that ended by itself is a crash
@@ -426,8 +427,12 @@ class Soak:
                         self.runtime.start(component)
             try:
                 self.check()
+                unanswered_since = None
             except Exception as err:  # an API server a fault stopped: the next round looks again
                 self.journal.refused[f"check: {type(err).__name__}"] += 1
+                unanswered_since = unanswered_since or clock()
+                if clock() - unanswered_since >= GRACE_SECONDS:  # longer than any fault keeps one down
+                    self.breach_once(f"unanswered {unanswered_since:.0f}", f"no check could run for 2 minutes: {err}")
 
     def sample_memory(self) -> None:
         for component in self.runtime.components:
@@ -480,9 +485,19 @@ class Soak:
         """Wait until every invariant holds (they converge once nothing changes), then check strictly."""
         for component in self.runtime.components:
             self.runtime.start(component)  # no-op for the running ones
+
+        def settled() -> bool:
+            try:
+                return not self.violations()
+            except Exception:  # an API server still starting: not settled yet
+                return False
+
         with contextlib.suppress(TimeoutError):
-            wait_until(lambda: not self.violations(), SETTLE_SECONDS, "every invariant holding")
-        self.check(strict=True)
+            wait_until(settled, SETTLE_SECONDS, "every invariant holding")
+        try:
+            self.check(strict=True)
+        except Exception as err:
+            self.journal.breach(f"the final check could not run: {err}")
 
     def report(self, memory: list[str]) -> None:
         journal = self.journal
