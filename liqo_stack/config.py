@@ -369,8 +369,30 @@ class ReflectorConfig(ConfigModel):
     workers: int = Field(default=3, ge=0, le=64, description="concurrent reconciles; 0 turns this type off")
 
 
-# API groups whose objects are never reflected as custom resources: liqo's own, and those of the core kinds
-_NOT_CUSTOM_GROUPS = (names.GROUP, "liqo.io")
+# API groups that are not custom resources' (no CRD serves them): liqo's own and Kubernetes' built-in
+# ones (other *.k8s.io groups, gateway.networking.k8s.io or snapshot.storage.k8s.io, are CRDs)
+_BUILT_IN_K8S_IO_GROUPS = (
+    "admissionregistration",
+    "apiextensions",
+    "apiregistration",
+    "authentication",
+    "authorization",
+    "certificates",
+    "coordination",
+    "discovery",
+    "events",
+    "flowcontrol.apiserver",
+    "internal.apiserver",
+    "metrics",
+    "networking",
+    "node",
+    "rbac.authorization",
+    "resource",
+    "scheduling",
+    "storage",
+    "storagemigration",
+)
+_NOT_CUSTOM_GROUPS = (names.GROUP, "liqo.io", *(f"{group}.k8s.io" for group in _BUILT_IN_K8S_IO_GROUPS))
 _VERSION_NAME = re.compile(r"^v[0-9]+((alpha|beta)[0-9]+)?$")
 
 
@@ -379,8 +401,8 @@ def _api_group(value: str) -> str:
         raise ValueError("a wildcard is not a group: name one API group (e.g. cert-manager.io)")
     if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value) or "." not in value:
         raise ValueError("must be a custom resource's API group, a DNS subdomain with a dot (e.g. cert-manager.io)")
-    if value in _NOT_CUSTOM_GROUPS or value.endswith(".k8s.io"):
-        raise ValueError(f"{value} is not a custom resource's group (liqo's own and Kubernetes' are not reflected)")
+    if value in _NOT_CUSTOM_GROUPS:
+        raise ValueError(f"{value} is not a custom resource's group (liqo's own and Kubernetes' built-in ones)")
     return value
 
 
@@ -399,12 +421,12 @@ def _resource_name(value: str) -> str:
 
 
 class CustomResourceConfig(ConfigModel):
-    """One custom resource type reflected into the twins (issue 39), named as in its CRD."""
+    """One custom resource type reflected into the twins, named as in its CRD (see docs/reflection.md)."""
 
     group: Annotated[str, AfterValidator(_api_group)] = Field(description="its API group, e.g. cert-manager.io")
     version: Annotated[str, AfterValidator(_api_version)] = Field(description="the version reflected, e.g. v1")
     resource: Annotated[str, AfterValidator(_resource_name)] = Field(
-        description="its plural, e.g. certificates (the CRD is <resource>.<group>)"
+        description="its plural, e.g. certificates (the CRD is `<resource>.<group>`)"
     )
     type: ReflectionPolicy = Field(
         default=ReflectionPolicy.ALLOW_LIST,

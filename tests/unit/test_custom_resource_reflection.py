@@ -7,14 +7,15 @@ import json
 from typing import Any
 
 import pulumi
+import pytest
 
 from liqo_stack import manifests, policy
-from liqo_stack.config import parse
+from liqo_stack.config import ConfigError, parse
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
 from runtime.reflection.context import settings_from
 from runtime.reflection.custom import crd_problem, custom_content, has_status_subresource
 from tests.unit.test_components import RecordingMocks, mocks, run_program
-from tests.unit.test_config import config
+from tests.unit.test_config import config, problem_at
 
 __all__ = ["mocks"]  # the fixture, shared with test_components
 
@@ -32,6 +33,19 @@ def test_a_custom_resource_is_opted_in_as_an_allow_list_by_default() -> None:
         True,
     )
     assert (gadgets.version, gadgets.reflect_status) == ("v1beta1", False)
+
+
+def test_crd_groups_under_k8s_io_are_custom_resources_and_built_in_ones_are_refused() -> None:
+    gateway = {"group": "gateway.networking.k8s.io", "version": "v1", "resource": "httproutes"}
+    assert (
+        parse(config(reflection={"customResources": [gateway]})).reflection.custom_resources[0].group
+        == gateway["group"]
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse(config(reflection={"customResources": [{**gateway, "group": "networking.k8s.io"}]}))
+    assert "networking.k8s.io is not a custom resource's group" in problem_at(
+        caught.value, "liqo:reflection.customResources[0].group"
+    )
 
 
 def test_the_virtual_node_settings_of_a_custom_resource_come_by_its_crd_name() -> None:
