@@ -183,9 +183,6 @@ class CustomResources:
         spec = self.peering.node_spec()
         return {entry.crd_name: entry for entry in (spec.custom_resources if spec is not None else [])}
 
-    def reflector_for(self, name: str) -> CustomReflector | None:
-        return self.reflectors.get(name)
-
     # -- TwinMember ----------------------------------------------------------------------------------
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -223,17 +220,25 @@ class CustomResources:
         for name in list(self.reflectors):
             await self.reflectors.pop(name).stop()
 
-    # -- the loop: woken by CRD events and VirtualNode changes, never by the clock --------------------
+    # -- the loop: woken by CRD events and VirtualNode changes (and a failed update, retried) ----------
     async def _run(self) -> None:
+        failures = 0
         while True:
             await self._changed.wait()
             self._changed.clear()
             try:
                 await self._update()
+                failures = 0
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("custom resource reflection of %s: update failed", self.peering.foreign_cluster_id)
+            except Exception:  # an API server refusing or away: the same update again, later
+                failures += 1
+                delay = min(2.0**failures, 30.0)
+                log.exception(
+                    "custom resources of %s: update failed, again in %.0fs", self.peering.foreign_cluster_id, delay
+                )
+                await asyncio.sleep(delay)
+                self._changed.set()
 
     def _watch(self, name: str) -> None:
         def informer(client: Any) -> Informer:
