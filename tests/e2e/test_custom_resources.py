@@ -252,3 +252,16 @@ def test_a_resource_not_opted_in_stays_home(
     assert can_i("get", f"customresourcedefinitions/widgets.{GROUP}") == "yes"
     assert can_i("get", f"customresourcedefinitions/gadgets.{GROUP}") == "no"
     assert can_i("list", "customresourcedefinitions") == "no"
+
+
+def test_a_crd_deleted_in_one_cluster_stops_reflection_there_only(
+    crds: None, offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    kubectl(dev_env, "foreign-2", "delete", "crd", f"widgets.{GROUP}")  # its copies go with it
+    wait_until(
+        lambda: condition(home, "foreign-2").get("status") == "False", 30, "foreign-2 says its CRD is missing again"
+    )
+    assert "foreign-2: no CustomResourceDefinition" in condition(home, "foreign-2")["message"]
+    home.create(widget("later", offloaded, {"size": 5}, annotations=ALLOWED))
+    assert copy_in(foreign["foreign-1"], "later", offloaded)["spec"] == {"size": 5}
+    assert condition(home, "foreign-1")["status"] == "True"
