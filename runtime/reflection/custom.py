@@ -210,6 +210,14 @@ class CustomResources:
         ):
             self._changed.set()
 
+    def status_source_changed(self, namespace: str) -> None:
+        """The namespace's offloading changed, maybe which cluster gives its custom objects their
+        status: the types whose status comes back look again."""
+        for reflector in self.reflectors.values():
+            scope = reflector.scopes.get(namespace)
+            if scope is not None and reflector.reflects_status():
+                reflector.requeue(scope)
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()

@@ -120,9 +120,10 @@ class ReflectionManager:
         return {"apiVersion": api_version, "kind": kind, **found} if found is not None else None
 
     # -- what changes ------------------------------------------------------------------------------
-    def _on_offloading(self, _: Event) -> None:
+    def _on_offloading(self, event: Event) -> None:
         if self.started:
             self.follow()
+            self.custom.status_source_changed(event.key.partition("/")[0])
 
     def follow(self) -> None:
         self.twins = followed_twins(self.offloadings, self.peering.foreign_cluster_id, self.twins)
