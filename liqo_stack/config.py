@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from runtime.api import (
+    CustomResourceReflection,
     DurationError,
     NamespaceMappingStrategy,
     NodeSelector,
@@ -368,12 +369,87 @@ class ReflectorConfig(ConfigModel):
     workers: int = Field(default=3, ge=0, le=64, description="concurrent reconciles; 0 turns this type off")
 
 
+# API groups that are not custom resources' (no CRD serves them): liqo's own and Kubernetes' built-in
+# ones (other *.k8s.io groups, gateway.networking.k8s.io or snapshot.storage.k8s.io, are CRDs)
+_BUILT_IN_K8S_IO_GROUPS = (
+    "admissionregistration",
+    "apiextensions",
+    "apiregistration",
+    "authentication",
+    "authorization",
+    "certificates",
+    "coordination",
+    "discovery",
+    "events",
+    "flowcontrol.apiserver",
+    "internal.apiserver",
+    "metrics",
+    "networking",
+    "node",
+    "rbac.authorization",
+    "resource",
+    "scheduling",
+    "storage",
+    "storagemigration",
+)
+_NOT_CUSTOM_GROUPS = (names.GROUP, "liqo.io", *(f"{group}.k8s.io" for group in _BUILT_IN_K8S_IO_GROUPS))
+_VERSION_NAME = re.compile(r"^v[0-9]+((alpha|beta)[0-9]+)?$")
+
+
+def _api_group(value: str) -> str:
+    if "*" in value:
+        raise ValueError("a wildcard is not a group: name one API group (e.g. cert-manager.io)")
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value) or "." not in value:
+        raise ValueError("must be a custom resource's API group, a DNS subdomain with a dot (e.g. cert-manager.io)")
+    if value in _NOT_CUSTOM_GROUPS:
+        raise ValueError(f"{value} is not a custom resource's group (liqo's own and Kubernetes' built-in ones)")
+    return value
+
+
+def _api_version(value: str) -> str:
+    if not _VERSION_NAME.fullmatch(value):
+        raise ValueError("must be a Kubernetes API version such as v1, v1beta1 or v2alpha3")
+    return value
+
+
+def _resource_name(value: str) -> str:
+    if "*" in value:
+        raise ValueError("a wildcard is not a resource: name each resource type to reflect (its plural)")
+    if not names.is_dns_label(value) or "/" in value:
+        raise ValueError("must be the resource's plural as in its CRD's name, lower case (e.g. certificates)")
+    return value
+
+
+class CustomResourceConfig(ConfigModel):
+    """One custom resource type reflected into the twins, named as in its CRD (see docs/reflection.md)."""
+
+    group: Annotated[str, AfterValidator(_api_group)] = Field(description="its API group, e.g. cert-manager.io")
+    version: Annotated[str, AfterValidator(_api_version)] = Field(description="the version reflected, e.g. v1")
+    resource: Annotated[str, AfterValidator(_resource_name)] = Field(
+        description="its plural, e.g. certificates (the CRD is `<resource>.<group>`)"
+    )
+    type: ReflectionPolicy = Field(
+        default=ReflectionPolicy.ALLOW_LIST,
+        description="AllowList (default): only objects annotated `liqo.io/allow-reflection`; DenyList: all but "
+        "objects annotated `liqo.io/skip-reflection`",
+    )
+    workers: int = Field(default=3, ge=0, le=64, description="concurrent reconciles; 0 turns this type off")
+    reflect_status: bool = Field(
+        default=False,
+        description="the copy's status comes back to the home object (its CRD needs a status subresource at home)",
+    )
+
+
 class ReflectionConfig(ConfigModel):
     """Resource reflection into the twin namespaces (seed 002); applied live through the VirtualNodes."""
 
     resources: dict[Literal[REFLECTED_RESOURCES], ReflectorConfig] = Field(  # type: ignore[valid-type]
         default_factory=dict,
         description="per resource type (" + ", ".join(REFLECTED_RESOURCES) + "): its policy and workers",
+    )
+    custom_resources: list[CustomResourceConfig] = Field(
+        default_factory=list,
+        description="custom resource types reflected too, each opted in by group, version and resource",
     )
     skip_labels: list[str] = Field(default_factory=list, description="labels never copied to the reflected objects")
     skip_annotations: list[str] = Field(
@@ -382,6 +458,19 @@ class ReflectionConfig(ConfigModel):
 
     def settings(self) -> dict[str, ReflectorConfig]:
         return {name: self.resources.get(name, ReflectorConfig()) for name in REFLECTED_RESOURCES}
+
+    def custom_reflection(self) -> list[CustomResourceReflection]:
+        """The opted-in custom resources as the VirtualNodes (and the RBAC granted for them) carry them."""
+        return [CustomResourceReflection.model_validate(c.model_dump()) for c in self.custom_resources]
+
+    @field_validator("custom_resources")
+    @classmethod
+    def _one_version_each(cls, custom: list[CustomResourceConfig]) -> list[CustomResourceConfig]:
+        named = [f"{c.resource}.{c.group}" for c in custom]
+        repeated = sorted({n for n in named if named.count(n) > 1})
+        if repeated:
+            raise ValueError(f"each custom resource is reflected in one version; repeated: {repeated}")
+        return custom
 
 
 class VirtualKubeletConfig(ConfigModel):

@@ -52,6 +52,9 @@ _VALIDATED = {
     "_image_digest": "image digest",
     "_dns_subdomain": "DNS subdomain",
     "_whole_seconds": "duration",
+    "_api_group": "API group",
+    "_api_version": "API version",
+    "_resource_name": "resource (plural)",
 }
 # Kubernetes core types the config takes as they are.
 _CORE = {

@@ -6,9 +6,17 @@ what each object looks like is decided here, once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from runtime.api import NamespaceOffloading, NamespaceOffloadingSpec, VirtualNode, VirtualNodeSpec, names
+from runtime.api import (
+    CustomResourceReflection,
+    NamespaceOffloading,
+    NamespaceOffloadingSpec,
+    VirtualNode,
+    VirtualNodeSpec,
+    names,
+)
 from runtime.api.plan import virtual_node_labels
 
 Manifest = dict[str, Any]
@@ -446,15 +454,55 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
 ]
 
 
-def virtual_kubelet_rules(foreign_cluster_id: str) -> list[Manifest]:
+def virtual_kubelet_rules(
+    foreign_cluster_id: str, custom_resources: Sequence[CustomResourceReflection] = ()
+) -> list[Manifest]:
     """VIRTUAL_KUBELET_RULES, and what one virtual kubelet may do to its own Node and VirtualNode only:
     at the peering's removal it holds the VirtualNode with its finalizer until its Node is drained
-    and deleted (runtime/virtualkubelet/removal.py)."""
+    and deleted (runtime/virtualkubelet/removal.py); its status carries the custom resources'
+    condition. The opted-in custom resources: read, their status written where it comes back, and
+    their CRDs read by name (runtime/reflection/custom.py)."""
     own = names.virtual_node_name(foreign_cluster_id)
+    with_status = [c for c in custom_resources if c.reflect_status]
     return [
         *VIRTUAL_KUBELET_RULES,
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["delete"], "resourceNames": [own]},
         {"apiGroups": [_GROUP], "resources": ["virtualnodes"], "verbs": ["patch", "update"], "resourceNames": [own]},
+        {"apiGroups": [_GROUP], "resources": ["virtualnodes/status"], "verbs": ["patch"], "resourceNames": [own]},
+        *custom_resource_rules(custom_resources, ["get", "list", "watch"]),
+        *custom_resource_rules(with_status, ["patch"], subresource="/status"),
+        *custom_resource_definition_rules(custom_resources),
+    ]
+
+
+def custom_resource_rules(
+    custom_resources: Sequence[CustomResourceReflection], verbs: list[str], *, subresource: str = ""
+) -> list[Manifest]:
+    """One rule per API group: exactly the opted-in resources of it (never `*`)."""
+    by_group: dict[str, list[str]] = {}
+    for custom in custom_resources:
+        by_group.setdefault(custom.group, []).append(custom.resource + subresource)
+    return [
+        {"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)}
+        for group, resources in sorted(by_group.items())
+    ]
+
+
+CRD_GROUP = "apiextensions.k8s.io"
+
+
+def custom_resource_definition_rules(custom_resources: Sequence[CustomResourceReflection]) -> list[Manifest]:
+    """Reading the opted-in types' CRDs by name (a list or watch with a metadata.name field selector is
+    authorized by resourceNames): how reflection learns that a type exists there."""
+    if not custom_resources:
+        return []
+    return [
+        {
+            "apiGroups": [CRD_GROUP],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["get", "list", "watch"],
+            "resourceNames": sorted(c.crd_name for c in custom_resources),
+        }
     ]
 
 
@@ -511,6 +559,7 @@ FOREIGN_AGENT_RULES: list[Manifest] = [
 
 # Bound by the foreign agent in each twin namespace it creates for a home cluster.
 HOME_IN_TWIN_NAMESPACE_ROLE = "liqo-home-in-twin-namespace"
+REFLECTION_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 HOME_IN_TWIN_NAMESPACE_RULES: list[Manifest] = [
     {
         "apiGroups": [_GROUP],
@@ -540,3 +589,8 @@ HOME_IN_TWIN_NAMESPACE_RULES: list[Manifest] = [
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
 ]
+
+
+def home_in_twin_namespace_rules(custom_resources: Sequence[CustomResourceReflection] = ()) -> list[Manifest]:
+    """HOME_IN_TWIN_NAMESPACE_RULES and the opted-in custom resources, which the home identity reflects."""
+    return [*HOME_IN_TWIN_NAMESPACE_RULES, *custom_resource_rules(custom_resources, REFLECTION_VERBS)]

@@ -204,8 +204,38 @@ def _excess(rules: Iterable[Mapping[str, Any]]) -> list[str]:
     return sorted(set(excess))
 
 
+def _wildcards(rules: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The fields of these rules that ask for `*` (every group, resource, verb or name)."""
+    return sorted(
+        {
+            f"{field} {rule.get(field)}"
+            for rule in rules
+            for field in ("apiGroups", "resources", "verbs", "resourceNames")
+            if any("*" in str(value) for value in rule.get(field) or [])
+        }
+    )
+
+
+def _reads_named_crds_only(rules: Iterable[Mapping[str, Any]]) -> bool:
+    """The one cluster-wide grant the home identity may have: reading the opted-in custom resources'
+    CRDs by name (runtime/reflection/custom.py), nothing else."""
+    rules = list(rules)
+    return bool(rules) and all(
+        rule.get("apiGroups") == ["apiextensions.k8s.io"]
+        and rule.get("resources") == ["customresourcedefinitions"]
+        and set(rule.get("verbs") or []) <= {"get", "list", "watch"}
+        and rule.get("resourceNames")
+        and not _wildcards([rule])
+        for rule in rules
+    )
+
+
 def home_identity_privileges(home_cluster_id: str, objects: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Violation]:
-    """Over the stack's objects (cluster id, manifest): the home identity's bindings in foreign clusters."""
+    """Over the stack's objects (cluster id, manifest): the home identity's bindings in foreign clusters,
+    and the role the foreign agents bind it to in twin namespaces, which may name custom resources
+    (liqo:reflection.customResources) but never ask for `*`."""
+    from liqo_stack.manifests import HOME_IN_TWIN_NAMESPACE_ROLE
+
     objects = [(c, m) for c, m in objects if c != home_cluster_id]
     identity, tenant = names.home_identity_name(home_cluster_id), names.tenant_namespace(home_cluster_id)
     roles = {
@@ -218,6 +248,16 @@ def home_identity_privileges(home_cluster_id: str, objects: Iterable[tuple[str, 
         "the identity's rules are not stack config: they come from liqo_stack/manifests.py "
         "(HOME_IDENTITY_TENANT_RULES); remove the object that grants more"
     )
+    for (cluster_id, kind, _, name), manifest in roles.items():
+        wildcards = _wildcards(manifest.get("rules") or [])
+        if kind == "ClusterRole" and name == HOME_IN_TWIN_NAMESPACE_ROLE and wildcards:
+            found.append(
+                Violation(
+                    HOME_IDENTITY_LEAST_PRIVILEGE,
+                    f"{cluster_id}: ClusterRole {name} (the home identity's rights in twin namespaces) asks for "
+                    f"`*` ({', '.join(wildcards)}); name each custom resource in liqo:reflection.customResources",
+                )
+            )
     for cluster_id, manifest in objects:
         kind = manifest.get("kind")
         if kind not in ("RoleBinding", "ClusterRoleBinding"):
@@ -228,6 +268,10 @@ def home_identity_privileges(home_cluster_id: str, objects: Iterable[tuple[str, 
             continue
         scope = f"{meta['namespace']}/" if meta.get("namespace") else ""
         where = f"{cluster_id}: {kind} {scope}{meta.get('name')}"
+        ref = manifest.get("roleRef") or {}
+        cluster_role = roles.get((cluster_id, "ClusterRole", None, ref.get("name")))
+        if kind == "ClusterRoleBinding" and cluster_role and _reads_named_crds_only(cluster_role.get("rules") or []):
+            continue
         if kind == "ClusterRoleBinding":
             found.append(
                 Violation(
@@ -243,7 +287,6 @@ def home_identity_privileges(home_cluster_id: str, objects: Iterable[tuple[str, 
                 )
             )
             continue
-        ref = manifest.get("roleRef") or {}
         ref_ns = meta.get("namespace") if ref.get("kind") == "Role" else None
         role = roles.get((cluster_id, ref.get("kind"), ref_ns, ref.get("name")))
         if role is None:

@@ -102,7 +102,9 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
     handlers: list[pulumi.Resource] = [home_plane.controller_manager]
     for foreign_config in config.foreign_clusters:
         foreign = foreigns[foreign_config.cluster_id]
-        agent = ForeignAgent(foreign.cluster_id, foreign, config.runtime)
+        agent = ForeignAgent(
+            foreign.cluster_id, foreign, config.runtime, custom_resources=config.reflection.custom_reflection()
+        )
         peering = Peering(
             f"{config.home.cluster_id}-{foreign.cluster_id}",
             config=config,

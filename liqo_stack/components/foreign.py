@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pulumi
 
 from liqo_stack import manifests
 from liqo_stack.components._controller import deploy_controller
 from liqo_stack.components.cluster import Cluster
 from liqo_stack.config import RuntimeConfig
-from runtime.api import foreign_crd_manifests, names
+from runtime.api import CustomResourceReflection, foreign_crd_manifests, names
 
 
 class ForeignAgent(pulumi.ComponentResource):
@@ -16,18 +18,29 @@ class ForeignAgent(pulumi.ComponentResource):
     crds: list[pulumi.CustomResource]
     agent: pulumi.CustomResource
 
-    def __init__(self, name: str, foreign: Cluster, runtime: RuntimeConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        foreign: Cluster,
+        runtime: RuntimeConfig,
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        custom_resources: Sequence[CustomResourceReflection] = (),
+    ):
         super().__init__("liqo-stack:index:ForeignAgent", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         component = "foreign-agent"
         self.namespace = foreign.object("namespace", manifests.runtime_namespace(component), child)
         foreign.object("metrics-reader-role", manifests.metrics_reader_role(component), child)
         self.crds = [foreign.object(f"crd-{crd['metadata']['name']}", crd, child) for crd in foreign_crd_manifests()]
-        # What the agent grants a home identity inside each twin namespace it creates.
+        # What the agent grants a home identity inside each twin namespace it creates (custom
+        # resources included: the agent binds this role, which needs no right of its own over them).
         self.twin_namespace_role = foreign.object(
             "home-in-twin-namespace-role",
             manifests.cluster_role(
-                manifests.HOME_IN_TWIN_NAMESPACE_ROLE, manifests.HOME_IN_TWIN_NAMESPACE_RULES, component
+                manifests.HOME_IN_TWIN_NAMESPACE_ROLE,
+                manifests.home_in_twin_namespace_rules(custom_resources),
+                component,
             ),
             child,
         )

@@ -37,6 +37,7 @@ def virtual_node_spec(config: StackConfig, foreign: ForeignCluster) -> VirtualNo
         reflection={
             name: ReflectorSettings(type=s.type, workers=s.workers) for name, s in config.reflection.settings().items()
         },
+        custom_resources=config.reflection.custom_reflection(),
         health_check=HealthCheck(
             interval_seconds=vk.health_check_interval_seconds, failure_threshold=vk.failure_threshold
         ),
@@ -102,6 +103,22 @@ class Peering(pulumi.ComponentResource):
             manifests.binding("Role", identity, identity, identity, tenant, component, ns=tenant),
             pulumi.ResourceOptions(parent=self, depends_on=[role, account, *agent.crds]),
         )
+        # the opted-in custom resources' CRDs, read by name: reflection starts when one appears here
+        crd_rules = manifests.custom_resource_definition_rules(config.reflection.custom_reflection())
+        crd_access: list[pulumi.Resource] = []
+        if crd_rules:
+            reader = names.home_identity_crd_reader(home_id)
+            crd_role = foreign.object(
+                "home-identity-crd-reader", manifests.cluster_role(reader, crd_rules, component), in_tenant
+            )
+            crd_access = [
+                crd_role,
+                foreign.object(
+                    "home-identity-crd-reader-binding",
+                    manifests.binding("ClusterRole", reader, reader, identity, tenant, component),
+                    pulumi.ResourceOptions(parent=self, depends_on=[crd_role, account]),
+                ),
+            ]
         kubeconfig = home_identity_kubeconfig(foreign_config, foreign, identity, cast(k8s.core.v1.Secret, token).data)
 
         # -- home side: credentials, the VirtualNode, and its virtual kubelet --------------------
@@ -119,7 +136,7 @@ class Peering(pulumi.ComponentResource):
             resource_name=f"virtual-kubelet-{foreign_id}",
             name=names.virtual_kubelet_name(foreign_id),
             component="virtual-kubelet",
-            rules=manifests.virtual_kubelet_rules(foreign_id),
+            rules=manifests.virtual_kubelet_rules(foreign_id, config.reflection.custom_reflection()),
             args=[
                 "virtual-kubelet",
                 f"--foreign-cluster-id={foreign_id}",
@@ -148,6 +165,7 @@ class Peering(pulumi.ComponentResource):
                     token,
                     binding,
                     role,
+                    *crd_access,
                     account,
                     self.tenant_namespace,
                     agent.agent,

@@ -17,11 +17,18 @@ from runtime.api.namespaceoffloading import (
 from runtime.api.plan import SharedResources, selected_clusters, shared_resources, twin_namespace_name
 from runtime.api.selectors import SelectorSyntaxError, parse_selector, selector_matches
 from runtime.api.shadowpod import ShadowPod, ShadowPodSpec
-from runtime.api.virtualnode import ReflectionPolicy, ReflectorSettings, VirtualNode, VirtualNodeSpec
+from runtime.api.virtualnode import (
+    CustomResourceReflection,
+    ReflectionPolicy,
+    ReflectorSettings,
+    VirtualNode,
+    VirtualNodeSpec,
+)
 
 __all__ = [
     "ALL_KINDS",
     "Condition",
+    "CustomResourceReflection",
     "DurationError",
     "NamespaceMap",
     "NamespaceMapSpec",

@@ -56,6 +56,10 @@ TOKEN_POD_UID_ANNOTATION: Final = "offloading.liqo.io/token-pod-uid"
 TOKEN_REQUEST_ANNOTATION: Final = "offloading.liqo.io/token-request"
 TOKEN_REFRESH_AT_ANNOTATION: Final = "offloading.liqo.io/token-refresh-at"
 
+# -- Conditions ------------------------------------------------------------------------------
+# On a VirtualNode: whether every opted-in custom resource is reflected (False names the CRDs missing).
+CUSTOM_RESOURCES_REFLECTED_CONDITION: Final = "CustomResourcesReflected"
+
 # -- Taints, RuntimeClass -------------------------------------------------------------------
 VIRTUAL_NODE_TAINT_KEY: Final = "virtual-node.liqo.io/not-allowed"
 VIRTUAL_NODE_TAINT_VALUE: Final = "true"
@@ -127,6 +131,11 @@ def tenant_namespace(home_cluster_id: str) -> str:
 def home_identity_name(home_cluster_id: str) -> str:
     """The ServiceAccount (and its roles) the home cluster acts as in a foreign cluster."""
     return f"liqo-home-{home_cluster_id}"
+
+
+def home_identity_crd_reader(home_cluster_id: str) -> str:
+    """The ClusterRole (and binding) by which the home identity reads the opted-in custom resources' CRDs."""
+    return f"{home_identity_name(home_cluster_id)}-crd-reader"
 
 
 def namespace_map_name(home_cluster_id: str) -> str:

@@ -21,6 +21,24 @@ class ReflectorSettings(ApiModel):
     workers: int = Field(default=3, ge=0, description="0 disables the reflection of this resource type")
 
 
+class CustomResourceReflection(ApiModel):
+    """The reflection of one custom resource type, opted in by (group, version, resource): spec (every
+    field but status) goes home -> foreign; status comes back when `reflectStatus` is set and the
+    home CRD has a status subresource."""
+
+    group: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    resource: str = Field(min_length=1, description="the plural, as in the CRD's name <resource>.<group>")
+    type: ReflectionPolicy = ReflectionPolicy.ALLOW_LIST
+    workers: int = Field(default=3, ge=0, description="0 disables the reflection of this resource type")
+    reflect_status: bool = False
+
+    @property
+    def crd_name(self) -> str:
+        """The CRD's name, also this type's key among the reflected kinds (metrics, settings)."""
+        return f"{self.resource}.{self.group}"
+
+
 class OffloadingPatch(ApiModel):
     labels_not_reflected: list[str] | None = None
     annotations_not_reflected: list[str] | None = None
@@ -66,6 +84,8 @@ class VirtualNodeSpec(ApiModel):
     fixed_resources: dict[str, str] = Field(default_factory=dict)
     offloading_patch: OffloadingPatch = Field(default_factory=OffloadingPatch)
     reflection: dict[str, ReflectorSettings] = Field(default_factory=dict)
+    # opted-in custom resources (the stack grants the home identity exactly these in the twins)
+    custom_resources: list[CustomResourceReflection] = Field(default_factory=list)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
     # seed 002: offloaded pods get tokens of the home API server, and reach it at home_api_server
     api_server_token_support: bool = True
@@ -78,6 +98,9 @@ class VirtualNodeSpec(ApiModel):
     endpoint_remappings: list[RangeRemapping] = Field(default_factory=list)
     # negotiated for the peering (seed 002): the class a `liqo` claim gets in the foreign cluster
     storage_classes: list[StorageType] = Field(default_factory=list)
+
+    def custom_resource(self, crd_name: str) -> CustomResourceReflection | None:
+        return next((c for c in self.custom_resources if c.crd_name == crd_name), None)
 
     def remote_storage_class(self) -> str | None:
         """The default negotiated class (else the first); None: the foreign cluster's default class."""

@@ -2,7 +2,8 @@
 
 One `ReflectionManager` per foreign cluster, inside its virtual kubelet: it computes which namespaces
 are twinned there and runs every member that follows them (a reflector per kind of `kinds.py`,
-tokens, events, storage, the pod offloader), with the VirtualNode's settings applied live.
+the opted-in custom resources of `custom.py`, tokens, events, storage, the pod offloader), with the
+VirtualNode's settings applied live.
 """
 
 from runtime.forging.objects import ReflectionSettings

@@ -18,7 +18,7 @@ def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings
     """One kind's reflection settings from the VirtualNode's spec (defaults before it is known)."""
     if spec is None:
         return ReflectionSettings()
-    chosen = spec.reflection.get(kind)
+    chosen = spec.reflection.get(kind) or spec.custom_resource(kind)  # a custom one: by its CRD's name
     patch = spec.offloading_patch
     return ReflectionSettings(
         policy=chosen.type if chosen else ReflectionSettings.policy,
@@ -31,13 +31,15 @@ def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings
 
 @dataclass
 class Peering:
-    """`node_spec`: the VirtualNode's spec as the home informer holds it now (None before it is known)."""
+    """`node_spec`: the VirtualNode's spec as the home informer holds it now (None before it is known);
+    `virtual_node`: the VirtualNode itself (what its conditions and events are written on)."""
 
     home: AsyncClient
     foreign: AsyncClient
     home_cluster_id: str
     foreign_cluster_id: str
     node_spec: Callable[[], VirtualNodeSpec | None] = lambda: None
+    virtual_node: Callable[[], Mapping[str, Any] | None] = lambda: None
     metrics: EngineMetrics | None = None
     warnings: Warnings = field(init=False)
 

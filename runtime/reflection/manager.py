@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.api.namespaceoffloading import Placement, placement
+from runtime.api import names
+from runtime.api.namespaceoffloading import Placement, placement, ready_twin
 from runtime.forging.objects import ReflectionSettings, is_owned
 from runtime.kube import Event, Informer
 from runtime.kube.twins import TwinMember, Twins
 from runtime.reflection.context import Peering
+from runtime.reflection.custom import CustomResources
 from runtime.reflection.events import EventReflector
 from runtime.reflection.kinds import ALL_KINDS, ReflectedKind
 from runtime.reflection.reflector import ReflectionMetrics, Reflector
@@ -60,7 +62,16 @@ class ReflectionManager:
         )
         self.events = EventReflector(peering, self.home_object_of_event)
         self.storage = StorageProvisioner(peering)
-        self.members: list[TwinMember] = [*self.reflectors, self.tokens, self.events, self.storage, *members]
+        # issue 39: the custom resources the VirtualNode opts in, each once its CRDs allow it
+        self.custom = CustomResources(peering, status_source=self.status_source, reflection_metrics=stats)
+        self.members: list[TwinMember] = [
+            *self.reflectors,
+            self.tokens,
+            self.events,
+            self.storage,
+            self.custom,
+            *members,
+        ]
         self.pods = pods
         self.twins: dict[str, str] = {}
         self.started = False
@@ -75,6 +86,14 @@ class ReflectionManager:
     def synced_in(self, kind: str, namespace: str) -> bool:
         reflector = self.by_kind.get(kind)
         return reflector is not None and reflector.synced_scope(namespace) is not None
+
+    def status_source(self, namespace: str) -> bool:
+        """Whether this cluster's copies give the home custom objects of `namespace` their status: the
+        first by id of the clusters its twin is Ready in, so one writer decides each home status."""
+        offloading = self.offloadings.store.get(f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
+        status = (offloading.get("status") or {}) if offloading is not None else {}
+        ready = [c for c in status.get("remoteNamespacesConditions") or {} if ready_twin(status, c)]
+        return bool(ready) and min(ready) == self.peering.foreign_cluster_id
 
     async def home_object_of_event(
         self, kind: str, namespace: str, name: str, foreign_uid: str | None
@@ -101,9 +120,10 @@ class ReflectionManager:
         return {"apiVersion": api_version, "kind": kind, **found} if found is not None else None
 
     # -- what changes ------------------------------------------------------------------------------
-    def _on_offloading(self, _: Event) -> None:
+    def _on_offloading(self, event: Event) -> None:
         if self.started:
             self.follow()
+            self.custom.status_source_changed(event.key.partition("/")[0])
 
     def follow(self) -> None:
         self.twins = followed_twins(self.offloadings, self.peering.foreign_cluster_id, self.twins)

@@ -86,7 +86,9 @@ class Reflector(TwinFollower):
         if reflection_metrics is not None:
             labels = (peering.foreign_cluster_id, kind.name)
             reflection_metrics.reflected.labels(*labels).set_function(self.reflected_count)
-            self._writes = {verb: reflection_metrics.writes.labels(*labels, verb) for verb in ("apply", "delete")}
+            self._writes = {
+                verb: reflection_metrics.writes.labels(*labels, verb) for verb in ("apply", "delete", "status")
+            }
             self._errors = reflection_metrics.errors.labels(*labels)
 
     def settings(self) -> ReflectionSettings:

@@ -61,6 +61,7 @@ class VirtualKubelet:
             kubelet_port=kubelet_port,
         )
         peering.node_spec = self.node.spec
+        peering.virtual_node = self._virtual_node
         self.peering = peering
         self.pods = PodOffloader(peering, self.offloadings, node_address=node_address)
         self.reflection = ReflectionManager(peering, self.offloadings, self.pods.pods, members=(self.pods,))
@@ -73,6 +74,10 @@ class VirtualKubelet:
             *self.pods.informers,
         ]
         self.synced = asyncio.Event()
+
+    def _virtual_node(self) -> dict[str, Any] | None:
+        found = self.virtual_nodes.store.get(f"{names.LIQO_NAMESPACE}/{self.peering.node_name}")
+        return found.to_dict() if found is not None else None
 
     def warm(self) -> bool:
         """The home informers are synced: what a stand-by replica can be ready with."""

@@ -1,7 +1,9 @@
-"""Reflection benchmark: ConfigMaps reflected into a foreign twin vs the same created there directly.
+"""Reflection benchmark: ConfigMaps (and custom objects) reflected into a foreign twin vs the same
+created there directly.
 
     .venv/bin/python -m tests.bench.bench_reflection [--objects 1000] [--rounds 2] [--idle 60]
         [--idle-objects 5000] [--idle-pods 100] [--rss-pods 1000] [--pinning both|pinned|unpinned]
+        [--workloads configmaps,custom]
 
 Starts its own home and foreign cluster (state under $LIQO_STACK_STATE/bench-reflection, both API
 servers auditing every write), installs the stack with `pulumi up`, runs the runtime as local
@@ -16,21 +18,31 @@ processes and offloads namespace `bench`. Then, in one run, alternating the two 
 Prints the figures and the ratio reflected / direct (target <= 1.2x at 1,000), with each cluster's
 processes pinned to CPUs of their own and unpinned, alternated (tests/bench/pinning.py). The ConfigMap
 reflector runs with as many workers as the script's concurrency.
+
+The bursts run for each workload: ConfigMaps, and custom objects (issue 39: `widgets` of
+`bench.liqo-stack.dev`, a CRD installed in both clusters with kubectl, opted in by the stack config
+with the same workers, each object annotated `liqo.io/allow-reflection`), measured the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
+import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from lightkube import AsyncClient
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import ConfigMap
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import names
+from runtime.api.resources import VirtualNodeResource
 from runtime.kube import Event, Informer
 from tests.bench.bench_offloading import (
     CONCURRENCY,
@@ -57,33 +69,114 @@ TARGET_RATIO = 1.2
 RSS_TARGET_MB = 200
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What a burst creates: `make(name, namespace, batch)` -> the object, labelled batch=<batch>."""
+
+    title: str  # as the figures name it
+    resource: type[Any]
+    make: Callable[[str, str, str], Any]
+
+
 def config_map(name: str, namespace: str, batch: str) -> Any:
     return ConfigMap.from_dict(
         {"metadata": {"name": name, "namespace": namespace, "labels": {"batch": batch}}, "data": {"key": name * 4}}
     )
 
 
-async def create_all(client: AsyncClient, namespace: str, batch: str, count: int) -> None:
-    await bounded(client.create(config_map(f"{batch}-{index}", namespace, batch)) for index in range(count))
+# issue 39: a custom resource with a spec of the same size as the ConfigMaps' data
+BENCH_GROUP = "bench.liqo-stack.dev"
+WIDGETS = {"group": BENCH_GROUP, "version": "v1", "resource": "widgets"}
+Widget = create_namespaced_resource(BENCH_GROUP, "v1", "Widget", "widgets")
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"widgets.{BENCH_GROUP}"},
+    "spec": {
+        "group": BENCH_GROUP,
+        "scope": "Namespaced",
+        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                },
+            }
+        ],
+    },
+}
 
 
-async def direct(clusters: Clusters, batch: str, count: int) -> float:
+def widget(name: str, namespace: str, batch: str) -> Any:
+    meta = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {"batch": batch},
+        "annotations": {names.ALLOW_REFLECTION_ANNOTATION: "true"},  # custom resources are AllowList by default
+    }
+    return Widget.from_dict(
+        {"apiVersion": f"{BENCH_GROUP}/v1", "kind": "Widget", "metadata": meta, "spec": {"key": name * 4}}
+    )
+
+
+WORKLOADS = {
+    "configmaps": Workload("ConfigMaps", ConfigMap, config_map),
+    "custom": Workload(f"custom objects (widgets.{BENCH_GROUP})", Widget, widget),
+}
+
+
+def install_widgets(env: DevEnvironment) -> None:
+    """The CRD in both clusters, as an operator's install would put it; then wait until the virtual
+    kubelet says it reflects them (it starts by itself once the CRDs are there)."""
+    for cluster_id in (HOME, FOREIGN):
+        kubectl = [str(env.bin_dir / "kubectl"), "--kubeconfig", str(env.kubeconfig(cluster_id))]
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(WIDGET_CRD), text=True, check=True)
+        crd = f"crd/widgets.{BENCH_GROUP}"
+        subprocess.run([*kubectl, "wait", "--for=condition=Established", crd], check=True, capture_output=True)
+
+
+async def widgets_reflected(clusters: Clusters) -> None:
+    deadline = time.monotonic() + 120
+    node = names.virtual_node_name(FOREIGN)
+    while True:
+        found = await clusters.home.get(VirtualNodeResource, node, namespace=names.LIQO_NAMESPACE)
+        conditions = (found.get("status") or {}).get("conditions") or []
+        wanted = names.CUSTOM_RESOURCES_REFLECTED_CONDITION
+        if any(c["type"] == wanted and c["status"] == "True" for c in conditions):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{node}: {wanted} not True after 120 s: {conditions}")
+        await asyncio.sleep(1)
+
+
+async def create_all(client: AsyncClient, namespace: str, batch: str, count: int, workload: Workload) -> None:
+    await bounded(client.create(workload.make(f"{batch}-{index}", namespace, batch)) for index in range(count))
+
+
+async def direct(clusters: Clusters, batch: str, count: int, workload: Workload) -> float:
     started = time.perf_counter()
-    await create_all(clusters.foreign, DIRECT, batch, count)
+    await create_all(clusters.foreign, DIRECT, batch, count, workload)
     return time.perf_counter() - started
 
 
-async def both(clusters: Clusters, batch: str, count: int) -> float:
+async def both(clusters: Clusters, batch: str, count: int, workload: Workload) -> float:
     """The floor of any reflection on this machine: the same objects created at home and directly in
     the foreign cluster at once (each reflected object costs one write in each)."""
     started = time.perf_counter()
     await asyncio.gather(
-        create_all(clusters.home, PLAIN, batch, count), create_all(clusters.foreign, DIRECT, batch, count)
+        create_all(clusters.home, PLAIN, batch, count, workload),
+        create_all(clusters.foreign, DIRECT, batch, count, workload),
     )
     return time.perf_counter() - started
 
 
-async def reflected(clusters: Clusters, batch: str, count: int) -> float:
+async def reflected(clusters: Clusters, batch: str, count: int, workload: Workload = WORKLOADS["configmaps"]) -> float:
     """Created at home; seconds until the last copy exists in the twin namespace."""
     seen: set[str] = set()
     done = asyncio.Event()
@@ -94,32 +187,37 @@ async def reflected(clusters: Clusters, batch: str, count: int) -> float:
             if len(seen) == count:
                 done.set()
 
-    copies = Informer(clusters.foreign, ConfigMap, namespace=TWIN, labels={"batch": batch, names.ORIGIN_LABEL: HOME})
+    labels = {"batch": batch, names.ORIGIN_LABEL: HOME}
+    copies = Informer(clusters.foreign, workload.resource, namespace=TWIN, labels=labels)
     copies.add_handler(on_event)
     watching = asyncio.create_task(copies.run())
     await copies.synced.wait()
     started = time.perf_counter()
-    await create_all(clusters.home, OFFLOADED, batch, count)
+    await create_all(clusters.home, OFFLOADED, batch, count, workload)
     await asyncio.wait_for(done.wait(), timeout=600)
     elapsed = time.perf_counter() - started
     watching.cancel()
     return elapsed
 
 
-async def delete_batch(clusters: Clusters, batch: str) -> None:
+async def delete_batch(clusters: Clusters, batch: str, workload: Workload) -> None:
+    kind = workload.resource
     await bounded([
-        client.delete(ConfigMap, cm.metadata.name, namespace=namespace)  # type: ignore[union-attr, arg-type]
+        client.delete(kind, obj.metadata.name, namespace=namespace)
         for client, namespace in ((clusters.home, OFFLOADED), (clusters.home, PLAIN), (clusters.foreign, DIRECT))
-        async for cm in client.list(ConfigMap, namespace=namespace, labels={"batch": batch})
+        async for obj in client.list(kind, namespace=namespace, labels={"batch": batch})
     ])  # fmt: skip
     deadline = time.monotonic() + 300
-    while [c async for c in clusters.foreign.list(ConfigMap, namespace=TWIN, labels={"batch": batch})]:
+    while [c async for c in clusters.foreign.list(kind, namespace=TWIN, labels={"batch": batch})]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"copies of {batch} still in {TWIN} after 300 s")
         await asyncio.sleep(1)
 
 
-async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: argparse.Namespace) -> None:
+async def bursts(
+    env: DevEnvironment, clusters: Clusters, runtime: Any, args: argparse.Namespace, workload: Workload
+) -> None:
+    """The rounds of one workload, each way and pinning alternated; its figures printed."""
     modes = ["pinned", "unpinned"] if args.pinning == "both" else [args.pinning]
     plan = cpu_plan([HOME, FOREIGN])
     results: dict[tuple[str, str], list[float]] = {(m, w): [] for m in modes for w in WAYS}
@@ -132,22 +230,31 @@ async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: a
             else:
                 unpin(env, runtime)
             for way in list(WAYS) if round_no % 2 == 0 else list(WAYS)[::-1]:
-                batch = f"r{round_no}-{mode[0]}{way[0]}"
+                batch = f"{workload.resource.__name__.lower()}-r{round_no}-{mode[0]}{way[0]}"
                 before = cpu_seconds(env, runtime)
                 last = round_no == args.rounds - 1 and way == "reflected"
                 with profiled(runtime, env.state_dir.parent / "profiles", enabled=args.profile and last) as found:
-                    seconds = await WAYS[way](clusters, batch, args.objects)
+                    seconds = await WAYS[way](clusters, batch, args.objects, workload)
                 profiles.update(found)
                 cpu[way] = {n: t - before.get(n, 0.0) for n, t in cpu_seconds(env, runtime).items()}
                 results[mode, way].append(seconds)
                 print(
-                    f"  {args.objects} ConfigMaps round {round_no + 1} {mode:>8} {way:>9}: {seconds:6.2f} s", flush=True
+                    f"  {args.objects} {workload.title} round {round_no + 1} {mode:>8} {way:>9}: {seconds:6.2f} s",
+                    flush=True,
                 )
-                await delete_batch(clusters, batch)
+                await delete_batch(clusters, batch, workload)
     unpin(env, runtime)
-    report_bursts(args, modes, plan, results, cpu)
+    report_bursts(args, workload, modes, plan, results, cpu)
     if profiles:
-        report_profile(profiles, f"the runtime during the last reflected burst of {args.objects} ConfigMaps")
+        report_profile(profiles, f"the runtime during the last reflected burst of {args.objects} {workload.title}")
+
+
+async def measure(env: DevEnvironment, clusters: Clusters, runtime: Any, args: argparse.Namespace) -> None:
+    for key in args.workloads:
+        if key == "custom":
+            install_widgets(env)
+            await widgets_reflected(clusters)
+        await bursts(env, clusters, runtime, args, WORKLOADS[key])
     if args.quick:
         return
 
@@ -188,12 +295,13 @@ WAYS = {"direct": direct, "reflected": reflected, "both": both}
 
 def report_bursts(
     args: argparse.Namespace,
+    workload: Workload,
     modes: list[str],
     plan: dict[str, set[int]],
     results: dict[tuple[str, str], list[float]],
     cpu: dict[str, dict[str, float]],
 ) -> None:
-    print(f"\n== reflection: {args.objects} ConfigMaps, concurrency {CONCURRENCY} (target <= {TARGET_RATIO}x)")
+    print(f"\n== reflection: {args.objects} {workload.title}, concurrency {CONCURRENCY} (target <= {TARGET_RATIO}x)")
     print("  direct: created in the foreign cluster; reflected: created at home until every copy is in the twin;")
     print("  both: created at home and in the foreign cluster at once, no reflection (the floor on this machine)")
     if "pinned" in modes:
@@ -226,10 +334,23 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     parser.add_argument("--profile", action="store_true", help="py-spy profile of the runtime, last reflected burst")
     parser.add_argument("--quick", action="store_true", help="the bursts only: no idle count, no memory figure")
+    parser.add_argument(
+        "--workloads",
+        type=lambda text: [w for w in text.split(",") if w],
+        default=list(WORKLOADS),
+        help="bursts of: " + ", ".join(WORKLOADS) + " (comma-separated; default both)",
+    )
     args = parser.parse_args()
+    if unknown := set(args.workloads) - set(WORKLOADS):
+        parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
 
-    # the reflector gets the concurrency the plain script has (seed 002: reflection.<kind>.workers)
-    workers = {"reflection": {"resources": {"configmap": {"workers": CONCURRENCY}}}}
+    # the reflectors get the concurrency the plain script has (seed 002: reflection.<kind>.workers)
+    workers = {
+        "reflection": {
+            "resources": {"configmap": {"workers": CONCURRENCY}},
+            "customResources": [{**WIDGETS, "workers": CONCURRENCY}],
+        }
+    }
     with running_stack("bench-reflection", args.keep, extra_config=workers) as (env, runtime):
         asyncio.run(measure(env, Clusters(env), runtime, args))
 

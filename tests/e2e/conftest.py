@@ -34,6 +34,8 @@ from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
 STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local-static", "default": True}]
 SHARED_STACK = "offloading"
+# issue 39: the custom resource type the shared stack opts in (test_custom_resources.py installs its CRDs)
+WIDGETS = {"group": "e2e.liqo-stack.dev", "version": "v1", "resource": "widgets", "reflectStatus": True}
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +81,7 @@ def session_stack(
         ],
         "runtime": {"mode": "external", "webhookPort": webhook_port},
         "virtualKubelet": {"healthCheckIntervalSeconds": 2, "failureThreshold": 2},
+        "reflection": {"customResources": [WIDGETS]},
     }
     pulumi_env.set_liqo_config(stack, config)
     stack.up(on_output=print)

@@ -280,6 +280,71 @@ BAD_CONFIGS = [
         id="bad-reflection-policy",
     ),
     pytest.param(
+        config(reflection={"customResources": [{"group": "*", "version": "v1", "resource": "widgets"}]}),
+        "liqo:reflection.customResources[0].group",
+        "a wildcard is not a group",
+        id="custom-resource-wildcard-group",
+    ),
+    pytest.param(
+        config(reflection={"customResources": [{"group": "cert-manager.io", "version": "v1", "resource": "*"}]}),
+        "liqo:reflection.customResources[0].resource",
+        "a wildcard is not a resource: name each resource type to reflect",
+        id="custom-resource-wildcard-resource",
+    ),
+    pytest.param(
+        config(reflection={"customResources": [{"group": "cert-manager.io", "version": "1", "resource": "x"}]}),
+        "liqo:reflection.customResources[0].version",
+        'must be a Kubernetes API version such as v1, v1beta1 or v2alpha3 (got "1")',
+        id="custom-resource-bad-version",
+    ),
+    pytest.param(
+        config(reflection={"customResources": [{"group": "apps", "version": "v1", "resource": "deployments"}]}),
+        "liqo:reflection.customResources[0].group",
+        "must be a custom resource's API group",
+        id="custom-resource-built-in-group",
+    ),
+    pytest.param(
+        config(
+            reflection={
+                "customResources": [{"group": "offloading.liqo.io", "version": "v1beta1", "resource": "shadowpods"}]
+            }
+        ),
+        "liqo:reflection.customResources[0].group",
+        "offloading.liqo.io is not a custom resource's group",
+        id="custom-resource-liqo-group",
+    ),
+    pytest.param(
+        config(reflection={"customResources": [{"group": "a.io", "version": "v1", "resource": "Widgets"}]}),
+        "liqo:reflection.customResources[0].resource",
+        "must be the resource's plural as in its CRD's name, lower case",
+        id="custom-resource-not-a-plural",
+    ),
+    pytest.param(
+        config(reflection={"customResources": [{"group": "a.io", "version": "v1", "resource": "w", "workers": 65}]}),
+        "liqo:reflection.customResources[0].workers",
+        "less than or equal to 64 (got 65)",
+        id="custom-resource-too-many-workers",
+    ),
+    pytest.param(
+        config(reflection={"customResources": [{"group": "a.io", "version": "v1", "resource": "w", "status": True}]}),
+        "liqo:reflection.customResources[0].status",
+        "is not a known setting",
+        id="custom-resource-unknown-setting",
+    ),
+    pytest.param(
+        config(
+            reflection={
+                "customResources": [
+                    {"group": "a.io", "version": "v1", "resource": "w"},
+                    {"group": "a.io", "version": "v2", "resource": "w"},
+                ]
+            }
+        ),
+        "liqo:reflection.customResources",
+        "each custom resource is reflected in one version; repeated: ['w.a.io']",
+        id="custom-resource-twice",
+    ),
+    pytest.param(
         config(runtime={"mode": "inside"}),
         "liqo:runtime.mode",
         "'cluster' or 'external' (got \"inside\")",
