@@ -6,6 +6,7 @@ what each object looks like is decided here, once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from runtime.api import NamespaceOffloading, NamespaceOffloadingSpec, VirtualNode, VirtualNodeSpec, names
@@ -255,9 +256,10 @@ def secret(name: str, ns: str, string_data: dict[str, Any], component: str) -> M
     }
 
 
-def virtual_node(spec: VirtualNodeSpec) -> Manifest:
+def virtual_node(spec: VirtualNodeSpec, name: str | None = None) -> Manifest:
+    """`name`: a node pool's (default: the cluster's one virtual node)."""
     vn = VirtualNode(spec=spec)
-    vn.metadata.name = names.virtual_node_name(spec.cluster_id)
+    vn.metadata.name = name or names.virtual_node_name(spec.cluster_id)
     vn.metadata.namespace = names.LIQO_NAMESPACE
     vn.metadata.labels = {**_labels("virtual-node"), names.REMOTE_CLUSTER_ID_LABEL: spec.cluster_id}
     wire = vn.to_wire()
@@ -446,15 +448,19 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
 ]
 
 
-def virtual_kubelet_rules(foreign_cluster_id: str) -> list[Manifest]:
-    """VIRTUAL_KUBELET_RULES, and what one virtual kubelet may do to its own Node and VirtualNode only:
+def virtual_kubelet_rules(foreign_cluster_id: str, pools: Sequence[str] = ()) -> list[Manifest]:
+    """VIRTUAL_KUBELET_RULES, and what one virtual kubelet may do to its own Nodes and VirtualNodes only:
     at the peering's removal it holds the VirtualNode with its finalizer until its Node is drained
-    and deleted (runtime/virtualkubelet/removal.py)."""
-    own = names.virtual_node_name(foreign_cluster_id)
+    and deleted (runtime/virtualkubelet/removal.py). Its own: the cluster's virtual node, and those
+    of its node pools (`pools`); the first stays while pools replace it, so its removal can end."""
+    own = [
+        names.virtual_node_name(foreign_cluster_id),
+        *(names.virtual_node_name(foreign_cluster_id, p) for p in pools),
+    ]
     return [
         *VIRTUAL_KUBELET_RULES,
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["delete"], "resourceNames": [own]},
-        {"apiGroups": [_GROUP], "resources": ["virtualnodes"], "verbs": ["patch", "update"], "resourceNames": [own]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["delete"], "resourceNames": own},
+        {"apiGroups": [_GROUP], "resources": ["virtualnodes"], "verbs": ["patch", "update"], "resourceNames": own},
     ]
 
 
