@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pytest
@@ -141,11 +141,17 @@ def test_each_pool_is_a_virtual_node_of_its_own(mocks: RecordingMocks, tmp_path:
 
 
 def node(name: str, labels: dict[str, str], cpu: str) -> Node:
-    return Node.from_dict(
-        {
-            "metadata": {"name": name, "labels": labels},
-            "status": {"allocatable": {"cpu": cpu, "pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]},
-        }
+    return cast(
+        Node,
+        Node.from_dict(
+            {
+                "metadata": {"name": name, "labels": labels},
+                "status": {
+                    "allocatable": {"cpu": cpu, "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+        ),
     )
 
 
