@@ -620,6 +620,24 @@ class StackConfig(ConfigModel):
     network: NetworkConfig = Field(default_factory=NetworkConfig, description="pod networks as seen at home")
 
     @model_validator(mode="after")
+    def _one_cluster_per_virtual_node(self) -> Self:
+        """A pool's node name may be another cluster's (pool `1` of `foreign` is `liqo-foreign-1`)."""
+        seen: dict[str, tuple[int, str | None]] = {}  # node -> (cluster index, pool)
+        for index, foreign in enumerate(self.foreign_clusters):
+            pools: list[str | None] = [p.name for p in foreign.virtual_nodes] or [None]
+            for pool in pools:
+                node = names.virtual_node_name(foreign.cluster_id, pool)
+                if node in seen:
+                    other, other_pool = seen[node]
+                    (at, named), clash = ((index, pool), other) if pool is not None else ((other, other_pool), index)
+                    raise ValueError(
+                        f"foreignClusters[{at}].virtualNodes: pool {named!r} makes the virtual node {node}, "
+                        f"which is foreignClusters[{clash}]'s too: rename the pool"
+                    )
+                seen[node] = (index, pool)
+        return self
+
+    @model_validator(mode="after")
     def _pod_networks_fit(self) -> Self:
         self.remapped_pod_cidrs()  # raises with the config path of what to change
         for foreign in self.foreign_clusters:

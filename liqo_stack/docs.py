@@ -52,6 +52,7 @@ _VALIDATED = {
     "_image_digest": "image digest",
     "_dns_subdomain": "DNS subdomain",
     "_whole_seconds": "duration",
+    "_pool_name": "pool name (DNS label, up to 32)",
 }
 # Kubernetes core types the config takes as they are.
 _CORE = {

@@ -68,6 +68,16 @@ def pools(*entries: dict[str, Any]) -> dict[str, Any]:
             "liqo:foreignClusters[0]",
             "over 63 characters",
         ),
+        (
+            config(
+                foreignClusters=[
+                    foreign("foreign", virtualNodes=[{"name": "1", "nodeSelector": GPU}]),
+                    foreign("foreign-1"),
+                ]
+            ),
+            "liqo:foreignClusters[0].virtualNodes",
+            "pool '1' makes the virtual node liqo-foreign-1",
+        ),
     ],
 )
 def test_bad_pools_are_named_by_field(settings: dict[str, Any], path: str, said: str) -> None:
