@@ -25,7 +25,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from tests.e2e.conftest import wait_served
-from tests.e2e.test_kubelet_api import kubectl
+from tests.e2e.test_kubelet_api import kubectl, kubelet_get
 from tests.support.kube import (
     free_port,
     get_or_none,
@@ -140,13 +140,16 @@ def running_there(foreign: Client, twin: str, name: str) -> Any:
     return found if found is not None and found.status.phase == "Running" else None
 
 
-def metrics_pods(dev_env: DevEnvironment, node: str) -> set[str]:
-    """The pods a virtual node's resource metrics (what metrics-server scrapes for `kubectl top node`) show."""
-    raw = kubectl(dev_env.kubeconfig("home"), "get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics/resource")
-    assert raw.returncode == 0, raw.stderr
+def metrics_pods(dev_env: DevEnvironment, home: Client, node: str) -> set[str]:
+    """The pods a virtual node's `/metrics/resource` shows, asked as metrics-server asks it for
+    `kubectl top node` (at the port the Node declares, with the API server's kubelet client certificate)."""
+    declared: Any = home.get(Node, node)
+    port = declared.status.daemonEndpoints.kubeletEndpoint.Port
+    status, body = kubelet_get(port, "/metrics/resource", dev_env.pki_dir("home"), admin=True)
+    assert status == 200, body
     return {
         line.split('pod="', 1)[1].split('"', 1)[0]
-        for line in raw.stdout.splitlines()
+        for line in body.splitlines()
         if line.startswith("pod_memory_working_set_bytes{")
     }
 
@@ -209,7 +212,7 @@ def test_a_gpu_and_a_general_pool_are_two_virtual_nodes(
 
         # `kubectl top node`: each virtual node's resource metrics show its own pods only
         def each_its_own() -> dict[str, set[str]] | None:
-            seen = {n: metrics_pods(dev_env, n) for n in (GPU_NODE, GENERAL_NODE)}
+            seen = {n: metrics_pods(dev_env, home, n) for n in (GPU_NODE, GENERAL_NODE)}
             return seen if all(seen.values()) else None
 
         seen = wait_until(each_its_own, 90, "both pools' pods measured")
