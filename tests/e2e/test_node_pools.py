@@ -3,7 +3,8 @@ pool through the stack config and `pulumi up`. Its two fake nodes are labelled a
 the labels taken off after). The pools become two virtual nodes, served by the one virtual kubelet of
 foreign-1; each shows the capacity of its own foreign node less that node's own pods, a pod that
 selects the gpu virtual node at home runs on the gpu node there, and each virtual node's resource
-metrics (what `kubectl top node` reads) count its own pods only. The config is put back after.
+metrics (what `kubectl top node` reads) count its own pods only. The config is put back after (by
+the `installed` fixture).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from tests.e2e.conftest import wait_served
 from tests.e2e.test_kubelet_api import kubectl, kubelet_get
 from tests.support.kube import (
     free_port,
@@ -83,8 +83,10 @@ def restart_kubelet(runtime: ExternalRuntime, extra_args: list[str]) -> None:
 def pooled(
     dev_env: DevEnvironment, foreign: dict[str, Client], installed: auto.Stack, runtime: ExternalRuntime, home: Client
 ) -> Iterator[list[str]]:
-    """foreign-1 as two pools, served with a kubelet API port each; afterwards its one virtual node
-    again, served as before. Yields its nodes (gpu, general)."""
+    """foreign-1 as two pools, served with a kubelet API port each. Yields its nodes (gpu, general).
+    Put back by the `installed` fixture, as after any module that ran `pulumi up`: its `up` drains
+    and deletes the pools' nodes (this virtual kubelet, still running, then ends), and the next
+    module's runtime starts the virtual kubelet of foreign-1 again, serving its one virtual node."""
     cluster = foreign[CLUSTER]
     nodes = foreign_nodes(cluster)
     declared = PulumiEnvironment.liqo_config(installed)
@@ -97,10 +99,7 @@ def pooled(
         wait_until(lambda: all(node_ready(home, n) for n in (GPU_NODE, GENERAL_NODE)), 90, "both pools Ready")
         yield nodes
     finally:
-        PulumiEnvironment.set_liqo_config(installed, declared)
-        installed.up(on_output=print)
-        restart_kubelet(runtime, [])
-        wait_served(home, runtime)
+        runtime.extra_args.pop(f"kubelet-{CLUSTER}", None)
         label_foreign_nodes(dev_env, dict.fromkeys(nodes))
 
 
