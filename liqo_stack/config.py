@@ -248,6 +248,42 @@ class StorageClassConfig(ConfigModel):
     default: bool = Field(default=False, description="the class `liqo` claims get there (at most one)")
 
 
+def _pool_name(value: str) -> str:
+    if not names.is_pool_name(value):
+        raise ValueError(
+            f"{value!r} is no pool name: up to 32 lowercase letters, digits and '-', as it ends a node name"
+        )
+    return value
+
+
+def _some_selector(selector: dict[str, str]) -> dict[str, str]:
+    if not selector:
+        raise ValueError(
+            "a node pool selects the foreign nodes it stands for; for the whole cluster leave virtualNodes out"
+        )
+    return selector
+
+
+class VirtualNodeConfig(ConfigModel):
+    """One node pool of a foreign cluster: a virtual node of its own, standing for the foreign nodes
+    its selector picks (its capacity is theirs, and its pods run only there)."""
+
+    name: Annotated[str, AfterValidator(_pool_name)] = Field(
+        description="the pool's name; its virtual node is `liqo-<clusterId>-<name>`"
+    )
+    node_selector: Annotated[Labels, AfterValidator(_some_selector)] = Field(
+        description="labels of the foreign nodes of the pool (the VirtualNode's offloadingPatch.nodeSelector, "
+        "merged into every pod offloaded through it), e.g. `node.kubernetes.io/instance-type: gpu`"
+    )
+    labels: Labels = Field(
+        default_factory=dict, description="labels of its virtual node, over the cluster's `labels` (e.g. `pool: gpu`)"
+    )
+    sharing_percentage: Percentage | None = Field(
+        default=None, description="share of the pool's free resources it offers (default: the cluster's)"
+    )
+    taints: list[Taint] = Field(default_factory=list, description="taints of its virtual node, beside the cluster's")
+
+
 class ForeignCluster(ClusterAccess):
     """A foreign cluster: how to reach it (as `home`), and what its virtual node at home shows."""
 
@@ -284,6 +320,35 @@ class ForeignCluster(ClusterAccess):
         description="where the home cluster's identity reaches this cluster's API server; default: its kubeconfig's "
         "server (needed when a program passes its own provider instead of a kubeconfig)",
     )
+
+    virtual_nodes: list[VirtualNodeConfig] = Field(
+        default_factory=list,
+        description="node pools: the cluster offered as several virtual nodes, each standing for the foreign "
+        "nodes its nodeSelector picks; none: one virtual node, `liqo-<clusterId>`, for the whole cluster",
+    )
+
+    @field_validator("virtual_nodes")
+    @classmethod
+    def _distinct_pools(cls, pools: list[VirtualNodeConfig]) -> list[VirtualNodeConfig]:
+        pool_names = [p.name for p in pools]
+        repeated = sorted({n for n in pool_names if pool_names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"each pool name may be used once; repeated: {repeated}")
+        selectors = [sorted(p.node_selector.items()) for p in pools]
+        same = sorted({p.name for p, s in zip(pools, selectors, strict=True) if selectors.count(s) > 1})
+        if same:
+            raise ValueError(
+                f"pools {same} select the same foreign nodes (one nodeSelector): their capacity would count twice"
+            )
+        return pools
+
+    @model_validator(mode="after")
+    def _node_names_fit(self) -> Self:
+        for pool in self.virtual_nodes:
+            node = names.virtual_node_name(self.cluster_id, pool.name)
+            if len(node) > 63:  # it is the Node's kubernetes.io/hostname label too
+                raise ValueError(f"virtualNodes: the virtual node {node!r} of pool {pool.name!r} is over 63 characters")
+        return self
 
     @field_validator("storage_classes")
     @classmethod
@@ -642,6 +707,24 @@ class StackConfig(ConfigModel):
     )
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="how the runtime runs")
     network: NetworkConfig = Field(default_factory=NetworkConfig, description="pod networks as seen at home")
+
+    @model_validator(mode="after")
+    def _one_cluster_per_virtual_node(self) -> Self:
+        """A pool's node name may be another cluster's (pool `1` of `foreign` is `liqo-foreign-1`)."""
+        seen: dict[str, tuple[int, str | None]] = {}  # node -> (cluster index, pool)
+        for index, foreign in enumerate(self.foreign_clusters):
+            pools: list[str | None] = [p.name for p in foreign.virtual_nodes] or [None]
+            for pool in pools:
+                node = names.virtual_node_name(foreign.cluster_id, pool)
+                if node in seen:
+                    other, other_pool = seen[node]
+                    (at, named), clash = ((index, pool), other) if pool is not None else ((other, other_pool), index)
+                    raise ValueError(
+                        f"foreignClusters[{at}].virtualNodes: pool {named!r} makes the virtual node {node}, "
+                        f"which is foreignClusters[{clash}]'s too: rename the pool"
+                    )
+                seen[node] = (index, pool)
+        return self
 
     @model_validator(mode="after")
     def _pod_networks_fit(self) -> Self:

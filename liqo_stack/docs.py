@@ -55,6 +55,7 @@ _VALIDATED = {
     "_api_group": "API group",
     "_api_version": "API version",
     "_resource_name": "resource (plural)",
+    "_pool_name": "pool name (DNS label, up to 32)",
 }
 # Kubernetes core types the config takes as they are.
 _CORE = {

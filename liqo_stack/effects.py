@@ -296,10 +296,12 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
     for vn in _listed(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
         spec = vn.get("spec") or {}
         declared[str(spec.get("clusterID"))] = dict(spec.get("labels") or {})
+    cluster_of_node: dict[str, str] = {}  # a cluster offered as node pools has several
     for node in home.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}):
         cluster_id = (node.metadata.labels or {}).get(names.REMOTE_CLUSTER_ID_LABEL)
         if not cluster_id:
             continue
+        cluster_of_node[str(node.metadata.name)] = cluster_id
         own = set(declared.get(cluster_id, {})) | {names.TYPE_LABEL, names.REMOTE_CLUSTER_ID_LABEL}
         snapshot.extra_node_labels[cluster_id] = {
             k: v
@@ -313,7 +315,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
         phase = pod.status.phase if pod.status else None
         if not node_name or not node_name.startswith("liqo-") or phase in ("Succeeded", "Failed"):
             continue
-        cluster_id = node_name.removeprefix("liqo-")
+        cluster_id = cluster_of_node.get(node_name) or node_name.removeprefix("liqo-")
         requests = {r: str(a.normalize()) for r, a in pod_requests(pod).items() if r != "pods"}
         snapshot.pods_on_node.setdefault(cluster_id, []).append(
             PodOnNode(pod.metadata.namespace or "", pod.metadata.name or "", requests)

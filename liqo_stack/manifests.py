@@ -263,9 +263,10 @@ def secret(name: str, ns: str, string_data: dict[str, Any], component: str) -> M
     }
 
 
-def virtual_node(spec: VirtualNodeSpec) -> Manifest:
+def virtual_node(spec: VirtualNodeSpec, name: str | None = None) -> Manifest:
+    """`name`: a node pool's (default: the cluster's one virtual node)."""
     vn = VirtualNode(spec=spec)
-    vn.metadata.name = names.virtual_node_name(spec.cluster_id)
+    vn.metadata.name = name or names.virtual_node_name(spec.cluster_id)
     vn.metadata.namespace = names.LIQO_NAMESPACE
     vn.metadata.labels = {**_labels("virtual-node"), names.REMOTE_CLUSTER_ID_LABEL: spec.cluster_id}
     wire = vn.to_wire()
@@ -455,20 +456,24 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
 
 
 def virtual_kubelet_rules(
-    foreign_cluster_id: str, custom_resources: Sequence[CustomResourceReflection] = ()
+    foreign_cluster_id: str, pools: Sequence[str] = (), custom_resources: Sequence[CustomResourceReflection] = ()
 ) -> list[Manifest]:
-    """VIRTUAL_KUBELET_RULES, and what one virtual kubelet may do to its own Node and VirtualNode only:
+    """VIRTUAL_KUBELET_RULES, and what one virtual kubelet may do to its own Nodes and VirtualNodes only:
     at the peering's removal it holds the VirtualNode with its finalizer until its Node is drained
     and deleted (runtime/virtualkubelet/removal.py); its status carries the custom resources'
-    condition. The opted-in custom resources: read, their status written where it comes back, and
-    their CRDs read by name (runtime/reflection/custom.py)."""
-    own = names.virtual_node_name(foreign_cluster_id)
+    condition. Its own: the cluster's virtual node, and those of its node pools (`pools`); the first
+    stays while pools replace it, so its removal can end. The opted-in custom resources: read, their
+    status written where it comes back, and their CRDs read by name (runtime/reflection/custom.py)."""
+    own = [
+        names.virtual_node_name(foreign_cluster_id),
+        *(names.virtual_node_name(foreign_cluster_id, p) for p in pools),
+    ]
     with_status = [c for c in custom_resources if c.reflect_status]
     return [
         *VIRTUAL_KUBELET_RULES,
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["delete"], "resourceNames": [own]},
-        {"apiGroups": [_GROUP], "resources": ["virtualnodes"], "verbs": ["patch", "update"], "resourceNames": [own]},
-        {"apiGroups": [_GROUP], "resources": ["virtualnodes/status"], "verbs": ["patch"], "resourceNames": [own]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["delete"], "resourceNames": own},
+        {"apiGroups": [_GROUP], "resources": ["virtualnodes"], "verbs": ["patch", "update"], "resourceNames": own},
+        {"apiGroups": [_GROUP], "resources": ["virtualnodes/status"], "verbs": ["patch"], "resourceNames": own},
         *custom_resource_rules(custom_resources, ["get", "list", "watch"]),
         *custom_resource_rules(with_status, ["patch"], subresource="/status"),
         *custom_resource_definition_rules(custom_resources),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from liqo_stack.components.peering import virtual_node_spec
-from liqo_stack.config import StackConfig
+from liqo_stack.config import ForeignCluster, StackConfig
 from runtime.api import names
 from runtime.api.plan import selected_clusters, twin_namespace_name, virtual_node_labels, virtual_node_taints
 
@@ -27,6 +27,7 @@ def virtual_nodes_plan(config: StackConfig) -> dict[str, Any]:
                 "of": "allocatable of the foreign cluster's nodes minus requests of pods it runs for others",
                 "fixed": spec.fixed_resources,
             },
+            **({"nodePools": pools_plan(config, foreign)} if foreign.virtual_nodes else {}),
             "podNetwork": {
                 "podCIDR": spec.pod_cidr or "not declared (podCIDR): pod IPs shown as they are",
                 "seenAtHomeAs": spec.remapped_pod_cidr or spec.pod_cidr or "unchanged",
@@ -35,6 +36,23 @@ def virtual_nodes_plan(config: StackConfig) -> dict[str, Any]:
                 "reachesOthersIn": {
                     cluster_id: there for cluster_id, (_, there) in config.ranges_seen_by(foreign.cluster_id).items()
                 },
+            },
+        }
+    return plan
+
+
+def pools_plan(config: StackConfig, foreign: ForeignCluster) -> dict[str, Any]:
+    """The virtual nodes of a cluster offered as node pools, by pool name (they replace `virtualNode`)."""
+    plan: dict[str, Any] = {}
+    for pool in foreign.virtual_nodes:
+        spec = virtual_node_spec(config, foreign, pool)
+        plan[pool.name] = {
+            "virtualNode": names.virtual_node_name(foreign.cluster_id, pool.name),
+            "nodeSelector": spec.offloading_patch.node_selector,
+            "labels": virtual_node_labels(foreign.cluster_id, spec.labels),
+            "capacity": {
+                "sharingPercentage": spec.sharing_percentage,
+                "of": "allocatable of the foreign nodes nodeSelector picks minus requests of pods they run for others",
             },
         }
     return plan

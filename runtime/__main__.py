@@ -45,6 +45,18 @@ def _ip_address(value: str) -> str:
         raise argparse.ArgumentTypeError(f"not an IP address: {value!r}") from None
 
 
+def _pool(value: str) -> tuple[str, int | None]:
+    """`NAME` or `NAME=PORT`: a node pool and, if given, its kubelet API port."""
+    name, _, port = value.partition("=")
+    if not names.is_pool_name(name):
+        raise argparse.ArgumentTypeError(f"not a pool name (lowercase letters, digits, '-'): {name!r}")
+    if not port:
+        return name, None
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port (1-65535): {port!r} in {value!r}")
+    return name, int(port)
+
+
 def client_from(kubeconfig: str | None, field_manager: str) -> RuntimeClient:
     config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
     return async_client(config, field_manager=field_manager)
@@ -205,6 +217,8 @@ async def virtual_kubelet(
         leads=leads,
         node_address=args.node_address,
         kubelet_port=args.kubelet_port or None,
+        pools=[pool for pool, _ in args.pool],
+        kubelet_ports=[port for _, port in args.pool] if all(port for _, port in args.pool) else (),
     )
 
 
@@ -257,6 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the kubelet API (logs, exec, attach, port-forward) listens; the Node advertises it, so "
         "each virtual kubelet on a host needs its own; 0 serves no kubelet API",
     )
+    kubelet.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        type=_pool,
+        metavar="NAME[=PORT]",
+        help="a node pool the foreign cluster is offered as (repeat for each; its virtual node is "
+        "liqo-<foreign id>-<NAME>), and where its kubelet API listens (default: the ports after "
+        "--kubelet-port, in order); none: one virtual node, liqo-<foreign id>",
+    )
     for command in (manager, agent, kubelet):
         add_leader_election_flags(command)
     return parser
@@ -267,6 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "virtual-kubelet" and not 0 <= args.kubelet_port <= 65535:
         parser.error(f"--kubelet-port must be between 1 and 65535 (0: no kubelet API), got {args.kubelet_port}")
+    if args.command == "virtual-kubelet":
+        pools = [pool for pool, _ in args.pool]
+        if len(set(pools)) != len(pools):
+            parser.error(f"--pool: each pool may be named once, got {pools}")
+        ports = [port for _, port in args.pool if port]
+        if ports and (len(ports) != len(pools) or len(set(ports)) != len(ports)):
+            parser.error(f"--pool: give every pool its own port or none, got {[f'{n}={p}' for n, p in args.pool]}")
     if args.metrics_secure_port is not None and not 0 <= args.metrics_secure_port <= 65535:
         parser.error(f"--metrics-secure-port must be between 0 and 65535, got {args.metrics_secure_port}")
     timing = LeaderElectionTiming(

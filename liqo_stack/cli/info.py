@@ -58,10 +58,11 @@ def collect(client: Client) -> dict[str, Any]:
         peerings.append(
             {
                 "clusterId": cluster_id,
-                "virtualNode": names.virtual_node_name(cluster_id),
+                # one per VirtualNode: a cluster offered as node pools has one per pool
+                "virtualNode": vn.metadata.name,
                 "sharingPercentage": spec.get("sharingPercentage"),
                 "labels": spec.get("labels") or {},
-                "node": node_summary(client, names.virtual_node_name(cluster_id)),
+                "node": node_summary(client, vn.metadata.name),
             }
         )
     namespaces = []
@@ -80,7 +81,10 @@ def collect(client: Client) -> dict[str, Any]:
                 "clusters": clusters,
             }
         )
-    return {"peerings": sorted(peerings, key=lambda p: str(p["clusterId"])), "namespaces": namespaces}
+    return {
+        "peerings": sorted(peerings, key=lambda p: (str(p["clusterId"]), str(p["virtualNode"]))),
+        "namespaces": namespaces,
+    }
 
 
 def render(data: dict[str, Any]) -> str:

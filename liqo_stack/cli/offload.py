@@ -151,7 +151,7 @@ def read_peers(client: Client) -> list[Peer]:
                 labels=labels[str(s["clusterID"])],
                 secret=(s.get("kubeconfigSecretRef") or {}).get("name", names.credentials_secret_name(s["clusterID"])),
             )
-            for s in specs
+            for s in {str(s["clusterID"]): s for s in specs}.values()  # a cluster offered as pools has several
         ),
         key=lambda p: p.cluster_id,
     )
@@ -222,10 +222,13 @@ def twins_going(
             )
         except Exception as err:  # unreachable, no credentials: say so rather than claim it is empty
             deleted.append(f"{cluster_id}: {twin} (namespace {namespace}, {why}): contents not known ({err})")
+        nodes = {  # the cluster's virtual node, or one per node pool
+            n.metadata.name for n in home.list(Node, labels={names.REMOTE_CLUSTER_ID_LABEL: cluster_id}) if n.metadata
+        }
         on_node = [
             PodOnNode(namespace, p.metadata.name or "", {})
             for p in at_home
-            if p.spec and p.spec.nodeName == names.virtual_node_name(cluster_id) and p.metadata
+            if p.spec and p.spec.nodeName in nodes and p.metadata
         ]
         losing += [pod_losing_node_line(p) for p in pods_losing_node(namespace, cluster_id, on_node)]
     sections = [("Twin namespaces to be deleted", deleted)]

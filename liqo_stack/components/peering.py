@@ -13,26 +13,32 @@ from liqo_stack.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, an
 from liqo_stack.components.credentials import home_identity_kubeconfig
 from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
-from liqo_stack.config import ForeignCluster, StackConfig
+from liqo_stack.config import ForeignCluster, StackConfig, VirtualNodeConfig
 from runtime.api import ReflectorSettings, VirtualNodeSpec, names
 from runtime.api.virtualnode import HealthCheck, OffloadingPatch, RangeRemapping, SecretReference, StorageType
 
 TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret
 
 
-def virtual_node_spec(config: StackConfig, foreign: ForeignCluster) -> VirtualNodeSpec:
-    """The VirtualNode a foreign cluster gets, from the stack config alone (also shown in the plan)."""
+def virtual_node_spec(
+    config: StackConfig, foreign: ForeignCluster, pool: VirtualNodeConfig | None = None
+) -> VirtualNodeSpec:
+    """The VirtualNode a foreign cluster gets, or one of its node pools, from the stack config alone
+    (also shown in the plan): a pool's labels, taints and share over the cluster's, and its selector."""
     vk = config.virtual_kubelet
     return VirtualNodeSpec(
         cluster_id=foreign.cluster_id,
         kubeconfig_secret_ref=SecretReference(name=names.credentials_secret_name(foreign.cluster_id)),
-        labels=dict(foreign.labels),
-        taints=list(foreign.taints),
-        sharing_percentage=config.sharing_of(foreign),
+        labels={**foreign.labels, **(pool.labels if pool else {})},
+        taints=[*foreign.taints, *(pool.taints if pool else [])],
+        sharing_percentage=(
+            pool.sharing_percentage if pool and pool.sharing_percentage is not None else config.sharing_of(foreign)
+        ),
         fixed_resources=dict(foreign.fixed_resources),
         offloading_patch=OffloadingPatch(
             labels_not_reflected=config.reflection.skip_labels or None,
             annotations_not_reflected=config.reflection.skip_annotations or None,
+            node_selector=dict(pool.node_selector) if pool else None,
         ),
         reflection={
             name: ReflectorSettings(type=s.type, workers=s.workers) for name, s in config.reflection.settings().items()
@@ -136,12 +142,18 @@ class Peering(pulumi.ComponentResource):
             resource_name=f"virtual-kubelet-{foreign_id}",
             name=names.virtual_kubelet_name(foreign_id),
             component="virtual-kubelet",
-            rules=manifests.virtual_kubelet_rules(foreign_id, config.reflection.custom_reflection()),
+            rules=manifests.virtual_kubelet_rules(
+                foreign_id,
+                [pool.name for pool in foreign_config.virtual_nodes],
+                config.reflection.custom_reflection(),
+            ),
             args=[
                 "virtual-kubelet",
                 f"--foreign-cluster-id={foreign_id}",
                 f"--home-cluster-id={home_id}",
                 "--node-address=$(POD_IP)",  # seed 002: the pods' hostIP is the virtual kubelet pod's IP
+                # one process serves every pool of the cluster (they share its twin namespaces)
+                *(f"--pool={pool.name}" for pool in foreign_config.virtual_nodes),
             ],
             runtime=config.runtime,
             replicas=config.runtime.replicas.virtual_kubelet,
@@ -152,24 +164,32 @@ class Peering(pulumi.ComponentResource):
         # drained and deleted and the twins are gone, which needs the virtual kubelet, the
         # controller-manager, the foreign agent, the credentials and the home identity's token and
         # RBAC in the foreign cluster all still there (pulumi deletes dependents first).
-        self.virtual_node = home.object(
-            f"virtualnode-{foreign_id}",
-            manifests.virtual_node(virtual_node_spec(config, foreign_config)),
-            pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[
-                    *home_plane.crds,
-                    home_plane.controller_manager,
-                    self.virtual_kubelet,
-                    secret,
-                    token,
-                    binding,
-                    role,
-                    *crd_access,
-                    account,
-                    self.tenant_namespace,
-                    agent.agent,
-                ],
-            ),
-        )
+        # One VirtualNode, or one per node pool (the default keeps its resource name: no replace).
+        pools: list[VirtualNodeConfig | None] = [*foreign_config.virtual_nodes] or [None]
+        self.virtual_nodes = [
+            home.object(
+                f"virtualnode-{foreign_id}" if pool is None else f"virtualnode-{foreign_id}-{pool.name}",
+                manifests.virtual_node(
+                    virtual_node_spec(config, foreign_config, pool),
+                    names.virtual_node_name(foreign_id, pool.name if pool else None),
+                ),
+                pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[
+                        *home_plane.crds,
+                        home_plane.controller_manager,
+                        self.virtual_kubelet,
+                        secret,
+                        token,
+                        binding,
+                        role,
+                        *crd_access,
+                        account,
+                        self.tenant_namespace,
+                        agent.agent,
+                    ],
+                ),
+            )
+            for pool in pools
+        ]
         self.register_outputs({})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
@@ -15,11 +15,22 @@ from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
 from runtime.api.quantities import parse_quantity
 
 
+class NodeOffer(ApiModel):
+    """What one physical node offers: a virtual node standing for a node pool sums those its
+    offloadingPatch.nodeSelector matches (by these labels)."""
+
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    resources: dict[str, str] = Field(default_factory=dict)
+
+
 class ResourceAdvertisementSpec(ApiModel):
     cluster_id: str = Field(alias="clusterID", description="the foreign cluster that advertises")
     # allocatable of its physical nodes minus the requests of pods not offloaded by this home cluster
     resources: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict, description="labels suggested for the virtual node")
+    # the same per node (a list: a merge patch replaces it whole, so a label a node lost goes too)
+    nodes: list[NodeOffer] = Field(default_factory=list)
 
 
 class ResourceAdvertisement(CustomObject):
@@ -87,19 +98,59 @@ def loads_of(pods: Iterable[Any]) -> list[PodLoad]:
     return [load for load in map(load_of, pods) if load is not None]
 
 
-def available_for(home_id: str, nodes: list[Any], loads: Iterable[PodLoad]) -> dict[str, Decimal]:
-    physical = {n.metadata.name for n in nodes if _is_physical_and_ready(n)}
-    available: dict[str, Decimal] = defaultdict(Decimal)
+def available_by_node(home_id: str, nodes: list[Any], loads: Iterable[PodLoad]) -> dict[str, dict[str, Decimal]]:
+    """Per Ready physical node: its allocatable minus the requests of the pods on it that `home_id`
+    did not offload (never below zero)."""
+    available: dict[str, dict[str, Decimal]] = {}
     for node in nodes:
-        if node.metadata.name in physical:
-            for resource, quantity in ((node.status and node.status.allocatable) or {}).items():
-                available[resource] += parse_quantity(quantity) or Decimal(0)
+        if _is_physical_and_ready(node):
+            allocatable = (node.status and node.status.allocatable) or {}
+            available[node.metadata.name] = {r: parse_quantity(q) or Decimal(0) for r, q in allocatable.items()}
     for load in loads:
-        if load.node in physical and load.origin != home_id:
+        on_node = available.get(load.node)
+        if on_node is not None and load.origin != home_id:
             for resource, amount in load.requests:
-                if resource in available:
-                    available[resource] -= amount
-    return {resource: max(amount, Decimal(0)) for resource, amount in available.items()}
+                if resource in on_node:
+                    on_node[resource] -= amount
+    return {node: {r: max(a, Decimal(0)) for r, a in free.items()} for node, free in available.items()}
+
+
+def summed(per_node: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = defaultdict(Decimal)
+    for free in per_node:
+        for resource, amount in free.items():
+            total[resource] += amount
+    return dict(total)
+
+
+def available_for(home_id: str, nodes: list[Any], loads: Iterable[PodLoad]) -> dict[str, Decimal]:
+    return summed(available_by_node(home_id, nodes, loads).values())
+
+
+def node_offers(nodes: list[Any], per_node: Mapping[str, Mapping[str, Decimal]]) -> list[dict[str, Any]]:
+    """The advertisement's `nodes`: each Ready physical node's labels and free resources, by name."""
+    labels = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes}
+    return [
+        {
+            "name": name,
+            "labels": labels.get(name, {}),
+            "resources": {r: as_quantity(a) for r, a in sorted(free.items())},
+        }
+        for name, free in sorted(per_node.items())
+    ]
+
+
+def pool_offer(spec: Mapping[str, Any], node_selector: Mapping[str, str] | None) -> dict[str, str]:
+    """What an advertisement (its spec, as stored) offers the virtual node of a node pool: the sum
+    over the nodes whose labels `node_selector` matches; None or empty: the whole cluster's."""
+    if not node_selector:
+        return dict(spec.get("resources") or {})
+    picked = [
+        {r: parse_quantity(q) or Decimal(0) for r, q in (offer.get("resources") or {}).items()}
+        for offer in spec.get("nodes") or []
+        if all((offer.get("labels") or {}).get(k) == v for k, v in node_selector.items())
+    ]
+    return {r: as_quantity(a) for r, a in sorted(summed(picked).items())}
 
 
 # Seed 000: the labels a foreign cluster suggests for its virtual node ("geographical region, underlying
@@ -120,12 +171,22 @@ def suggested_labels(nodes: Iterable[Any]) -> dict[str, str]:
 
 
 def advertisement_patch(
-    cluster_id: str, current: Any, resources: dict[str, str], labels: dict[str, str]
+    cluster_id: str,
+    current: Any,
+    resources: dict[str, str],
+    labels: dict[str, str],
+    nodes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """The spec to write over `current` (the stored advertisement, a mapping, or None); None: it already
-    says it. Keys gone since are null, which removes them in a merge patch."""
+    says it. Keys gone since are null, which removes them in a merge patch; `nodes` is replaced whole."""
     spec = (current or {}).get("spec") or {}
-    if current is not None and spec.get("resources") == resources and (spec.get("labels") or {}) == labels:
+    nodes = nodes or []
+    if (
+        current is not None
+        and spec.get("resources") == resources
+        and (spec.get("labels") or {}) == labels
+        and (spec.get("nodes") or []) == nodes
+    ):
         return None
     gone_resources = set(spec.get("resources") or {}) - set(resources)
     gone_labels = set(spec.get("labels") or {}) - set(labels)
@@ -133,6 +194,7 @@ def advertisement_patch(
         "clusterID": cluster_id,
         "resources": {**resources, **dict.fromkeys(gone_resources)},
         "labels": {**labels, **dict.fromkeys(gone_labels)},
+        "nodes": nodes,
     }
 
 

@@ -143,8 +143,18 @@ def namespace_map_name(home_cluster_id: str) -> str:
     return home_cluster_id
 
 
-def virtual_node_name(foreign_cluster_id: str) -> str:
-    return f"liqo-{foreign_cluster_id}"
+def virtual_node_name(foreign_cluster_id: str, pool: str | None = None) -> str:
+    """The VirtualNode and Node of a foreign cluster: `liqo-<id>`, or `liqo-<id>-<pool>` for each of
+    its node pools when the stack offers it as several virtual nodes."""
+    return f"liqo-{foreign_cluster_id}" if pool is None else f"liqo-{foreign_cluster_id}-{pool}"
+
+
+POOL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
+
+
+def is_pool_name(name: str) -> bool:
+    """A node pool's name: a short DNS label, as it ends its virtual node's name."""
+    return POOL_NAME.fullmatch(name) is not None
 
 
 def virtual_kubelet_name(foreign_cluster_id: str) -> str:

@@ -42,6 +42,9 @@ class CustomResourceReflection(ApiModel):
 class OffloadingPatch(ApiModel):
     labels_not_reflected: list[str] | None = None
     annotations_not_reflected: list[str] | None = None
+    # the foreign nodes this virtual node stands for (a node pool): merged into every remote pod's
+    # nodeSelector, and the node's capacity is theirs alone; None: the whole foreign cluster
+    node_selector: dict[str, str] | None = None
 
 
 class HealthCheck(ApiModel):

@@ -28,9 +28,11 @@ from runtime.api.advertisement import (
     PodLoad,
     advertisement_patch,
     as_quantity,
-    available_for,
+    available_by_node,
     load_of,
+    node_offers,
     suggested_labels,
+    summed,
 )
 from runtime.api.resources import ResourceAdvertisementResource
 from runtime.controllers.trimming import as_the_agent_reads
@@ -98,12 +100,15 @@ class AdvertisementController:
             home_id = tenant.metadata.labels[names.TENANT_HOME_LABEL]
             if tenant.metadata.deletionTimestamp:
                 continue
-            resources = {r: as_quantity(a) for r, a in sorted(available_for(home_id, nodes, loads).items())}
-            await self._publish(tenant.metadata.name, resources, labels)
+            per_node = available_by_node(home_id, nodes, loads)
+            resources = {r: as_quantity(a) for r, a in sorted(summed(per_node.values()).items())}
+            await self._publish(tenant.metadata.name, resources, labels, node_offers(nodes, per_node))
 
-    async def _publish(self, namespace: str, resources: dict[str, str], labels: dict[str, str]) -> None:
+    async def _publish(
+        self, namespace: str, resources: dict[str, str], labels: dict[str, str], nodes: list[dict[str, Any]]
+    ) -> None:
         current = self.advertisements.store.get(f"{namespace}/{self.cluster_id}")
-        spec = advertisement_patch(self.cluster_id, current, resources, labels)
+        spec = advertisement_patch(self.cluster_id, current, resources, labels, nodes)
         if spec is None:
             return
         body: dict[str, Any] = {"spec": spec}
@@ -118,7 +123,7 @@ class AdvertisementController:
                 "namespace": namespace,
                 "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
             },
-            "spec": {"clusterID": self.cluster_id, "resources": resources, "labels": labels},
+            "spec": {"clusterID": self.cluster_id, "resources": resources, "labels": labels, "nodes": nodes},
         }
         try:
             await self.client.create(ResourceAdvertisementResource.from_dict(manifest))

@@ -4,7 +4,7 @@ as the home cluster shows it. Pure functions on wire-format dicts; inputs are ne
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -112,9 +112,15 @@ def remote_pod_spec(home_pod: dict[str, Any], *, home_cluster_id: str, foreign_c
     return remote_pod_spec_with(home_pod, None)
 
 
-def remote_pod_spec_with(home_pod: dict[str, Any], home_api: HomeApiAccess | None) -> dict[str, Any]:
-    """The PodSpec the foreign cluster runs (seed 002). `home_api`: tokens for the home API server."""
+def remote_pod_spec_with(
+    home_pod: dict[str, Any], home_api: HomeApiAccess | None, node_selector: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The PodSpec the foreign cluster runs (seed 002). `home_api`: tokens for the home API server;
+    `node_selector`: the VirtualNode's offloadingPatch.nodeSelector (its node pool there), which
+    replaces the home one the seed's mutations remove."""
     spec = _remote_spec(home_pod, _anti_affinity(home_pod), home_api.token_secret if home_api else None)
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
     if home_api is not None and home_api.address is not None and token_projections(home_pod):
         home_api_env(spec, home_api.address)
     return spec

@@ -2,7 +2,15 @@
 
 from runtime.kube.echoes import OwnWrites
 from runtime.kube.errors import unless_gone
-from runtime.kube.informing import Event, Informer, call_when_synced, diff_stores, object_key
+from runtime.kube.informing import (
+    Event,
+    Informer,
+    InformerUnion,
+    ObjectSource,
+    call_when_synced,
+    diff_stores,
+    object_key,
+)
 from runtime.kube.queueing import WorkQueue
 from runtime.kube.serving import EngineMetrics, ProbeServer
 
@@ -10,6 +18,8 @@ __all__ = [
     "EngineMetrics",
     "Event",
     "Informer",
+    "InformerUnion",
+    "ObjectSource",
     "OwnWrites",
     "ProbeServer",
     "WorkQueue",

@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 from lightkube import ApiError, AsyncClient
@@ -251,3 +252,32 @@ async def call_when_synced(informers: Iterable[Informer], callback: Callable[[],
     for informer in informers:
         await informer.synced.wait()
     callback()
+
+
+class ObjectSource(Protocol):
+    """What a reader of watched objects needs: their store (key -> object) and their events."""
+
+    @property
+    def store(self) -> Mapping[str, Any]: ...
+
+    def add_handler(self, handler: Handler) -> None: ...
+
+
+class InformerUnion:
+    """Several informers of disjoint objects read as one (e.g. the pods of the virtual nodes of one
+    foreign cluster: a field selector matches a single node). Each informer runs on its own; this is
+    only the view, and it copies nothing."""
+
+    def __init__(self, parts: Sequence[Informer]) -> None:
+        self.parts = tuple(parts)
+
+    @property
+    def store(self) -> Mapping[str, Any]:
+        # read anew each time: an informer replaces its store when it lists again
+        if len(self.parts) == 1:
+            return self.parts[0].store
+        return ChainMap(*(part.store for part in self.parts))
+
+    def add_handler(self, handler: Handler) -> None:
+        for part in self.parts:
+            part.add_handler(handler)

@@ -32,7 +32,9 @@ def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings
 @dataclass
 class Peering:
     """`node_spec`: the VirtualNode's spec as the home informer holds it now (None before it is known);
-    `virtual_node`: the VirtualNode itself (what its conditions and events are written on)."""
+    `virtual_node`: the VirtualNode itself (what its conditions and events are written on).
+    `node_names`: the virtual nodes of the foreign cluster (its node pools), the first the primary one,
+    whose VirtualNode's settings the cluster's one reflector set follows; `spec_of`: a node's spec."""
 
     home: AsyncClient
     foreign: AsyncClient
@@ -41,14 +43,17 @@ class Peering:
     node_spec: Callable[[], VirtualNodeSpec | None] = lambda: None
     virtual_node: Callable[[], Mapping[str, Any] | None] = lambda: None
     metrics: EngineMetrics | None = None
+    node_names: tuple[str, ...] = ()
+    spec_of: Callable[[str], VirtualNodeSpec | None] = lambda _: None
     warnings: Warnings = field(init=False)
 
     def __post_init__(self) -> None:
+        self.node_names = self.node_names or (names.virtual_node_name(self.foreign_cluster_id),)
         self.warnings = Warnings(self.home, "liqo-virtual-kubelet", self.node_name)
 
     @property
     def node_name(self) -> str:
-        return names.virtual_node_name(self.foreign_cluster_id)
+        return self.node_names[0]
 
     def settings_of(self, kind: str) -> ReflectionSettings:
         return settings_from(self.node_spec(), kind)

@@ -10,7 +10,7 @@ from typing import Any
 from runtime.api import names
 from runtime.api.namespaceoffloading import Placement, placement, ready_twin
 from runtime.forging.objects import ReflectionSettings, is_owned
-from runtime.kube import Event, Informer
+from runtime.kube import Event, Informer, ObjectSource
 from runtime.kube.twins import TwinMember, Twins
 from runtime.reflection.context import Peering
 from runtime.reflection.custom import CustomResources
@@ -39,7 +39,7 @@ class ReflectionManager:
         self,
         peering: Peering,
         offloadings: Informer,
-        pods: Informer,
+        pods: ObjectSource,
         *,
         kinds: tuple[ReflectedKind, ...] = ALL_KINDS,
         members: tuple[TwinMember, ...] = (),

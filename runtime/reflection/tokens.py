@@ -29,7 +29,7 @@ from runtime.forging.tokens import (
     token_secret,
     tokens_wanted,
 )
-from runtime.kube import Event, Informer, unless_gone
+from runtime.kube import Event, Informer, ObjectSource, unless_gone
 from runtime.kube.twins import TwinFollower, TwinScope
 from runtime.reflection.context import Peering
 from runtime.reflection.kinds import without_pod_token_values
@@ -45,7 +45,7 @@ class TokenReflector(TwinFollower):
     def __init__(
         self,
         peering: Peering,
-        pods: Informer,
+        pods: ObjectSource,
         *,
         # as many as the pod offloader's: a remote pod starts only once its token Secret is there
         workers: int = 16,

@@ -33,6 +33,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from runtime.api import VirtualNodeSpec, names
+from runtime.api.advertisement import pool_offer
 from runtime.api.plan import shared_resources, virtual_node_labels, virtual_node_taints
 from runtime.api.resources import ResourceAdvertisementResource
 from runtime.kube import Informer, WorkQueue
@@ -250,13 +251,15 @@ class VirtualNodeController:
         advertisements: Informer,
         address: str = NODE_ADDRESS,
         kubelet_port: int | None = KUBELET_PORT,
+        node_name: str | None = None,
     ) -> None:
         """`address`: the InternalIP the home API server reaches the kubelet API at, on
-        `kubelet_port` (None: no kubelet API is served, the Node declares no endpoint)."""
+        `kubelet_port` (None: no kubelet API is served, the Node declares no endpoint); `node_name`:
+        its VirtualNode and Node (default: the cluster's one virtual node, else one of its pools)."""
         self.address, self.kubelet_port = address, kubelet_port
         self.home, self.foreign = home, foreign
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
-        self.node_name = names.virtual_node_name(foreign_cluster_id)
+        self.node_name = node_name or names.virtual_node_name(foreign_cluster_id)
         self.virtual_nodes, self.advertisements = virtual_nodes, advertisements
         self.nodes = Informer(home, Node, fields={"metadata.name": self.node_name})
         self.queue = WorkQueue(self.reconcile, workers=1, name="virtual-node")
@@ -266,7 +269,12 @@ class VirtualNodeController:
         from runtime.virtualkubelet.removal import NodeRemoval
 
         self.removal = NodeRemoval(
-            home, foreign, home_cluster_id=home_cluster_id, foreign_cluster_id=foreign_cluster_id
+            home,
+            foreign,
+            home_cluster_id=home_cluster_id,
+            foreign_cluster_id=foreign_cluster_id,
+            node_name=self.node_name,
+            siblings_stay=self.siblings_stay,
         )
         self.removed = asyncio.Event()  # set once the removal released the VirtualNode: the process may end
         self.healthy = True
@@ -288,10 +296,21 @@ class VirtualNodeController:
             self._parsed = (version, VirtualNodeSpec.model_validate(vn["spec"]))
         return self._parsed[1]
 
-    def offered(self) -> dict[str, str]:
+    def offered(self, spec: VirtualNodeSpec) -> dict[str, str]:
+        """The advertisement's figures for this node: its pool's nodes (offloadingPatch.nodeSelector)
+        or, without a selector, the whole cluster."""
         tenant = names.tenant_namespace(self.home_cluster_id)
         advertisement = self.advertisements.store.get(f"{tenant}/{self.foreign_cluster_id}")
-        return dict(((advertisement or {}).get("spec") or {}).get("resources") or {})
+        return pool_offer((advertisement or {}).get("spec") or {}, spec.offloading_patch.node_selector)
+
+    def siblings_stay(self) -> bool:
+        """Another virtual node of this foreign cluster (a node pool) stays: its twins are not ours to await."""
+        return any(
+            vn.metadata.name != self.node_name
+            and not vn.metadata.deletionTimestamp
+            and (vn.get("spec") or {}).get("clusterID") == self.foreign_cluster_id
+            for vn in self.virtual_nodes.store.values()
+        )
 
     def suggested_labels(self) -> dict[str, str]:
         """Seed 000: the labels the foreign cluster suggests for its virtual node (its advertisement's)."""
@@ -301,7 +320,7 @@ class VirtualNodeController:
 
     def desired(self, spec: VirtualNodeSpec) -> tuple[dict[str, Any], dict[str, Any]]:
         """The Node's metadata+spec, and its status without condition times."""
-        shared = shared_resources(self.offered(), spec.sharing_percentage, spec.fixed_resources)
+        shared = shared_resources(self.offered(spec), spec.sharing_percentage, spec.fixed_resources)
         labels = {
             # the VirtualNode's labels (the stack's, the home side's word) win over the suggested ones
             **virtual_node_labels(self.foreign_cluster_id, {**self.suggested_labels(), **spec.labels}),

@@ -48,7 +48,7 @@ from runtime.forging.pods import (
     remote_pod_spec_with,
     skip_lists,
 )
-from runtime.kube import Event, Informer, OwnWrites, unless_gone
+from runtime.kube import Event, Informer, InformerUnion, OwnWrites, unless_gone
 from runtime.kube.packing import unpacked
 from runtime.kube.twins import TwinFollower, TwinScope
 from runtime.reflection.context import Peering
@@ -144,12 +144,16 @@ class PodOffloader(TwinFollower):
         """`peering.node_spec`: its apiServerTokenSupport and home API server shape new remote pods."""
         super().__init__("pods", workers=workers)
         self.peering = peering
-        self.node_name = peering.node_name
+        self.node_names = peering.node_names
         self.pod_cidr_mapping = pod_cidr_mapping
         self._skip_lists = skip_lists(None)  # the VirtualNode's, as last applied to the ShadowPods
         self.node_address = node_address
         self.offloadings = offloadings
-        self.pods = Informer(peering.home, Pod, fields={"spec.nodeName": self.node_name}, packed=True)
+        # the home pods on the cluster's virtual nodes, one watch per node (a field selector names one)
+        self.node_pods = {
+            node: Informer(peering.home, Pod, fields={"spec.nodeName": node}, packed=True) for node in self.node_names
+        }
+        self.pods = InformerUnion(list(self.node_pods.values()))
         self.pods.add_handler(self._on_pod)
         # any change to an offloading may change what its pods here should do
         self.offloadings.add_handler(lambda event: self._requeue_namespace(event.key.partition("/")[0]))
@@ -160,7 +164,7 @@ class PodOffloader(TwinFollower):
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.pods]
+        return list(self.node_pods.values())
 
     def on_settings(self) -> None:
         """A changed remapping shows at home at once, and new skip lists reach the remote pods' labels
@@ -275,8 +279,14 @@ class PodOffloader(TwinFollower):
             if node is not None and node.api_server_token_support
             else None
         )
+        # a node pool's pods run only on its foreign nodes (its VirtualNode's offloadingPatch.nodeSelector)
+        pool = self.peering.spec_of(pod.spec.nodeName)
+        if pool is None:  # its VirtualNode gone: which foreign nodes it stands for is unknown
+            await self._back_off(pod, f"the VirtualNode {pod.spec.nodeName} is gone")
+            return
+        node_selector = pool.offloading_patch.node_selector
         try:
-            spec = remote_pod_spec_with(home_pod, home_api)
+            spec = remote_pod_spec_with(home_pod, home_api, node_selector)
             meta = remote_pod_metadata(home_pod, **ids, **skip_lists(node))
         except TranslationError as err:
             await self._back_off(pod, str(err), warn=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -78,11 +79,21 @@ class NodeRemoval:
     """Removes the Node of a VirtualNode being deleted, then releases the VirtualNode (module docstring)."""
 
     def __init__(
-        self, home: AsyncClient, foreign: AsyncClient, *, home_cluster_id: str, foreign_cluster_id: str
+        self,
+        home: AsyncClient,
+        foreign: AsyncClient,
+        *,
+        home_cluster_id: str,
+        foreign_cluster_id: str,
+        node_name: str | None = None,
+        siblings_stay: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`siblings_stay`: whether another virtual node of the cluster (a node pool) stays, which keeps
+        the twins: this node's removal then ends with its Node."""
         self.home, self.foreign = home, foreign
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
-        self.node_name = names.virtual_node_name(foreign_cluster_id)
+        self.node_name = node_name or names.virtual_node_name(foreign_cluster_id)
+        self.siblings_stay = siblings_stay
         self.poll_seconds = POLL_SECONDS
 
     @staticmethod
@@ -100,7 +111,7 @@ class NodeRemoval:
             with unless_gone():
                 await self.home.delete(Node, self.node_name)
             return False  # the twins' withdrawal follows the Node's deletion (controller-manager)
-        left = twins_left(await self._namespace_map())
+        left = [] if self.siblings_stay() else twins_left(await self._namespace_map())
         if left:
             log.info("virtual node %s removed; waiting for the twins of %s to go", self.node_name, left)
             return False

@@ -49,7 +49,9 @@ def controller() -> tuple[AdvertisementController, list[dict[str, str]], list[st
     published: list[dict[str, str]] = []
     scheduled: list[str] = []
 
-    async def publish(namespace: str, resources: dict[str, str], labels: dict[str, str]) -> None:
+    async def publish(
+        namespace: str, resources: dict[str, str], labels: dict[str, str], nodes: list[dict[str, Any]]
+    ) -> None:
         published.append(resources)
 
     adverts._publish = publish  # type: ignore[method-assign]
@@ -129,9 +131,11 @@ def test_the_advertisement_carries_the_suggested_labels_and_drops_the_ones_gone(
         "clusterID": "f",
         "resources": {"cpu": "4"},
         "labels": {"r": "eu", "z": None},
+        "nodes": [],
     }
     assert advertisement_patch("f", None, {"cpu": "4"}, {}) == {
         "clusterID": "f",
         "resources": {"cpu": "4"},
         "labels": {},
+        "nodes": [],
     }

@@ -100,7 +100,7 @@ def entries(*raw: dict[str, Any]) -> list[CustomResourceReflection]:
 
 
 def test_the_virtual_kubelet_reads_them_and_writes_status_only_where_it_comes_back() -> None:
-    rules = manifests.virtual_kubelet_rules("foreign-1", entries(WIDGETS, GADGETS))
+    rules = manifests.virtual_kubelet_rules("foreign-1", custom_resources=entries(WIDGETS, GADGETS))
     assert {
         "apiGroups": ["example.io"],
         "resources": ["gadgets", "widgets"],
