@@ -202,17 +202,23 @@ def render(report: PreviewReport, output: str) -> str:
     return "\n".join(text) + "\n"
 
 
-@click.command()
-@click.option("--stack", "stack_name", required=True, help="the Pulumi stack to preview, e.g. dev")
+@click.group(invoke_without_command=True)
+@click.option("--stack", "stack_name", help="the Pulumi stack to preview, e.g. dev")
 @click.option(
     "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="report format"
 )
 @work_dir_option()
 @policy_pack_option("policy pack to run with the preview (its config: <pack>/config.<stack>.json when present)")
-def preview(stack_name: str, output: str, work_dir: Path, policy_pack: Path) -> None:
-    """Preview a stack: resource changes, policy violations, and what they do to running workloads.
+@click.pass_context
+def preview(ctx: click.Context, stack_name: str | None, output: str, work_dir: Path, policy_pack: Path) -> None:
+    """Preview a stack (--stack): resource changes, policy violations, and what they do to running
+    workloads. Exit code 0: no effect; 2: effects present; 1: error.
 
-    Exit code 0: no effect; 2: effects present; 1: error."""
+    `liqo-stack preview pod`: one pod as each foreign cluster would run it."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not stack_name:
+        raise click.UsageError("give the stack to preview with --stack (or preview a pod: liqo-stack preview pod)")
     try:
         stack = select_stack(stack_name, work_dir.resolve())
         report = preview_stack(stack, policy_pack.resolve(), stack_policy_config(policy_pack, stack_name))
