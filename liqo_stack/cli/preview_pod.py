@@ -164,9 +164,10 @@ def preview_pod_command(
         raise click.UsageError("give the pod's NAME (with -n NAMESPACE), or --file MANIFEST")
     if manifest is None and not namespace:
         raise click.BadParameter("the pod's namespace is required with NAME", param_hint="--namespace")
+    from_file = manifest_pod(manifest, name, namespace) if manifest is not None else None
     client = home_client(kubeconfig, context)
-    if manifest is not None:
-        pod = admitted(client, manifest_pod(manifest, name, namespace))
+    if manifest is not None and from_file is not None:
+        pod = admitted(client, from_file)
         source = str(manifest)
     else:
         found = _get(client, Pod, str(name), namespace)
