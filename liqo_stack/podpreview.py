@@ -123,9 +123,7 @@ def pod_of_manifest(doc: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "CronJob":
         spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
     elif kind not in WORKLOAD_KINDS:
-        raise PreviewError(
-            f"kind {kind!r} makes no pod: give a Pod, a CronJob or one of {', '.join(WORKLOAD_KINDS)}"
-        )
+        raise PreviewError(f"kind {kind!r} makes no pod: give a Pod, a CronJob or one of {', '.join(WORKLOAD_KINDS)}")
     template = spec.get("template")
     if not isinstance(template, Mapping) or not (template.get("spec") or {}).get("containers"):
         raise PreviewError(f"{kind} {meta.get('name')}: spec.template has no pod spec with containers")
@@ -204,15 +202,16 @@ def _labels_text(labels: Mapping[str, str]) -> str:
 
 
 def _anti_affinity_text(affinity: Mapping[str, Any]) -> str:
+    """`required on app=web per kubernetes.io/hostname`, one per term."""
     anti = affinity.get("podAntiAffinity") or {}
     required = anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []
-    preferred = [t.get("podAffinityTerm") or {} for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution") or []]
-    terms = [("required", t) for t in required] + [("preferred", t) for t in preferred]
-    shown = [
-        f"{how} on {(t.get('labelSelector') or {}).get('matchLabels') and _labels_text(t['labelSelector']['matchLabels']) or 'its own selector'}"
-        f" per {t.get('topologyKey')}"
-        for how, t in terms
+    preferred = [
+        t.get("podAffinityTerm") or {} for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution") or []
     ]
+    shown = []
+    for how, term in [("required", t) for t in required] + [("preferred", t) for t in preferred]:
+        labels = (term.get("labelSelector") or {}).get("matchLabels")
+        shown.append(f"{how} on {_labels_text(labels) if labels else 'its own selector'} per {term.get('topologyKey')}")
     return "; ".join(shown)
 
 
@@ -274,7 +273,9 @@ def _token_changes(
             )
             if node.home_api_server is not None:
                 address = f"{node.home_api_server.host}:{node.home_api_server.port}"
-                told.append(f"env {', '.join(HOME_API_ENV)}: the home API server, {address} (values set by the pod stay)")
+                told.append(
+                    f"env {', '.join(HOME_API_ENV)}: the home API server, {address} (values set by the pod stay)"
+                )
             else:
                 told.append(
                     "env: no home API server address is declared on the VirtualNode: containers reach the foreign "
@@ -364,7 +365,12 @@ def followers(
             obj = context.objects.get(kind, {}).get(name)
             if obj is None:
                 found.append(
-                    Follower(KIND_NAMES[kind], name, False, "not found at home: the remote pod waits for it as a local one would")
+                    Follower(
+                        KIND_NAMES[kind],
+                        name,
+                        False,
+                        "not found at home: the remote pod waits for it as a local one would",
+                    )
                 )
             elif kind == "persistentvolumeclaim":
                 found.append(_claim(obj, cluster, twin))
@@ -413,9 +419,7 @@ def _claim(claim: Mapping[str, Any], cluster: Cluster, twin: str) -> Follower:
     node = (meta.get("annotations") or {}).get(names.SELECTED_NODE_ANNOTATION)
     mine = names.virtual_node_name(cluster.cluster_id)
     if node and node != mine:
-        return Follower(
-            "PersistentVolumeClaim", name, False, f"provisioned for node {node}: pods mounting it go there"
-        )
+        return Follower("PersistentVolumeClaim", name, False, f"provisioned for node {node}: pods mounting it go there")
     remote_class = cluster.spec.remote_storage_class() or "the foreign cluster's default"
     return Follower(
         "PersistentVolumeClaim",

@@ -63,7 +63,9 @@ def read_context(client: Client, namespace: str, home_id: str) -> PodContext:
         str(vn["spec"]["clusterID"]): VirtualNodeSpec.model_validate(vn["spec"])
         for vn in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
     }
-    clusters = [Cluster(p.cluster_id, specs[p.cluster_id], p.labels) for p in read_peers(client) if p.cluster_id in specs]
+    clusters = [
+        Cluster(p.cluster_id, specs[p.cluster_id], p.labels) for p in read_peers(client) if p.cluster_id in specs
+    ]
     found = _get(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace)
     offloading: dict[str, Any] | None = found.to_dict() if found is not None else None
     twin = None

@@ -165,7 +165,12 @@ def pod_of_shadow(shadow: dict[str, Any]) -> dict[str, Any]:
                 "blockOwnerDeletion": True,
             }
         ]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": dict((shadow.get("spec") or {}).get("pod") or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": dict((shadow.get("spec") or {}).get("pod") or {}),
+    }
 
 
 def _remote_spec(

@@ -26,7 +26,8 @@ from typing import Any
 
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.virtualnode import ApiServerAddress
-from runtime.forging.objects import ROOT_CA_CONFIGMAP, ownership_labels
+from runtime.forging.objects import ROOT_CA_CONFIGMAP as ROOT_CA_CONFIGMAP  # the token reflector reads it
+from runtime.forging.objects import ownership_labels
 
 HOME_TOKEN_VOLUME_PREFIX = "kube-api-access-"
 CA_KEY = "ca.crt"

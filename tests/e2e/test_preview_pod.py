@@ -153,7 +153,10 @@ def normalised(remote: dict[str, Any], forged: dict[str, Any]) -> dict[str, Any]
 
 def forged_view(forged: dict[str, Any]) -> dict[str, Any]:
     meta = forged["metadata"]
-    return {"metadata": {k: meta.get(k) or {} for k in ("name", "namespace", "labels", "annotations")}, "spec": forged["spec"]}
+    return {
+        "metadata": {k: meta.get(k) or {} for k in ("name", "namespace", "labels", "annotations")},
+        "spec": forged["spec"],
+    }
 
 
 def any_token_volume_name(value: Any) -> Any:
@@ -190,11 +193,11 @@ def test_the_preview_is_the_remote_pod_the_runtime_creates(
         home.create(Pod.from_dict(body))  # type: ignore[call-overload]
 
     def remote_pods() -> dict[str, tuple[str, Any]] | None:
-        found = {}
+        found: dict[str, tuple[str, Any]] = {}
         for name in manifests:
             pod: Any = home.get(Pod, name, namespace=namespace)
             node = pod.spec.nodeName
-            cluster = node.removeprefix("liqo-") if node else None
+            cluster = node.removeprefix("liqo-") if node else ""
             there = remote_pod(foreign[cluster], twin, name) if cluster in foreign else None
             if there is None:
                 return None

@@ -49,11 +49,20 @@ def cluster(cluster_id: str, labels: dict[str, str] | None = None, **spec: Any) 
 def home_pod(**spec: Any) -> dict[str, Any]:
     annotations = spec.pop("annotations", {})
     return {
-        "metadata": {"name": "web-1", "namespace": NS, "labels": {"app": "web", "tier": "front"}, "annotations": annotations},
+        "metadata": {
+            "name": "web-1",
+            "namespace": NS,
+            "labels": {"app": "web", "tier": "front"},
+            "annotations": annotations,
+        },
         "spec": {
             "serviceAccountName": "default",
             "containers": [
-                {"name": "main", "image": "nginx", "volumeMounts": [{"name": "kube-api-access-abcde", "mountPath": "/var/run"}]}
+                {
+                    "name": "main",
+                    "image": "nginx",
+                    "volumeMounts": [{"name": "kube-api-access-abcde", "mountPath": "/var/run"}],
+                }
             ],
             "volumes": [TOKEN_VOLUME],
             **spec,
@@ -62,11 +71,17 @@ def home_pod(**spec: Any) -> dict[str, Any]:
 
 
 def context(
-    clusters: list[Cluster] | None = None, selector: list[str] | None = None, strategy: str = "Remote", **objects: Any
+    clusters: list[Cluster] | None = None,
+    selector: list[str] | None = None,
+    strategy: str = "Remote",
+    objects: dict[str, dict[str, dict[str, Any]]] | None = None,
 ) -> PodContext:
-    terms = [{"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]} for k, v in (s.split("=") for s in selector or [])]
+    terms = [
+        {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]}
+        for k, v in (s.split("=") for s in selector or [])
+    ]
     offloading = {"spec": {"podOffloadingStrategy": strategy, "clusterSelector": {"nodeSelectorTerms": terms}}}
-    return PodContext("home", clusters or [cluster("foreign-1")], offloading, TWIN, dict(objects))
+    return PodContext("home", clusters or [cluster("foreign-1")], offloading, TWIN, objects or {})
 
 
 def only(preview: Any) -> Any:
@@ -122,7 +137,10 @@ def test_only_the_clusters_the_selector_matches_are_shown() -> None:
     preview = preview_pod(home_pod(), context(clusters, selector=["region=us-west"]), "x")
     assert [c.cluster for c in preview.clusters] == ["foreign-2"]
     nowhere = preview_pod(home_pod(), context(clusters, selector=["region=mars"]), "x")
-    assert nowhere.clusters == [] and nowhere.stays_home == "the cluster selector of namespace apps matches no virtual node"
+    assert (
+        nowhere.clusters == []
+        and nowhere.stays_home == "the cluster selector of namespace apps matches no virtual node"
+    )
 
 
 # -- the remote pod, and why it differs -------------------------------------------------------------------
@@ -157,7 +175,10 @@ def test_each_change_is_told_with_its_reason() -> None:
         and c.endswith("required on app=web per kubernetes.io/hostname")
         for c in changes
     )
-    assert any(c.startswith("volumes kube-api-access-abcde: the token(s), CA and namespace come from Secret liqo-token-web-1") for c in changes)
+    assert any(
+        c.startswith("volumes kube-api-access-abcde: the token(s), CA and namespace come from Secret liqo-token-web-1")
+        for c in changes
+    )
     assert any(c.startswith("serviceAccountName: default dropped") for c in changes)
 
 
@@ -171,7 +192,9 @@ def test_without_token_support_the_token_volume_goes_and_the_token_is_listed_as_
     assert [v["name"] for v in result.remote_pod["spec"].get("volumes") or []] == []
     assert any(c.startswith("volumes kube-api-access-abcde: dropped with their mounts") for c in result.changes)
     token = [o for o in result.objects if o.kind == "ServiceAccount token"]
-    assert [(o.reflected, o.why.split(":")[0]) for o in token] == [(False, "apiServerTokenSupport is off on the VirtualNode")]
+    assert [(o.reflected, o.why.split(":")[0]) for o in token] == [
+        (False, "apiServerTokenSupport is off on the VirtualNode")
+    ]
 
 
 def test_a_pod_the_runtime_refuses_is_shown_as_refused() -> None:
@@ -194,7 +217,10 @@ def test_references_cover_volumes_env_env_from_and_pull_secrets() -> None:
             {"name": "a", "configMap": {"name": "cm-vol"}},
             {"name": "b", "secret": {"secretName": "s-vol"}},
             {"name": "c", "persistentVolumeClaim": {"claimName": "data"}},
-            {"name": "d", "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-proj"}}]}},
+            {
+                "name": "d",
+                "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-proj"}}]},
+            },
         ],
         "initContainers": [{"name": "i", "envFrom": [{"configMapRef": {"name": "cm-from"}}]}],
         "containers": [
@@ -244,7 +270,10 @@ def test_each_object_is_reflected_or_skipped_with_its_reason() -> None:
             "db": obj("db", spec={"selector": {"app": "db"}}),
         },
     }
-    verdicts = {(o.kind, o.name): (o.reflected, o.why) for o in only(preview_pod(pod, context(clusters, **objects), "x")).objects}
+    verdicts = {
+        (o.kind, o.name): (o.reflected, o.why)
+        for o in only(preview_pod(pod, context(clusters, objects=objects), "x")).objects
+    }
     assert verdicts == {
         ("ServiceAccount token", "liqo-token-web-1"): (
             True,
@@ -268,7 +297,9 @@ def test_each_object_is_reflected_or_skipped_with_its_reason() -> None:
 
 
 def test_the_reflection_verdict_is_the_reflectors_rules() -> None:
-    allow = ReflectionSettings(policy=settings_from(node(reflection={"configmap": {"type": "AllowList"}}), "configmap").policy)
+    allow = ReflectionSettings(
+        policy=settings_from(node(reflection={"configmap": {"type": "AllowList"}}), "configmap").policy
+    )
     assert why_not_reflected("configmap", obj("a", {names.ALLOW_REFLECTION_ANNOTATION: "true"}), allow) is None
     deny = ReflectionSettings()
     assert why_not_reflected("configmap", obj("a", {names.SKIP_REFLECTION_ANNOTATION: "false"}), deny) is None
@@ -281,7 +312,7 @@ def test_the_reflection_verdict_is_the_reflectors_rules() -> None:
 
 
 def test_text_yaml_and_json_carry_the_same_preview() -> None:
-    preview = preview_pod(home_pod(nodeSelector={"disk": "ssd"}), context(configmap={}), "home cluster")
+    preview = preview_pod(home_pod(nodeSelector={"disk": "ssd"}), context(), "home cluster")
     text = render(preview, "text")
     assert text.startswith("pod apps/web-1 (home cluster)\npodOffloadingStrategy Remote: may run in foreign-1\n")
     assert "== foreign-1 (twin namespace apps-home) ==" in text
@@ -303,6 +334,10 @@ def test_bad_flags_name_the_flag_before_anything_is_read(tmp_path: Path) -> None
     manifest = tmp_path / "cm.yaml"
     manifest.write_text(yaml.safe_dump({"kind": "ConfigMap", "metadata": {"name": "x"}}))
     not_a_pod = runner.invoke(main, ["preview", "pod", "--file", str(manifest)])
-    assert not_a_pod.exit_code == 2 and "Invalid value for --file" in not_a_pod.output and "0 documents that make pods" in not_a_pod.output
+    assert (
+        not_a_pod.exit_code == 2
+        and "Invalid value for --file" in not_a_pod.output
+        and "0 documents that make pods" in not_a_pod.output
+    )
     no_stack = runner.invoke(main, ["preview"])
     assert no_stack.exit_code == 2 and "--stack" in no_stack.output
