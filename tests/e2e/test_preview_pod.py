@@ -140,13 +140,26 @@ def previewed(dev_env: DevEnvironment, *args: str) -> dict[str, dict[str, Any]]:
     return {c["cluster"]: c for c in report["clusters"]}
 
 
+HOST_NAMESPACES = ("hostNetwork", "hostIPC", "hostPID")  # plain booleans: the API server omits false
+# Labels the foreign cluster adds to a pod at binding (its topology): theirs, not the runtime's.
+ADDED_THERE_LABELS = ("topology.kubernetes.io/",)
+
+
 def normalised(remote: dict[str, Any], forged: dict[str, Any]) -> dict[str, Any]:
     """The remote pod's metadata (name, namespace, labels, annotations) and spec, without what the
-    foreign API server set on fields the forged spec leaves out (DEFAULTED_THERE)."""
+    foreign API server set on fields the forged spec leaves out (DEFAULTED_THERE), the topology labels
+    its scheduler added, and with the `false` it omits (host namespaces) given back."""
     spec = {k: v for k, v in remote["spec"].items() if k in forged["spec"] or k not in DEFAULTED_THERE}
+    spec |= {k: False for k in HOST_NAMESPACES if forged["spec"].get(k) is False and k not in spec}
     meta = remote["metadata"]
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if not k.startswith(ADDED_THERE_LABELS)}
     return {
-        "metadata": {k: meta.get(k) or {} for k in ("name", "namespace", "labels", "annotations")},
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": meta.get("annotations") or {},
+        },
         "spec": spec,
     }
 
@@ -157,6 +170,15 @@ def forged_view(forged: dict[str, Any]) -> dict[str, Any]:
         "metadata": {k: meta.get(k) or {} for k in ("name", "namespace", "labels", "annotations")},
         "spec": forged["spec"],
     }
+
+
+def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two wire-format values differ, as `path: a != b` (empty: equal), for a readable failure."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
 def any_token_volume_name(value: Any) -> Any:
@@ -210,10 +232,10 @@ def test_the_preview_is_the_remote_pod_the_runtime_creates(
         after = previewed(dev_env, "-n", namespace, name)
         assert set(after) == set(foreign), "the Remote namespace selects both clusters"
         forged = after[cluster]["remotePod"]
-        assert normalised(actual, forged) == forged_view(forged), name
+        assert differences(normalised(actual, forged), forged_view(forged)) == [], name
         # the manifest's preview, before the pod existed: the same, but the token volume's random name
         early = before[name][cluster]["remotePod"]
-        assert any_token_volume_name(forged_view(early)) == any_token_volume_name(forged_view(forged)), name
+        assert differences(any_token_volume_name(forged_view(early)), any_token_volume_name(forged_view(forged))) == []
 
     # what the preview says of the objects is what reflection did
     scheduling = previewed(dev_env, "-n", namespace, "scheduling")
