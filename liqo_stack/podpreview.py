@@ -388,8 +388,7 @@ def followers(
         )
     labels = (home_pod.get("metadata") or {}).get("labels") or {}
     for name, service in sorted(context.objects.get("service", {}).items()):
-        selector = (service.get("spec") or {}).get("selector") or {}
-        if not selector or any(labels.get(k) != v for k, v in selector.items()):
+        if not selects(service, labels):
             continue
         why = why_not_reflected("service", service, settings_from(cluster.spec, "service"))
         found.append(
@@ -401,6 +400,12 @@ def followers(
             )
         )
     return found
+
+
+def selects(service: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """The Service's selector picks a pod with these labels (a Service without one selects none)."""
+    selector = (service.get("spec") or {}).get("selector") or {}
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
 def _claim(claim: Mapping[str, Any], cluster: Cluster, twin: str) -> Follower:

@@ -129,6 +129,21 @@ def pod_losing_node_line(p: dict[str, Any]) -> str:
     return f"{p['pod']} on {p['node']} ({p['why']})"
 
 
+def reflection_line(entry: dict[str, Any]) -> str:
+    """One of `Effects.running_pods_reflection`: a namespace's pods in one cluster under new settings."""
+    parts = []
+    if entry["relabelled"]:
+        parts.append(
+            f"remote labels/annotations change on {len(entry['relabelled'])} pods ({', '.join(entry['relabelled'])})"
+        )
+    parts += [
+        f"{o['kind']} {o['name']} {o['after']}" + (f" ({o['why']})" if o["why"] else "") + f", used by "
+        f"{', '.join(o['usedBy'])}"
+        for o in entry["objects"]
+    ]
+    return f"{entry['namespace']} in {entry['cluster']} ({entry['pods']} pods running): " + "; ".join(parts)
+
+
 def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
     """(section title, lines) for the text and markdown outputs."""
     e = report.effects
@@ -155,6 +170,13 @@ def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
                     + f"; pods that no longer fit: {', '.join(n['podsNotFitting']) or 'none individually'}"
                     for n in e.nodes_shrunk
                 ],
+            )
+        )
+    if e.running_pods_reflection:
+        sections.append(
+            (
+                "Running pods under new reflection settings",
+                [reflection_line(entry) for entry in e.running_pods_reflection],
             )
         )
     if e.twins_created:
