@@ -341,3 +341,13 @@ def test_bad_flags_name_the_flag_before_anything_is_read(tmp_path: Path) -> None
     )
     no_stack = runner.invoke(main, ["preview"])
     assert no_stack.exit_code == 2 and "--stack" in no_stack.output
+
+
+def test_the_docs_example_deployment_previews_as_the_docs_say() -> None:
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples/preview/web.yaml").read_text())
+    pod = pod_of_manifest(example)
+    pod["metadata"] |= {"name": "web-abcde", "namespace": NS}  # as the API server names it
+    result = only(preview_pod(pod, context(objects={"configmap": {"web-settings": obj("web-settings")}}), "x"))
+    assert "nodeSelector: dropped (a scheduling constraint of the home cluster)" in result.changes
+    assert any(c.endswith("pod anti-affinity preferred on app=web per kubernetes.io/hostname") for c in result.changes)
+    assert [(o.kind, o.name, o.reflected) for o in result.objects] == [("ConfigMap", "web-settings", True)]
