@@ -320,13 +320,10 @@ def reflection_change(
     once), and each object they use (or Service selecting them) that starts or stops being reflected."""
     relabelled = []
     for pod in running:
-        before = remote_pod_metadata(
-            pod.manifest, home_cluster_id=home_id, foreign_cluster_id=cluster_id, **skip_lists(old)
-        )
-        after = remote_pod_metadata(
-            pod.manifest, home_cluster_id=home_id, foreign_cluster_id=cluster_id, **skip_lists(new)
-        )
-        if before != after:
+        ids = {"home_cluster_id": home_id, "foreign_cluster_id": cluster_id}
+        if remote_pod_metadata(pod.manifest, **ids, **skip_lists(old)) != remote_pod_metadata(
+            pod.manifest, **ids, **skip_lists(new)
+        ):
             relabelled.append(pod.name)
     used: dict[tuple[str, str], list[str]] = defaultdict(list)
     for pod in running:

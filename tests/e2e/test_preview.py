@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
 from lightkube import Client
+from lightkube.resources.core_v1 import Pod, Service
 from pulumi import automation as auto
 
 from liqo_stack.cli import main as cli
@@ -108,3 +109,40 @@ def test_no_change_has_no_effect(
     code, output = run_preview(installed, pulumi_env, "text")
     assert "no effect on running workloads" in output
     assert code == 0
+
+
+def test_a_reflection_change_reports_what_the_running_pods_lose(
+    installed: auto.Stack, on_foreign_2: dict[str, Any], pulumi_env: PulumiEnvironment, home: Client
+) -> None:
+    service = {
+        "metadata": {"name": "web", "namespace": NAMESPACE},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    home.create(Service.from_dict(service))  # type: ignore[call-overload]
+    try:
+        config = json.loads(json.dumps(on_foreign_2))
+        config["reflection"] = {"skipLabels": ["app"], "resources": {"service": {"type": "AllowList"}}}
+        PulumiEnvironment.set_liqo_config(installed, config)
+        code, output = run_preview(installed, pulumi_env, "json")
+        assert code == 2
+        [entry] = json.loads(output)["effects"]["running_pods_reflection"]
+        running = sorted(
+            str(cast(Any, p).metadata.name) for p in home.list(Pod, namespace=NAMESPACE, labels={"app": "web"})
+        )
+        assert entry == {
+            "namespace": NAMESPACE,
+            "cluster": "foreign-2",
+            "pods": 4,
+            "relabelled": running,
+            "objects": [
+                {
+                    "kind": "service",
+                    "name": "web",
+                    "after": "copy deleted",
+                    "why": "policy AllowList and no liqo.io/allow-reflection annotation",
+                    "usedBy": running,
+                }
+            ],
+        }
+    finally:
+        home.delete(Service, "web", namespace=NAMESPACE)
