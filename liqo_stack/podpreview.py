@@ -89,10 +89,16 @@ class PodPreview:
     strategy: str | None
     stays_home: str | None  # why the pod never goes to a foreign cluster, if it never does
     clusters: list[ClusterPreview] = field(default_factory=list)
+    running_in: str | None = None  # the foreign cluster whose virtual node the live pod is bound to
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "pod": {"namespace": self.namespace, "name": self.name, "source": self.source},
+            "pod": {
+                "namespace": self.namespace,
+                "name": self.name,
+                "source": self.source,
+                "runningIn": self.running_in,
+            },
             "podOffloadingStrategy": self.strategy,
             "staysHome": self.stays_home,
             "clusters": [
@@ -149,6 +155,10 @@ def preview_pod(pod: dict[str, Any], context: PodContext, source: str) -> PodPre
     meta = pod.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     preview = PodPreview(namespace, name, source, None, None)
+    bound = str((pod.get("spec") or {}).get("nodeName") or "")
+    preview.running_in = next(
+        (c.cluster_id for c in context.clusters if names.virtual_node_name(c.cluster_id) == bound), None
+    )
     if context.offloading is None or context.twin is None:
         preview.stays_home = (
             f"namespace {namespace} is not offloaded: `liqo-stack offload namespace {namespace}` offloads it"
@@ -453,7 +463,8 @@ def render(preview: PodPreview, output: str) -> str:
             + (" or at home" if preview.strategy == PodOffloadingStrategy.LOCAL_AND_REMOTE.value else "")
         )
     for cluster in preview.clusters:
-        lines += ["", f"== {cluster.cluster} (twin namespace {cluster.twin}) =="]
+        here = " (the pod runs here now)" if cluster.cluster == preview.running_in else ""
+        lines += ["", f"== {cluster.cluster} (twin namespace {cluster.twin}){here} =="]
         if cluster.refused:
             lines.append(f"not offloaded: {cluster.refused}")
             continue

@@ -187,3 +187,17 @@ def test_labels_no_longer_reflected_change_the_remote_pods_and_need_no_approval(
         ("apps", ["web-0", "web-1"], [])
     ]
     assert found.any() and not found.needs_approval()
+
+
+def test_the_text_report_lists_the_namespace_its_pods_and_each_object() -> None:
+    from liqo_stack.cli.preview import PreviewReport, render
+
+    config = with_reflection({"skipLabels": ["team"], "resources": {"configmap": {"type": "AllowList"}}})
+    report = PreviewReport(
+        stack="dev", effects=effects(config, running_with_objects()), preview_failed=None, changes={}
+    )
+    assert render(report, "text").splitlines()[1:] == [
+        "Running pods under new reflection settings:",
+        "  apps in foreign-2 (2 pods running): remote labels/annotations change on 2 pods (web-0, web-1); configmap "
+        "cfg copy deleted (policy AllowList and no liqo.io/allow-reflection annotation), used by web-0, web-1",
+    ]

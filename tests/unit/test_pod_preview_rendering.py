@@ -312,10 +312,12 @@ def test_the_reflection_verdict_is_the_reflectors_rules() -> None:
 
 
 def test_text_yaml_and_json_carry_the_same_preview() -> None:
-    preview = preview_pod(home_pod(nodeSelector={"disk": "ssd"}), context(), "home cluster")
+    preview = preview_pod(home_pod(nodeSelector={"disk": "ssd"}, nodeName="liqo-foreign-1"), context(), "home cluster")
+    assert preview.running_in == "foreign-1"
     text = render(preview, "text")
     assert text.startswith("pod apps/web-1 (home cluster)\npodOffloadingStrategy Remote: may run in foreign-1\n")
-    assert "== foreign-1 (twin namespace apps-home) ==" in text
+    assert "== foreign-1 (twin namespace apps-home) (the pod runs here now) ==" in text
+    assert "  nodeName: dropped (a scheduling constraint of the home cluster)" in text
     assert "  nodeSelector: dropped (a scheduling constraint of the home cluster)" in text
     assert "  ServiceAccount token liqo-token-web-1: reflected: written to apps-home/liqo-token-web-1" in text
     as_json = json.loads(render(preview, "json"))
