@@ -238,6 +238,8 @@ def preview(ctx: click.Context, stack_name: str | None, output: str, work_dir: P
 
     `liqo-stack preview pod`: one pod as each foreign cluster would run it."""
     if ctx.invoked_subcommand is not None:
+        if stack_name:
+            raise click.UsageError(f"--stack previews a stack; `preview {ctx.invoked_subcommand}` does not take it")
         return
     if not stack_name:
         raise click.UsageError("give the stack to preview with --stack (or preview a pod: liqo-stack preview pod)")

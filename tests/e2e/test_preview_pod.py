@@ -129,11 +129,16 @@ def pods(namespace: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def liqo_stack(dev_env: DevEnvironment, *args: str) -> str:
-    """`liqo-stack ARGS --kubeconfig <home>`, as a user runs it; its output (it must succeed)."""
+def run(dev_env: DevEnvironment, *args: str) -> subprocess.CompletedProcess[str]:
+    """`liqo-stack ARGS --kubeconfig <home>`, as a user runs it."""
     command = [str(Path(sys.executable).parent / "liqo-stack"), *args, "--kubeconfig", str(dev_env.kubeconfig("home"))]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, f"{' '.join(command)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def liqo_stack(dev_env: DevEnvironment, *args: str) -> str:
+    """Its output; it must succeed."""
+    done = run(dev_env, *args)
+    assert done.returncode == 0, f"{done.args}: {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
@@ -262,3 +267,10 @@ def test_the_preview_is_the_remote_pod_the_runtime_creates(
     text = liqo_stack(dev_env, "preview", "pod", "-n", namespace, "anti-soft")
     assert "affinity: replaced by the anti-affinity preset soft" in text
     assert "preferred on app=preview, tier=web per kubernetes.io/hostname" in text
+
+
+def test_a_pod_not_found_says_what_to_do_next(offloaded: str, dev_env: DevEnvironment) -> None:
+    done = run(dev_env, "preview", "pod", "-n", offloaded, "no-such-pod")
+    assert done.returncode == 1
+    assert f"pod {offloaded}/no-such-pod not found in the home cluster" in done.stderr
+    assert "--file PATH" in done.stderr

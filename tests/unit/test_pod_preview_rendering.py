@@ -341,6 +341,8 @@ def test_bad_flags_name_the_flag_before_anything_is_read(tmp_path: Path) -> None
         and "Invalid value for --file" in not_a_pod.output
         and "0 documents that make pods" in not_a_pod.output
     )
+    both = runner.invoke(main, ["preview", "--stack", "dev", "pod", "-n", NS, "web-1"])
+    assert both.exit_code == 2 and "--stack previews a stack; `preview pod` does not take it" in both.output
     no_stack = runner.invoke(main, ["preview"])
     assert no_stack.exit_code == 2 and "--stack" in no_stack.output
 
