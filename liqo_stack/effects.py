@@ -349,7 +349,7 @@ def reflection_change(
         changed.append({"kind": kind, "name": name, "after": after, "why": now or "", "usedBy": sorted(pods)})
     if not relabelled and not changed:
         return None
-    return {"cluster": cluster_id, "pods": len(running), "relabelled": relabelled, "objects": changed}
+    return {"cluster": cluster_id, "pods": len(running), "relabelled": sorted(relabelled), "objects": changed}
 
 
 # -- reading the live clusters ----------------------------------------------------------------------
