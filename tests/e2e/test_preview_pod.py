@@ -274,3 +274,19 @@ def test_a_pod_not_found_says_what_to_do_next(offloaded: str, dev_env: DevEnviro
     assert done.returncode == 1
     assert f"pod {offloaded}/no-such-pod not found in the home cluster" in done.stderr
     assert "--file PATH" in done.stderr
+
+
+def test_the_docs_example_deployment_previews_before_it_is_applied(
+    offloaded: str, home: Client, dev_env: DevEnvironment
+) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "preview" / "web.yaml"
+    clusters = previewed(dev_env, "--file", str(example), "-n", offloaded)
+    assert set(clusters) == {"foreign-1", "foreign-2"}
+    for cluster in clusters.values():
+        remote = cluster["remotePod"]
+        assert remote["metadata"]["name"].startswith("web-"), "named by the dry run, as the ReplicaSet's pods are"
+        assert "nodeSelector" not in remote["spec"]
+        assert remote["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        verdicts = {(o["kind"], o["name"]): o["reflected"] for o in cluster["objects"]}
+        assert verdicts[("ConfigMap", "web-settings")] is False  # not created: missing at home
+    assert not list(home.list(Pod, namespace=offloaded, labels={"app": "web"})), "a dry run stores nothing"
