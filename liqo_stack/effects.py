@@ -2,9 +2,12 @@
 
 A resource diff says "NamespaceOffloading updated"; this says which twin namespace will be deleted with
 how many pods and objects in it, which pods lose their virtual node or no longer fit a shrunk one, which
-twins are new and which of those will fail on a name conflict. The new state comes from the stack config
-through the same plan functions the runtime uses (liqo_stack/plan.py, runtime/api/plan.py); the current
-state is read from the live clusters (`Snapshot.read`), so the computation itself is pure (`effects`).
+twins are new and which of those will fail on a name conflict, and, per namespace, what a changed
+reflection policy or offloading patch does to the pods running remotely (their labels and annotations
+there, the objects they use that stop or start following them; runtime.forging decides, as at run
+time). The new state comes from the stack config through the same plan functions the runtime uses
+(liqo_stack/plan.py, runtime/api/plan.py); the current state is read from the live clusters
+(`Snapshot.read`), so the computation itself is pure (`effects`).
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from typing import Any
 
 from lightkube.utils.quantity import parse_quantity
 
+from liqo_stack.components.peering import virtual_node_spec
 from liqo_stack.config import StackConfig
+from liqo_stack.podpreview import references, selects
 from liqo_stack.policy import is_not_found
-from runtime.api import names
+from runtime.api import VirtualNodeSpec, names
 from runtime.api.plan import selected_clusters, shared_resources, twin_namespace_name, virtual_node_labels
+from runtime.forging.objects import settings_from, why_not_reflected
+from runtime.forging.pods import remote_pod_metadata, skip_lists
 
 # Kinds counted in a twin namespace that is about to be deleted (besides its pods): what reflection put
 # there and what the remote pods wrote; PersistentVolumeClaims are data.
@@ -41,6 +48,8 @@ class PodOnNode:
     namespace: str
     name: str
     requests: dict[str, str]
+    # the pod (wire format: metadata and spec), for what reflection settings do to it
+    manifest: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -57,6 +66,10 @@ class Snapshot:
     pods_on_node: dict[str, list[PodOnNode]] = field(default_factory=dict)
     # (cluster id, namespace name) -> its state in that foreign cluster
     twins: dict[tuple[str, str], TwinState] = field(default_factory=dict)
+    # cluster id -> its VirtualNode's spec as applied now
+    node_specs: dict[str, VirtualNodeSpec] = field(default_factory=dict)
+    # namespace with pods on a virtual node -> kind (configmap, secret, service) -> name -> object
+    home_objects: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, config: StackConfig, clients: dict[str, Any]) -> Snapshot:
@@ -72,6 +85,8 @@ class Effects:
     twins_created: list[dict[str, Any]] = field(default_factory=list)
     naming_conflicts: list[dict[str, Any]] = field(default_factory=list)
     policy_violations: list[dict[str, str]] = field(default_factory=list)
+    # per namespace and cluster: running pods whose remote labels or objects a reflection change touches
+    running_pods_reflection: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def any(self) -> bool:
@@ -83,14 +98,17 @@ class Effects:
                 self.twins_created,
                 self.naming_conflicts,
                 self.policy_violations,
+                self.running_pods_reflection,
             )
         )
 
     def needs_approval(self) -> bool:
-        """Effects a human should see before `up`: anything destructive, failing or denied."""
-        return bool(self.twins_deleted or self.pods_losing_node or self.nodes_shrunk or self.naming_conflicts) or any(
-            v.get("enforcement") == "mandatory" for v in self.policy_violations
-        )
+        """Effects a human should see before `up`: anything destructive, failing or denied (a copy that
+        running pods use deleted from their twin is)."""
+        copies_deleted = any(o["after"] == DELETED for e in self.running_pods_reflection for o in e["objects"])
+        return bool(
+            self.twins_deleted or self.pods_losing_node or self.nodes_shrunk or self.naming_conflicts or copies_deleted
+        ) or any(v.get("enforcement") == "mandatory" for v in self.policy_violations)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -265,7 +283,73 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
                 )
             else:
                 found.twins_created.append({"namespace": namespace, "cluster": cluster_id, "twin": twin})
+
+    # -- running pods under new reflection settings (policies, workers, labels/annotations not reflected)
+    for foreign in config.foreign_clusters:
+        old = snapshot.node_specs.get(foreign.cluster_id)
+        if old is None:
+            continue  # a new peering: nothing runs there yet
+        new = virtual_node_spec(config, foreign)  # the VirtualNode the stack will apply
+        if (old.reflection, old.offloading_patch) == (new.reflection, new.offloading_patch):
+            continue
+        by_namespace: dict[str, list[PodOnNode]] = defaultdict(list)
+        for pod in snapshot.pods_on_node.get(foreign.cluster_id, []):
+            by_namespace[pod.namespace].append(pod)
+        for namespace, running in sorted(by_namespace.items()):
+            entry = reflection_change(
+                config.home.cluster_id, foreign.cluster_id, running, snapshot.home_objects.get(namespace, {}), old, new
+            )
+            if entry is not None:
+                found.running_pods_reflection.append({"namespace": namespace, **entry})
     return found
+
+
+REFLECTED, DELETED, FROZEN = "now reflected", "copy deleted", "copy kept, no longer updated"
+
+
+def reflection_change(
+    home_id: str,
+    cluster_id: str,
+    running: list[PodOnNode],
+    objects: dict[str, dict[str, dict[str, Any]]],
+    old: VirtualNodeSpec,
+    new: VirtualNodeSpec,
+) -> dict[str, Any] | None:
+    """What new reflection settings of one VirtualNode do to the pods of one namespace running there:
+    the pods whose remote labels or annotations change (the runtime carries them to the remote pods at
+    once), and each object they use (or Service selecting them) that starts or stops being reflected."""
+    relabelled = []
+    for pod in running:
+        ids = {"home_cluster_id": home_id, "foreign_cluster_id": cluster_id}
+        if remote_pod_metadata(pod.manifest, **ids, **skip_lists(old)) != remote_pod_metadata(
+            pod.manifest, **ids, **skip_lists(new)
+        ):
+            relabelled.append(pod.name)
+    used: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for pod in running:
+        spec = pod.manifest.get("spec") or {}
+        for kind, wanted in references(spec).items():
+            for name in wanted:
+                used[(kind, name)].append(pod.name)
+        labels = (pod.manifest.get("metadata") or {}).get("labels") or {}
+        for name, service in objects.get("service", {}).items():
+            if selects(service, labels):
+                used[("service", name)].append(pod.name)
+    changed = []
+    for (kind, name), pods in sorted(used.items()):
+        obj = objects.get(kind, {}).get(name)
+        if obj is None or kind not in ("configmap", "secret", "service"):
+            continue  # missing at home, or a claim (not configurable: seed 002)
+        was = why_not_reflected(kind, obj, settings_from(old, kind))
+        now = why_not_reflected(kind, obj, settings_from(new, kind))
+        if (was is None) == (now is None):
+            continue
+        frozen = settings_from(new, kind).workers == 0  # a disabled kind removes no copy (runtime/reflection)
+        after = REFLECTED if now is None else (FROZEN if frozen else DELETED)
+        changed.append({"kind": kind, "name": name, "after": after, "why": now or "", "usedBy": sorted(pods)})
+    if not relabelled and not changed:
+        return None
+    return {"cluster": cluster_id, "pods": len(running), "relabelled": sorted(relabelled), "objects": changed}
 
 
 # -- reading the live clusters ----------------------------------------------------------------------
@@ -273,7 +357,7 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
 
 def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
     from lightkube import ApiError
-    from lightkube.resources.core_v1 import Namespace, Node, Pod
+    from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, Secret, Service
 
     from runtime.api.advertisement import pod_requests
     from runtime.api.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
@@ -296,6 +380,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
     for vn in _listed(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
         spec = vn.get("spec") or {}
         declared[str(spec.get("clusterID"))] = dict(spec.get("labels") or {})
+        snapshot.node_specs[str(spec.get("clusterID"))] = VirtualNodeSpec.model_validate(spec)
     cluster_of_node: dict[str, str] = {}  # a cluster offered as node pools has several
     for node in home.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}):
         cluster_id = (node.metadata.labels or {}).get(names.REMOTE_CLUSTER_ID_LABEL)
@@ -317,9 +402,16 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
             continue
         cluster_id = cluster_of_node.get(node_name) or node_name.removeprefix("liqo-")
         requests = {r: str(a.normalize()) for r, a in pod_requests(pod).items() if r != "pods"}
+        wire = pod.to_dict()
+        manifest = {"metadata": wire.get("metadata") or {}, "spec": wire.get("spec") or {}}
         snapshot.pods_on_node.setdefault(cluster_id, []).append(
-            PodOnNode(pod.metadata.namespace or "", pod.metadata.name or "", requests)
+            PodOnNode(pod.metadata.namespace or "", pod.metadata.name or "", requests, manifest)
         )
+    for namespace in sorted({p.namespace for pods in snapshot.pods_on_node.values() for p in pods}):
+        snapshot.home_objects[namespace] = {
+            kind: {str(o.metadata.name): o.to_dict() for o in home.list(resource, namespace=namespace)}
+            for kind, resource in (("configmap", ConfigMap), ("secret", Secret), ("service", Service))
+        }
 
     wanted = {twin for clusters_twin in planned_selection(config, snapshot).values() for twin in [clusters_twin[1]]}
     wanted |= {twin for _, _, twin in snapshot.offloadings.values() if twin}

@@ -10,6 +10,7 @@ from liqo_stack.cli.image import image
 from liqo_stack.cli.info import info
 from liqo_stack.cli.offload import offload, unoffload
 from liqo_stack.cli.preview import preview
+from liqo_stack.cli.preview_pod import preview_pod_command
 from liqo_stack.cli.promote import promote
 
 
@@ -24,5 +25,6 @@ main.add_command(offload)
 main.add_command(unoffload)
 main.add_command(info)
 main.add_command(image)
+preview.add_command(preview_pod_command)
 main.add_command(preview)
 main.add_command(promote)

@@ -129,6 +129,21 @@ def pod_losing_node_line(p: dict[str, Any]) -> str:
     return f"{p['pod']} on {p['node']} ({p['why']})"
 
 
+def reflection_line(entry: dict[str, Any]) -> str:
+    """One of `Effects.running_pods_reflection`: a namespace's pods in one cluster under new settings."""
+    parts = []
+    if entry["relabelled"]:
+        parts.append(
+            f"remote labels/annotations change on {len(entry['relabelled'])} pods ({', '.join(entry['relabelled'])})"
+        )
+    parts += [
+        f"{o['kind']} {o['name']} {o['after']}" + (f" ({o['why']})" if o["why"] else "") + f", used by "
+        f"{', '.join(o['usedBy'])}"
+        for o in entry["objects"]
+    ]
+    return f"{entry['namespace']} in {entry['cluster']} ({entry['pods']} pods running): " + "; ".join(parts)
+
+
 def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
     """(section title, lines) for the text and markdown outputs."""
     e = report.effects
@@ -155,6 +170,13 @@ def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
                     + f"; pods that no longer fit: {', '.join(n['podsNotFitting']) or 'none individually'}"
                     for n in e.nodes_shrunk
                 ],
+            )
+        )
+    if e.running_pods_reflection:
+        sections.append(
+            (
+                "Running pods under new reflection settings",
+                [reflection_line(entry) for entry in e.running_pods_reflection],
             )
         )
     if e.twins_created:
@@ -202,17 +224,25 @@ def render(report: PreviewReport, output: str) -> str:
     return "\n".join(text) + "\n"
 
 
-@click.command()
-@click.option("--stack", "stack_name", required=True, help="the Pulumi stack to preview, e.g. dev")
+@click.group(invoke_without_command=True)
+@click.option("--stack", "stack_name", help="the Pulumi stack to preview, e.g. dev")
 @click.option(
     "--output", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="report format"
 )
 @work_dir_option()
 @policy_pack_option("policy pack to run with the preview (its config: <pack>/config.<stack>.json when present)")
-def preview(stack_name: str, output: str, work_dir: Path, policy_pack: Path) -> None:
-    """Preview a stack: resource changes, policy violations, and what they do to running workloads.
+@click.pass_context
+def preview(ctx: click.Context, stack_name: str | None, output: str, work_dir: Path, policy_pack: Path) -> None:
+    """Preview a stack (--stack): resource changes, policy violations, and what they do to running
+    workloads. Exit code 0: no effect; 2: effects present; 1: error.
 
-    Exit code 0: no effect; 2: effects present; 1: error."""
+    `liqo-stack preview pod`: one pod as each foreign cluster would run it."""
+    if ctx.invoked_subcommand is not None:
+        if stack_name:
+            raise click.UsageError(f"--stack previews a stack; `preview {ctx.invoked_subcommand}` does not take it")
+        return
+    if not stack_name:
+        raise click.UsageError("give the stack to preview with --stack (or preview a pod: liqo-stack preview pod)")
     try:
         stack = select_stack(stack_name, work_dir.resolve())
         report = preview_stack(stack, policy_pack.resolve(), stack_policy_config(policy_pack, stack_name))

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from runtime.api import names
 from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
 from runtime.api.core import Condition, NodeSelector
 
@@ -22,6 +23,13 @@ class PodOffloadingStrategy(StrEnum):
     LOCAL_AND_REMOTE = "LocalAndRemote"
     LOCAL = "Local"
     REMOTE = "Remote"
+
+
+def effective_strategy(pod: Mapping[str, Any], strategy: PodOffloadingStrategy) -> PodOffloadingStrategy:
+    """Where a pod of a namespace offloaded with `strategy` may run: `runtimeClassName: liqo` means Remote."""
+    if (pod.get("spec") or {}).get("runtimeClassName") == names.RUNTIME_CLASS_NAME:
+        return PodOffloadingStrategy.REMOTE
+    return strategy
 
 
 class OffloadingPhase(StrEnum):

@@ -45,7 +45,7 @@ from runtime.api.quantities import parse_quantity
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.controllers.trimming import as_the_agent_reads
-from runtime.forging.pods import restart_counts
+from runtime.forging.pods import pod_of_shadow, restart_counts
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
 from runtime.kube.packing import unpacked
@@ -169,28 +169,7 @@ class ShadowPodController:
         return False
 
     async def _create_pod(self, shadow: Any) -> None:
-        meta = shadow.metadata
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": meta.name,
-                "namespace": meta.namespace,
-                "labels": dict(meta.labels or {}),
-                "annotations": dict(meta.annotations or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": names.API_VERSION,
-                        "kind": "ShadowPod",
-                        "name": meta.name,
-                        "uid": meta.uid,
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": pod_spec_of(shadow),
-        }
+        body = pod_of_shadow(shadow.to_dict())
         try:
             created = await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
             self.pod_writes.record(f"{created.metadata.namespace}/{created.metadata.name}", created)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.api import ReflectionPolicy, names
+from runtime.api import ReflectionPolicy, VirtualNodeSpec, names
 
 APPLIED_HASH_ANNOTATION = "offloading.liqo.io/reflected-hash"
 
@@ -30,6 +30,44 @@ class ReflectionSettings:
     annotations_not_reflected: frozenset[str] = field(default_factory=frozenset)
     # (range at home, range in the foreign cluster): where it reaches pods the home cluster shows elsewhere
     address_ranges: tuple[tuple[str, str], ...] = ()
+
+
+def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings:
+    """One kind's reflection settings from the VirtualNode's spec (defaults before it is known)."""
+    if spec is None:
+        return ReflectionSettings()
+    chosen = spec.reflection.get(kind) or spec.custom_resource(kind)  # a custom one: by its CRD's name
+    patch = spec.offloading_patch
+    return ReflectionSettings(
+        policy=chosen.type if chosen else ReflectionSettings.policy,
+        workers=chosen.workers if chosen else ReflectionSettings.workers,
+        labels_not_reflected=frozenset(patch.labels_not_reflected or ()),
+        annotations_not_reflected=frozenset(patch.annotations_not_reflected or ()),
+        address_ranges=tuple((r.seen_at_home, r.seen_there) for r in spec.endpoint_remappings),
+    )
+
+
+# Objects a kind never reflects, whatever its policy: kind -> (test, why).
+# Every namespace gets its own `kube-root-ca.crt` from its cluster's controller-manager: never ours to copy.
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+# A service-account token is minted by the cluster it authenticates to; foreign clusters make their own.
+SERVICE_ACCOUNT_TOKEN_TYPE = "kubernetes.io/service-account-token"
+NEVER_REFLECTED: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
+    "configmap": (
+        lambda obj: (obj.get("metadata") or {}).get("name") == ROOT_CA_CONFIGMAP,
+        "each cluster makes its own kube-root-ca.crt in every namespace",
+    ),
+    "secret": (
+        lambda obj: obj.get("type") == SERVICE_ACCOUNT_TOKEN_TYPE,
+        "a service-account token is minted by the cluster it authenticates to",
+    ),
+}
+
+
+def never_reflected(kind: str, obj: Mapping[str, Any]) -> str | None:
+    """Why an object of `kind` is never reflected whatever the policy, or None when it may be."""
+    test, why = NEVER_REFLECTED.get(kind, (lambda _: False, ""))
+    return why if test(obj) else None
 
 
 def _flag(annotations: Mapping[str, str], key: str) -> bool:
@@ -47,6 +85,24 @@ def policy_allows(policy: ReflectionPolicy, annotations: Mapping[str, str]) -> b
     if policy is ReflectionPolicy.ALLOW_LIST:
         return _flag(annotations, names.ALLOW_REFLECTION_ANNOTATION)
     return not _flag(annotations, names.SKIP_REFLECTION_ANNOTATION)
+
+
+def why_not_reflected(kind: str, obj: Mapping[str, Any], settings: ReflectionSettings) -> str | None:
+    """Why the reflector of `kind` would not copy this home object with these settings (None: it would):
+    the reasons a reconcile leaves an object home, in the order it checks them."""
+    if settings.workers == 0:
+        return f"the reflection of {kind}s is disabled (workers 0)"
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "being deleted"
+    never = never_reflected(kind, obj)
+    if never is not None:
+        return never
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    if policy_allows(settings.policy, annotations):
+        return None
+    if settings.policy is ReflectionPolicy.ALLOW_LIST:
+        return f"policy AllowList and no {names.ALLOW_REFLECTION_ANNOTATION} annotation"
+    return f"annotated {names.SKIP_REFLECTION_ANNOTATION} (policy DenyList)"
 
 
 def _without(entries: Mapping[str, str] | None, skipped: Iterable[str]) -> dict[str, str]:

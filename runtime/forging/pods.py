@@ -126,6 +126,61 @@ def remote_pod_spec_with(
     return spec
 
 
+def shadow_pod(
+    home_pod: dict[str, Any],
+    *,
+    twin: str,
+    home_cluster_id: str,
+    foreign_cluster_id: str,
+    node: VirtualNodeSpec | None,
+    node_selector: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ShadowPod (metadata and spec) the virtual kubelet creates in the twin namespace for a home
+    pod on the virtual node of `foreign_cluster_id`, with that VirtualNode's settings (`node`: token
+    support and the home API server's address, the skip lists) and, on a node pool's virtual node,
+    the pool's `node_selector`. Raises TranslationError."""
+    name = (home_pod.get("metadata") or {})["name"]
+    home_api = (
+        HomeApiAccess(names.token_secret_name(name), node.home_api_server)
+        if node is not None and node.api_server_token_support
+        else None
+    )
+    spec = remote_pod_spec_with(home_pod, home_api, node_selector)
+    meta = remote_pod_metadata(
+        home_pod, home_cluster_id=home_cluster_id, foreign_cluster_id=foreign_cluster_id, **skip_lists(node)
+    )
+    return {"metadata": {**meta, "name": name, "namespace": twin}, "spec": {"pod": spec}}
+
+
+def pod_of_shadow(shadow: dict[str, Any]) -> dict[str, Any]:
+    """The pod the foreign agent creates for a ShadowPod: its name, labels, annotations and pod spec,
+    owned by it (once it exists: a ShadowPod not yet created has no UID to own the pod by)."""
+    meta = shadow.get("metadata") or {}
+    metadata: dict[str, Any] = {
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "labels": dict(meta.get("labels") or {}),
+        "annotations": dict(meta.get("annotations") or {}),
+    }
+    if meta.get("uid"):
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": "ShadowPod",
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": dict((shadow.get("spec") or {}).get("pod") or {}),
+    }
+
+
 def _remote_spec(
     home_pod: dict[str, Any], affinity: dict[str, Any] | None, token_secret: str | None = None
 ) -> dict[str, Any]:

@@ -26,10 +26,10 @@ from typing import Any
 
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.virtualnode import ApiServerAddress
+from runtime.forging.objects import ROOT_CA_CONFIGMAP as ROOT_CA_CONFIGMAP  # the token reflector reads it
 from runtime.forging.objects import ownership_labels
 
 HOME_TOKEN_VOLUME_PREFIX = "kube-api-access-"
-ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 CA_KEY = "ca.crt"
 NAMESPACE_KEY = "namespace"
 DEFAULT_EXPIRATION_SECONDS = 3600  # the API's default for a projected token

@@ -9,24 +9,9 @@ from typing import Any
 from lightkube import AsyncClient
 
 from runtime.api import VirtualNodeSpec, names
-from runtime.forging.objects import ReflectionSettings
+from runtime.forging.objects import ReflectionSettings, settings_from
 from runtime.kube.serving import EngineMetrics
 from runtime.kube.warnings import Warnings
-
-
-def settings_from(spec: VirtualNodeSpec | None, kind: str) -> ReflectionSettings:
-    """One kind's reflection settings from the VirtualNode's spec (defaults before it is known)."""
-    if spec is None:
-        return ReflectionSettings()
-    chosen = spec.reflection.get(kind) or spec.custom_resource(kind)  # a custom one: by its CRD's name
-    patch = spec.offloading_patch
-    return ReflectionSettings(
-        policy=chosen.type if chosen else ReflectionSettings.policy,
-        workers=chosen.workers if chosen else ReflectionSettings.workers,
-        labels_not_reflected=frozenset(patch.labels_not_reflected or ()),
-        annotations_not_reflected=frozenset(patch.annotations_not_reflected or ()),
-        address_ranges=tuple((r.seen_at_home, r.seen_there) for r in spec.endpoint_remappings),
-    )
 
 
 @dataclass

@@ -13,7 +13,7 @@ from lightkube.resources.networking_v1 import Ingress
 
 from runtime.api import names
 from runtime.api.network import translate_address
-from runtime.forging.objects import ReflectionSettings
+from runtime.forging.objects import ReflectionSettings, never_reflected
 
 # home object, foreign cluster id -> the copy's fields other than metadata
 Content = Callable[[Mapping[str, Any], str], dict[str, Any]]
@@ -47,17 +47,12 @@ def _fields(*keys: str) -> Content:
     return lambda obj, _: {key: copy.deepcopy(obj[key]) for key in keys if obj.get(key) is not None}
 
 
-# Every namespace gets its own `kube-root-ca.crt` from its cluster's controller-manager: never ours to copy.
-ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 CONFIGMAPS = ReflectedKind(
     "configmap",
     ConfigMap,
     _fields("data", "binaryData", "immutable"),
-    reflectable=lambda obj: (obj.get("metadata") or {}).get("name") != ROOT_CA_CONFIGMAP,
+    reflectable=lambda obj: never_reflected("configmap", obj) is None,  # the root CA
 )
-
-# A service-account token is minted by the cluster it authenticates to; foreign clusters make their own.
-SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
 
 
 def _is_pod_token(obj: Mapping[str, Any]) -> bool:
@@ -76,7 +71,7 @@ SECRETS = ReflectedKind(
     "secret",
     Secret,
     _fields("data", "type", "immutable"),
-    reflectable=lambda obj: obj.get("type") != SERVICE_ACCOUNT_TOKEN,
+    reflectable=lambda obj: never_reflected("secret", obj) is None,  # service-account tokens
     # the home tokens of offloaded pods (runtime/reflection/tokens.py) have no home Secret of their name
     foreign_excluded=_is_pod_token,
     trim_foreign=without_pod_token_values,

@@ -38,14 +38,13 @@ from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.forging.pods import (
     TERMINAL_PHASES,
     CidrMapping,
-    HomeApiAccess,
     TranslationError,
     home_pod_status,
     live_pod_spec,
     merge_patch,
     nothing_to_tell,
     remote_pod_metadata,
-    remote_pod_spec_with,
+    shadow_pod,
     skip_lists,
 )
 from runtime.kube import Event, Informer, InformerUnion, OwnWrites, unless_gone
@@ -271,27 +270,24 @@ class PodOffloader(TwinFollower):
             await self._report_failure(pod, shadow)
 
     async def _create_shadow(self, pod: Any, scope: TwinScope) -> None:
-        home_pod, twin = pod.to_dict(), scope.twin
-        ids = {"home_cluster_id": self.peering.home_cluster_id, "foreign_cluster_id": self.peering.foreign_cluster_id}
-        node = self.peering.node_spec()
-        home_api = (
-            HomeApiAccess(names.token_secret_name(pod.metadata.name), node.home_api_server)
-            if node is not None and node.api_server_token_support
-            else None
-        )
+        twin = scope.twin
         # a node pool's pods run only on its foreign nodes (its VirtualNode's offloadingPatch.nodeSelector)
         pool = self.peering.spec_of(pod.spec.nodeName)
         if pool is None:  # its VirtualNode gone: which foreign nodes it stands for is unknown
             await self._back_off(pod, f"the VirtualNode {pod.spec.nodeName} is gone")
             return
-        node_selector = pool.offloading_patch.node_selector
         try:
-            spec = remote_pod_spec_with(home_pod, home_api, node_selector)
-            meta = remote_pod_metadata(home_pod, **ids, **skip_lists(node))
+            body = shadow_pod(
+                pod.to_dict(),
+                twin=twin,
+                home_cluster_id=self.peering.home_cluster_id,
+                foreign_cluster_id=self.peering.foreign_cluster_id,
+                node=self.peering.node_spec(),
+                node_selector=pool.offloading_patch.node_selector,
+            )
         except TranslationError as err:
             await self._back_off(pod, str(err), warn=True)
             return
-        body = {"metadata": {**meta, "name": pod.metadata.name, "namespace": twin}, "spec": {"pod": spec}}
         try:
             created = await self.peering.foreign.create(ShadowPodResource.from_dict(body))
             scope.own_writes.record(f"{twin}/{pod.metadata.name}", created)

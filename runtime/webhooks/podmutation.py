@@ -16,6 +16,7 @@ import copy
 from typing import Any
 
 from runtime.api import NodeSelector, OffloadingPhase, PodOffloadingStrategy, names
+from runtime.api.namespaceoffloading import effective_strategy
 
 VIRTUAL = {"key": names.TYPE_LABEL, "operator": "In", "values": [names.VIRTUAL_NODE_TYPE]}
 PHYSICAL = {"key": names.TYPE_LABEL, "operator": "DoesNotExist"}
@@ -25,12 +26,6 @@ TOLERATION = {
     "value": names.VIRTUAL_NODE_TAINT_VALUE,
     "effect": names.VIRTUAL_NODE_TAINT_EFFECT,
 }
-
-
-def effective_strategy(pod: dict[str, Any], strategy: PodOffloadingStrategy) -> PodOffloadingStrategy:
-    if (pod.get("spec") or {}).get("runtimeClassName") == names.RUNTIME_CLASS_NAME:
-        return PodOffloadingStrategy.REMOTE
-    return strategy
 
 
 def _virtual_terms(selector: NodeSelector) -> list[list[dict[str, Any]]]:

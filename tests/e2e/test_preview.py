@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
 from lightkube import Client
+from lightkube.resources.core_v1 import Pod, Service
 from pulumi import automation as auto
 
 from liqo_stack.cli import main as cli
-from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from tests.support.kube import VIRTUAL_NODES, deploy_running, node_ready, wait_phase, wait_until
@@ -86,19 +86,39 @@ def test_selector_change_that_drops_a_cluster_reports_its_twin_and_pods(
     )
 
 
-def test_sharing_cut_below_current_requests_reports_the_pods_that_no_longer_fit(
-    installed: auto.Stack, on_foreign_2: dict[str, Any], pulumi_env: PulumiEnvironment, dev_env: DevEnvironment
+def test_sharing_cut_and_a_reflection_change_report_what_the_running_pods_lose(
+    installed: auto.Stack, on_foreign_2: dict[str, Any], pulumi_env: PulumiEnvironment, home: Client
 ) -> None:
-    config = json.loads(json.dumps(on_foreign_2))
-    config["foreignClusters"][1]["sharingPercentage"] = 1  # 2 nodes x 16 cpu x 1 % = 320m < 4 x 100m
-    PulumiEnvironment.set_liqo_config(installed, config)
-    code, output = run_preview(installed, pulumi_env, "text")
+    """One change, two effects (one preview: each costs a Pulumi run): the pods no longer fitting a
+    shrunk node, and, per namespace, what new reflection settings do to the pods running there."""
+    service = {
+        "metadata": {"name": "web", "namespace": NAMESPACE},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    home.create(Service.from_dict(service))  # type: ignore[call-overload]
+    try:
+        config = json.loads(json.dumps(on_foreign_2))
+        config["foreignClusters"][1]["sharingPercentage"] = 1  # 2 nodes x 16 cpu x 1 % = 320m < 4 x 100m
+        config["reflection"] = {"skipLabels": ["app"], "resources": {"service": {"type": "AllowList"}}}
+        PulumiEnvironment.set_liqo_config(installed, config)
+        code, output = run_preview(installed, pulumi_env, "text")
+    finally:
+        home.delete(Service, "web", namespace=NAMESPACE)
     assert code == 2
     assert "Virtual nodes shrinking below their pods' requests:" in output
     assert "liqo-foreign-2 at 1%: cpu requested 0.4 > new capacity 320m" in output
     shrunk = output.split("pods that no longer fit: ")[1].splitlines()[0].split(", ")
     assert len(shrunk) == 1 and shrunk[0].startswith(f"{NAMESPACE}/web-")
     assert "Twin namespaces to be deleted" not in output
+
+    running = ", ".join(
+        sorted(str(cast(Any, p).metadata.name) for p in home.list(Pod, namespace=NAMESPACE, labels={"app": "web"}))
+    )
+    assert "Running pods under new reflection settings:" in output
+    assert (
+        f"  {NAMESPACE} in foreign-2 (4 pods running): remote labels/annotations change on 4 pods ({running}); "
+        f"service web copy deleted (policy AllowList and no liqo.io/allow-reflection annotation), used by {running}"
+    ) in output.splitlines()
 
 
 def test_no_change_has_no_effect(

@@ -12,7 +12,7 @@ import pytest
 from liqo_stack import manifests, policy
 from liqo_stack.config import ConfigError, parse
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
-from runtime.reflection.context import settings_from
+from runtime.forging.objects import settings_from
 from runtime.reflection.custom import crd_problem, custom_content, has_status_subresource
 from tests.unit.test_components import RecordingMocks, mocks, run_program
 from tests.unit.test_config import config, problem_at

@@ -104,3 +104,100 @@ def test_a_label_an_administrator_added_to_a_virtual_node_still_selects() -> Non
     config = stack([{"name": "apps", "clusterSelector": ["team=ml"]}])
     found = effects(config, snapshot(extra_node_labels={"foreign-2": {"team": "ml"}}))
     assert not found.any()
+
+
+# -- issue 39: running pods under new reflection settings --------------------------------------------------
+
+
+def with_reflection(reflection: dict[str, Any] | None = None) -> StackConfig:
+    """The namespace on foreign-2, with these reflection settings (the home API server given: the
+    VirtualNode's spec would read it from a kubeconfig otherwise)."""
+    base = stack([{"name": "apps", "clusterSelector": ["region=us"]}])
+    raw = base.model_dump(by_alias=True, exclude_none=True, mode="json")
+    raw["virtualKubelet"] = {"homeApiServerAddress": "10.0.0.1:6443"}
+    return parse({**raw, "reflection": reflection or {}})
+
+
+def running_with_objects() -> Snapshot:
+    """Two pods of apps on foreign-2 using ConfigMap cfg (one also Secret creds), selected by Service web;
+    the VirtualNodes as the current config (default reflection) made them."""
+    from liqo_stack.components.peering import virtual_node_spec
+
+    current = with_reflection()
+
+    def pod(name: str, **spec: Any) -> PodOnNode:
+        manifest = {
+            "metadata": {"name": name, "namespace": "apps", "labels": {"app": "web", "team": "blue"}},
+            "spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "cfg"}}]}], **spec},
+        }
+        return PodOnNode("apps", name, {}, manifest)
+
+    objects = {
+        "configmap": {"cfg": {"metadata": {"name": "cfg", "annotations": {}}}},
+        "secret": {"creds": {"metadata": {"name": "creds", "annotations": {}}, "type": "Opaque"}},
+        "service": {"web": {"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}}}},
+    }
+    return snapshot(
+        pods_on_node={
+            "foreign-2": [pod("web-0"), pod("web-1", volumes=[{"name": "s", "secret": {"secretName": "creds"}}])]
+        },
+        node_specs={f.cluster_id: virtual_node_spec(current, f) for f in current.foreign_clusters},
+        home_objects={"apps": objects},
+    )
+
+
+def test_unchanged_reflection_settings_touch_no_running_pod() -> None:
+    found = effects(with_reflection(), running_with_objects())
+    assert found.running_pods_reflection == [] and not found.any()
+
+
+def test_an_allow_list_reports_the_copies_running_pods_lose() -> None:
+    config = with_reflection({"resources": {"configmap": {"type": "AllowList"}, "service": {"workers": 0}}})
+    found = effects(config, running_with_objects())
+    assert found.running_pods_reflection == [
+        {
+            "namespace": "apps",
+            "cluster": "foreign-2",
+            "pods": 2,
+            "relabelled": [],
+            "objects": [
+                {
+                    "kind": "configmap",
+                    "name": "cfg",
+                    "after": "copy deleted",
+                    "why": "policy AllowList and no liqo.io/allow-reflection annotation",
+                    "usedBy": ["web-0", "web-1"],
+                },
+                {
+                    "kind": "service",
+                    "name": "web",
+                    "after": "copy kept, no longer updated",
+                    "why": "the reflection of services is disabled (workers 0)",
+                    "usedBy": ["web-0", "web-1"],
+                },
+            ],
+        }
+    ]
+    assert found.any() and found.needs_approval()
+
+
+def test_labels_no_longer_reflected_change_the_remote_pods_and_need_no_approval() -> None:
+    found = effects(with_reflection({"skipLabels": ["team"]}), running_with_objects())
+    assert [(e["namespace"], e["relabelled"], e["objects"]) for e in found.running_pods_reflection] == [
+        ("apps", ["web-0", "web-1"], [])
+    ]
+    assert found.any() and not found.needs_approval()
+
+
+def test_the_text_report_lists_the_namespace_its_pods_and_each_object() -> None:
+    from liqo_stack.cli.preview import PreviewReport, render
+
+    config = with_reflection({"skipLabels": ["team"], "resources": {"configmap": {"type": "AllowList"}}})
+    report = PreviewReport(
+        stack="dev", effects=effects(config, running_with_objects()), preview_failed=None, changes={}
+    )
+    assert render(report, "text").splitlines()[1:] == [
+        "Running pods under new reflection settings:",
+        "  apps in foreign-2 (2 pods running): remote labels/annotations change on 2 pods (web-0, web-1); configmap "
+        "cfg copy deleted (policy AllowList and no liqo.io/allow-reflection annotation), used by web-0, web-1",
+    ]

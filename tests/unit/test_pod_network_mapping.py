@@ -14,8 +14,7 @@ from runtime.api.network import (
     remapped_pod_cidrs,
     translate_address,
 )
-from runtime.forging.objects import ReflectionSettings
-from runtime.reflection.context import settings_from
+from runtime.forging.objects import ReflectionSettings, settings_from
 from runtime.reflection.kinds import ENDPOINT_SLICES
 from runtime.virtualkubelet.pods import pod_cidr_mapping
 

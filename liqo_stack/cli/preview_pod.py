@@ -1,0 +1,186 @@
+"""`liqo-stack preview pod`: reads the pod (or a manifest's) and what decides its fate from the home
+cluster, then shows it as each foreign cluster would run it (liqo_stack/podpreview.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from lightkube import ApiError, Client
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Secret, Service
+
+from liqo_stack.cli.offload import home_client, read_peers, with_cluster
+from liqo_stack.podpreview import (
+    WORKLOAD_KINDS,
+    Cluster,
+    PodContext,
+    PreviewError,
+    pod_of_manifest,
+    preview_pod,
+    render,
+)
+from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names, twin_namespace_name
+from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
+
+HOME_ID_ARG = "--home-cluster-id="
+OBJECT_KINDS: list[tuple[str, Any]] = [
+    ("configmap", ConfigMap),
+    ("secret", Secret),
+    ("persistentvolumeclaim", PersistentVolumeClaim),
+    ("service", Service),
+]
+
+
+def _get(client: Client, kind: Any, name: str, namespace: str | None = None) -> Any | None:
+    try:
+        return client.get(kind, name, namespace=namespace)
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+
+
+def discover_home_cluster_id(client: Client) -> str:
+    """The home cluster's id, as the stack gave it to the controller-manager (its `--home-cluster-id`)."""
+    manager = _get(client, Deployment, names.CONTROLLER_MANAGER, names.LIQO_NAMESPACE)
+    containers = manager.spec.template.spec.containers if manager is not None and manager.spec else []
+    for container in containers:
+        for arg in container.args or []:
+            if arg.startswith(HOME_ID_ARG):
+                return str(arg.removeprefix(HOME_ID_ARG))
+    raise click.UsageError(
+        f"no Deployment {names.LIQO_NAMESPACE}/{names.CONTROLLER_MANAGER} tells the home cluster's id: is the "
+        "stack applied to this cluster (pulumi up)? Else pass --home-cluster-id",
+    )
+
+
+def read_context(client: Client, namespace: str, home_id: str) -> PodContext:
+    specs = {
+        str(vn["spec"]["clusterID"]): VirtualNodeSpec.model_validate(vn["spec"])
+        for vn in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
+    }
+    clusters = [
+        Cluster(p.cluster_id, specs[p.cluster_id], p.labels) for p in read_peers(client) if p.cluster_id in specs
+    ]
+    found = _get(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace)
+    offloading: dict[str, Any] | None = found.to_dict() if found is not None else None
+    twin = None
+    if offloading is not None:
+        spec = offloading.get("spec") or {}
+        twin = (offloading.get("status") or {}).get("remoteNamespaceName") or twin_namespace_name(
+            namespace,
+            NamespaceMappingStrategy(spec.get("namespaceMappingStrategy") or NamespaceMappingStrategy.DEFAULT_NAME),
+            home_id,
+            spec.get("remoteNamespaceName"),
+        )
+    objects = {
+        kind: {str(o.metadata.name): o.to_dict() for o in client.list(resource, namespace=namespace)}
+        for kind, resource in OBJECT_KINDS
+    }
+    return PodContext(home_id, clusters, offloading, twin, objects)
+
+
+def manifest_pod(path: Path, name: str | None, namespace: str | None) -> dict[str, Any]:
+    """The pod of the manifest's document named `name` (or its only one that makes pods)."""
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    except (OSError, yaml.YAMLError) as err:
+        raise click.BadParameter(f"{path}: {err}", param_hint="--file") from err
+    makers = [d for d in docs if d.get("kind") in ("Pod", "CronJob", *WORKLOAD_KINDS)]
+    chosen = [d for d in makers if not name or (d.get("metadata") or {}).get("name") == name]
+    if len(chosen) != 1:
+        listed = ", ".join(f"{d.get('kind')} {(d.get('metadata') or {}).get('name')}" for d in makers) or "none"
+        what = f"named {name!r}" if name else "(give NAME to choose one)"
+        raise click.BadParameter(
+            f"{path}: {len(chosen)} documents that make pods {what}; it has: {listed}", param_hint="--file"
+        )
+    try:
+        pod = pod_of_manifest(chosen[0])
+    except PreviewError as err:
+        raise click.BadParameter(f"{path}: {err}", param_hint="--file") from err
+    meta = pod["metadata"]
+    if namespace and meta.get("namespace") and meta["namespace"] != namespace:
+        raise click.BadParameter(
+            f"the manifest says namespace {meta['namespace']}, -n says {namespace}", param_hint="--namespace"
+        )
+    meta["namespace"] = namespace or meta.get("namespace") or "default"
+    return pod
+
+
+def admitted(client: Client, pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the home API server would store it (its defaults, the ServiceAccount token volume,
+    the offloading webhook's constraints): a dry-run create, which stores nothing."""
+    namespace = pod["metadata"]["namespace"]
+    try:
+        created = client.create(Pod.from_dict(pod), namespace=namespace, dry_run=True)  # type: ignore[call-overload]
+    except ApiError as err:
+        raise click.ClickException(
+            f"the home API server refused the manifest's pod (a dry run, nothing was created): {err.status.message}"
+        ) from err
+    return dict(created.to_dict())
+
+
+@click.command("pod")
+@click.argument("name", required=False)
+@click.option("--namespace", "-n", help="the pod's namespace [with --file: the manifest's, else default]")
+@click.option(
+    "--file",
+    "-f",
+    "manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="a manifest not yet applied: a Pod, or a Deployment, StatefulSet, Job, CronJob... (its pod template); "
+    "NAME picks one of its documents",
+)
+@click.option(
+    "--output", "-o", type=click.Choice(["text", "yaml", "json"]), default="text", show_default=True, help="format"
+)
+@click.option("--home-cluster-id", help="[default: the one the stack gave the controller-manager]")
+@with_cluster
+def preview_pod_command(
+    name: str | None,
+    namespace: str | None,
+    manifest: Path | None,
+    output: str,
+    home_cluster_id: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Show the pod as each foreign cluster it may go to would run it.
+
+    For every cluster the namespace's cluster selector matches: the remote pod the virtual kubelet
+    would create (forged by the runtime's own functions), what changed and why (scheduling
+    constraints and host namespaces dropped, the anti-affinity preset, the RuntimeClass, the
+    ServiceAccount token and the home API server), and the ConfigMaps, Secrets, claims, token and
+    Services that follow it, or why each one stays home (reflection policy, liqo.io/skip-reflection,
+    workers 0...).
+
+    \b
+    liqo-stack preview pod -n apps web-5d8f7-abcde
+    liqo-stack preview pod -f deployment.yaml -n apps -o yaml
+    """
+    if manifest is None and not name:
+        raise click.UsageError("give the pod's NAME (with -n NAMESPACE), or --file MANIFEST")
+    if manifest is None and not namespace:
+        raise click.BadParameter("the pod's namespace is required with NAME", param_hint="--namespace")
+    from_file = manifest_pod(manifest, name, namespace) if manifest is not None else None
+    client = home_client(kubeconfig, context)
+    if manifest is not None and from_file is not None:
+        pod = admitted(client, from_file)
+        source = str(manifest)
+    else:
+        found = _get(client, Pod, str(name), namespace)
+        if found is None:
+            raise click.ClickException(
+                f"pod {namespace}/{name} not found in the home cluster: list them with `kubectl get pods -n "
+                f"{namespace}`, or preview a manifest not yet applied with --file PATH"
+            )
+        pod = dict(found.to_dict())
+        source = "home cluster"
+    home_id = home_cluster_id or discover_home_cluster_id(client)
+    context_read = read_context(client, pod["metadata"]["namespace"], home_id)
+    click.echo(render(preview_pod(pod, context_read, source), output), nl=False)
+    sys.exit(0)
