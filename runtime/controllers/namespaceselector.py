@@ -227,16 +227,17 @@ class NamespaceSelectorController:
             and not is_system_namespace(namespace)
             and label_selector_matches(spec.namespace_selector, _labels(ns))
         )
+        offloaded = {ns: o for ns, o in made.items() if not o.metadata.deletionTimestamp}  # not being unoffloaded
         ready = [
             namespace
-            for namespace, offloading in made.items()
+            for namespace, offloading in offloaded.items()
             if (offloading.get("status") or {}).get("offloadingPhase") in SETTLED
         ]
         not_owned = [namespace for namespace in matched if namespace not in made]
         status: dict[str, Any] = {
             "observedGeneration": obj.metadata.generation,
             "matchedNamespaces": len(matched),
-            "offloadedNamespaces": len(made),
+            "offloadedNamespaces": len(offloaded),
             "readyNamespaces": len(ready),
             "notOwned": not_owned[:SHOWN_NOT_OWNED] or None,
             "message": "; ".join(problems) or None,
