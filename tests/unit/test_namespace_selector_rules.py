@@ -3,12 +3,15 @@ CLI gives them, the stack config's errors naming the field, and the CLI's manife
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from liqo_stack import config
 from liqo_stack.cli import main
+from liqo_stack.effects import Snapshot, TwinState, effects
 from runtime.api import SelectorSyntaxError, names
 from runtime.api.namespaceselector import (
     LabelSelector,
@@ -142,3 +145,43 @@ def test_cli_output_is_the_selector_manifest() -> None:
 def test_cli_bad_flags_name_the_flag_and_apply_nothing(args: tuple[str, ...], flag: str) -> None:
     code, out = invoke(*args, "-o", "yaml")
     assert code == 2 and f"Invalid value for {flag}" in out and "apiVersion" not in out
+
+
+# -- `liqo-stack preview`: what a change of the stack's selectors (or of namespaces' labels) does --------
+def selector_stack(selectors: list[dict[str, Any]]) -> config.StackConfig:
+    foreign = [{"clusterId": f"foreign-{i}", "kubeconfigPath": "/dev/null"} for i in (1, 2)]
+    home = {"clusterId": "home", "kubeconfigPath": "/dev/null"}
+    return config.parse({"home": home, "foreignClusters": foreign, "namespaceSelectors": selectors})
+
+
+def labelled(owner: str | None, *, stack_selectors: set[str], labels: dict[str, str]) -> Snapshot:
+    """`shop` offloaded to both clusters by the selector `owner` (None: not offloaded), with these labels."""
+    return Snapshot(
+        offloadings={"shop": (False, ["foreign-1", "foreign-2"], "shop-home")} if owner else {},
+        twins={(c, "shop-home"): TwinState(exists=True, ours=True, pods=2) for c in ("foreign-1", "foreign-2")},
+        namespace_labels={"shop": labels, "kube-system": labels},
+        selector_owned={"shop": owner} if owner else {},
+        stack_selectors=stack_selectors,
+    )
+
+
+def test_a_selector_removed_from_the_stack_deletes_the_twins_of_what_it_offloaded() -> None:
+    found = effects(selector_stack([]), labelled("shop", stack_selectors={"shop"}, labels={"team": "shop"}))
+    assert [(t["namespace"], t["cluster"], t["pods"], t["why"]) for t in found.twins_deleted] == [
+        ("shop", cluster, 2, "no namespace selector of the stack matches it any more")
+        for cluster in ("foreign-1", "foreign-2")
+    ]
+
+
+def test_a_label_the_stacks_selector_matches_makes_twins_and_system_namespaces_none() -> None:
+    declared = [{"name": "shop", "selector": "team=shop"}]
+    found = effects(selector_stack(declared), labelled(None, stack_selectors=set(), labels={"team": "shop"}))
+    assert found.twins_created == [
+        {"namespace": "shop", "cluster": cluster, "twin": "shop-home"} for cluster in ("foreign-1", "foreign-2")
+    ]
+    assert not found.twins_deleted
+
+
+def test_what_a_cli_selector_offloaded_is_not_the_stacks_to_remove() -> None:
+    found = effects(selector_stack([]), labelled("by-cli", stack_selectors=set(), labels={"team": "shop"}))
+    assert not found.twins_deleted and not found.twins_created
