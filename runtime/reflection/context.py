@@ -11,6 +11,7 @@ from lightkube import AsyncClient
 from runtime.api import VirtualNodeSpec, names
 from runtime.forging.objects import ReflectionSettings
 from runtime.kube.serving import EngineMetrics
+from runtime.kube.shared import SharedWatches
 from runtime.kube.warnings import Warnings
 
 
@@ -40,9 +41,12 @@ class Peering:
     node_spec: Callable[[], VirtualNodeSpec | None] = lambda: None
     metrics: EngineMetrics | None = None
     warnings: Warnings = field(init=False)
+    # the members' informers at home: one watch per kind, whatever the number of twinned namespaces
+    home_watches: SharedWatches = field(init=False)
 
     def __post_init__(self) -> None:
         self.warnings = Warnings(self.home, "liqo-virtual-kubelet", self.node_name)
+        self.home_watches = SharedWatches(self.home)
 
     @property
     def node_name(self) -> str:
