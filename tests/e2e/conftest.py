@@ -198,7 +198,11 @@ def _listed_or_none(home: Client, kind: Any) -> list[Any]:
     """Every object of a cluster-scoped kind; none before its CRD is installed (or after a destroy)."""
     try:
         return list(home.list(kind))
-    except httpx2.HTTPStatusError as err:
+    except ApiError as err:
+        if err.status.code == 404:
+            return []
+        raise
+    except httpx2.HTTPStatusError as err:  # an answer that is no Status: the API is not served
         if err.response.status_code == 404:
             return []
         raise
