@@ -111,21 +111,26 @@ def test_cli_selector_offloads_labelled_namespaces_later_ones_too_and_unoffloads
 
 
 def test_stack_config_selector_through_pulumi_up(
-    runtime: ExternalRuntime, installed: auto.Stack, home: Client, foreign: dict[str, Client], unique_name: str
+    runtime: ExternalRuntime, installed: auto.Stack, home: Client, unique_name: str
 ) -> None:
+    """One `up` adds the selector; the `installed` fixture's restoring `up` removes it again, which waits
+    (the selector's finalizer) until its namespaces are unoffloaded: the same path as
+    `unoffload namespaces` above, so no second `up` here."""
     namespace = f"{unique_name[:50]}-app"
     create_namespace(home, namespace, {"stack-selected": unique_name})
     config = PulumiEnvironment.liqo_config(installed)
     declared = {"name": "by-label", "selector": f"stack-selected={unique_name}", "podOffloadingStrategy": "Remote"}
     PulumiEnvironment.set_liqo_config(installed, {**config, "namespaceSelectors": [declared]})
     installed.up(on_output=print)
+    selector = home.get(NamespaceOffloadingSelectorResource, "by-label")
+    assert (selector.metadata.labels or {})[names.MANAGED_BY_LABEL] == names.MANAGED_BY
     wait_until(lambda: owner(home, namespace) == "by-label", 30, f"{namespace} offloaded by the stack's selector")
     assert wait_phase(home, namespace, "Ready")["remoteNamespaceName"] == f"{namespace}-home"
     assert offloading(home, namespace).spec["podOffloadingStrategy"] == "Remote"
 
-    # removed from the config: `up` waits (the selector's finalizer) until its namespaces are unoffloaded
-    PulumiEnvironment.set_liqo_config(installed, config)
-    installed.up(on_output=print)
-    assert get_or_none(home, NamespaceOffloadingSelectorResource, "by-label") is None
-    assert offloading(home, namespace) is None
-    assert all(not exists(client, f"{namespace}-home") for client in foreign.values())
+    # the stack's selector is the stack's: the CLI refuses to remove it and says where to
+    kubeconfig = ["--kubeconfig", str(runtime.kubeconfigs["home"])]
+    args = ["unoffload", "namespaces", "--selector", f"stack-selected={unique_name}", "--yes", *kubeconfig]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 1 and "liqo:namespaceSelectors" in refused.output
+    assert offloading(home, namespace) is not None
