@@ -122,7 +122,7 @@ def test_stack_config_selector_through_pulumi_up(
     declared = {"name": "by-label", "selector": f"stack-selected={unique_name}", "podOffloadingStrategy": "Remote"}
     PulumiEnvironment.set_liqo_config(installed, {**config, "namespaceSelectors": [declared]})
     installed.up(on_output=print)
-    selector = home.get(NamespaceOffloadingSelectorResource, "by-label")
+    selector: Any = home.get(NamespaceOffloadingSelectorResource, "by-label")
     assert (selector.metadata.labels or {})[names.MANAGED_BY_LABEL] == names.MANAGED_BY
     wait_until(lambda: owner(home, namespace) == "by-label", 30, f"{namespace} offloaded by the stack's selector")
     assert wait_phase(home, namespace, "Ready")["remoteNamespaceName"] == f"{namespace}-home"
