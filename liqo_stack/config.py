@@ -43,6 +43,7 @@ from runtime.api import (
     parse_selector,
 )
 from runtime.api.leaderelection import LeaderElectionTiming
+from runtime.api.namespaceselector import NamespaceOffloadingSelectorSpec, parse_label_selector, selector_problems
 from runtime.api.network import (
     DEFAULT_REMAPPING_POOL,
     ForeignPodNetwork,
@@ -423,6 +424,57 @@ class NamespaceOffloadingConfig(ConfigModel):
         )
 
 
+class NamespaceSelectorConfig(ConfigModel):
+    """Every namespace whose labels match `selector` offloaded, now and whenever one is labelled later
+    (a NamespaceOffloadingSelector, as `liqo-stack offload namespaces --selector` makes)."""
+
+    name: ClusterId = Field(description="the NamespaceOffloadingSelector's name (a DNS label)")
+    selector: str = Field(
+        description="which namespaces, by label, in kubectl's `-l` syntax: `team=shop`, `env in (dev,test)`, "
+        "`!legacy`, ANDed with commas; never kube-system, kube-public, kube-node-lease, default, liqo"
+    )
+    namespace_mapping_strategy: Literal["DefaultName", "EnforceSameName"] = Field(
+        default="DefaultName",
+        description="how the twin namespaces are named: DefaultName `<namespace>-<home cluster id>` or "
+        "EnforceSameName (SelectedName names one namespace only)",
+    )
+    pod_offloading_strategy: PodOffloadingStrategy = Field(
+        default=PodOffloadingStrategy.LOCAL_AND_REMOTE,
+        description="where their pods may run: LocalAndRemote, Local (home nodes only), Remote (virtual nodes only)",
+    )
+    cluster_selector: list[str] | NodeSelector = Field(
+        default_factory=list,
+        description="which foreign clusters get their twins, as in liqo:namespaces[].clusterSelector",
+    )
+
+    @field_validator("selector")
+    @classmethod
+    def _namespace_selector(cls, value: str) -> str:
+        try:
+            problems = selector_problems(parse_label_selector(value))
+        except SelectorSyntaxError as err:
+            raise ValueError(str(err)) from err
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @field_validator("cluster_selector")
+    @classmethod
+    def _parseable(cls, value: list[str] | NodeSelector) -> list[str] | NodeSelector:
+        return NamespaceOffloadingConfig._parseable(value)
+
+    def spec(self) -> NamespaceOffloadingSelectorSpec:
+        cluster_selector = (
+            parse_selector(self.cluster_selector) if isinstance(self.cluster_selector, list) else self.cluster_selector
+        )
+        return NamespaceOffloadingSelectorSpec(
+            namespace_selector=parse_label_selector(self.selector),
+            namespace_mapping_strategy=self.namespace_mapping_strategy,
+            pod_offloading_strategy=self.pod_offloading_strategy,
+            cluster_selector=cluster_selector,
+        )
+
+
 class ReflectorConfig(ConfigModel):
     """The reflection of one resource type."""
 
@@ -701,6 +753,9 @@ class StackConfig(ConfigModel):
         default=90, description="default share of a foreign cluster's free resources its virtual node offers"
     )
     namespaces: list[NamespaceOffloadingConfig] = Field(default_factory=list, description="the offloaded namespaces")
+    namespace_selectors: list[NamespaceSelectorConfig] = Field(
+        default_factory=list, description="namespaces offloaded by label, those labelled later included"
+    )
     reflection: ReflectionConfig = Field(default_factory=ReflectionConfig, description="resource reflection")
     virtual_kubelet: VirtualKubeletConfig = Field(
         default_factory=VirtualKubeletConfig, description="settings of every virtual kubelet"
@@ -801,6 +856,15 @@ class StackConfig(ConfigModel):
                 if len(twin) > 63:
                     raise ValueError(f"namespace {ns.name}: its twin name {twin} would exceed 63 characters")
         return namespaces
+
+    @field_validator("namespace_selectors")
+    @classmethod
+    def _unique_selector_names(cls, selectors: list[NamespaceSelectorConfig]) -> list[NamespaceSelectorConfig]:
+        given = [s.name for s in selectors]
+        repeated = sorted({n for n in given if given.count(n) > 1})
+        if repeated:
+            raise ValueError(f"each name may be used once; repeated in namespaceSelectors: {repeated}")
+        return selectors
 
     def sharing_of(self, cluster: ForeignCluster) -> int:
         return cluster.sharing_percentage if cluster.sharing_percentage is not None else self.sharing_percentage

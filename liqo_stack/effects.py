@@ -23,7 +23,8 @@ from liqo_stack.components.peering import virtual_node_spec
 from liqo_stack.config import StackConfig
 from liqo_stack.podpreview import references, selects
 from liqo_stack.policy import is_not_found
-from runtime.api import VirtualNodeSpec, names
+from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names
+from runtime.api.namespaceselector import is_system_namespace, label_selector_matches
 from runtime.api.plan import selected_clusters, shared_resources, twin_namespace_name, virtual_node_labels
 from runtime.forging.objects import settings_from, why_not_reflected
 from runtime.forging.pods import remote_pod_metadata, skip_lists
@@ -70,6 +71,12 @@ class Snapshot:
     node_specs: dict[str, VirtualNodeSpec] = field(default_factory=dict)
     # namespace with pods on a virtual node -> kind (configmap, secret, service) -> name -> object
     home_objects: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
+    # home namespace -> its labels (what the stack's namespaceSelectors match)
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    # home namespace -> the NamespaceOffloadingSelector that made its offloading
+    selector_owned: dict[str, str] = field(default_factory=dict)
+    # the NamespaceOffloadingSelectors the stack declared (the others, made with the CLI, are not its to remove)
+    stack_selectors: set[str] = field(default_factory=set)
 
     @classmethod
     def read(cls, config: StackConfig, clients: dict[str, Any]) -> Snapshot:
@@ -175,6 +182,20 @@ def planned_selection(config: StackConfig, snapshot: Snapshot) -> dict[str, tupl
             ns.name, ns.namespace_mapping_strategy, config.home.cluster_id, ns.remote_namespace_name
         )
         plan[ns.name] = (selected_clusters(ns.selector(), labels), twin)
+    # the namespaces the stack's selectors match now, as the controller-manager picks their owner (first by
+    # name); one offloaded by hand or by a selector the CLI made stays as it is
+    for namespace, namespace_labels in sorted(snapshot.namespace_labels.items()):
+        now = snapshot.offloadings.get(namespace)
+        owner = snapshot.selector_owned.get(namespace)
+        if namespace in plan or is_system_namespace(namespace) or (now and owner not in snapshot.stack_selectors):
+            continue
+        for declared in sorted(config.namespace_selectors, key=lambda s: s.name):
+            spec = declared.spec()
+            if label_selector_matches(spec.namespace_selector, namespace_labels):
+                strategy = NamespaceMappingStrategy(spec.namespace_mapping_strategy)
+                twin = (now[2] if now else None) or twin_namespace_name(namespace, strategy, config.home.cluster_id)
+                plan[namespace] = (selected_clusters(spec.cluster_selector, labels), twin)
+                break
     return plan
 
 
@@ -189,6 +210,8 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
 
     # -- twins that go: a cluster no longer selected, a namespace no longer declared, a peering removed
     for namespace, (managed, clusters, twin) in sorted(snapshot.offloadings.items()):
+        by_stack_selector = snapshot.selector_owned.get(namespace) in snapshot.stack_selectors
+        managed = managed or by_stack_selector
         if namespace in plan:
             kept = set(plan[namespace][0])
         elif managed:
@@ -202,7 +225,15 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
             why = (
                 "peering removed"
                 if cluster_id not in peered
-                else ("namespace no longer offloaded by the stack" if namespace not in plan else NOT_SELECTED)
+                else (
+                    (
+                        "no namespace selector of the stack matches it any more"
+                        if by_stack_selector
+                        else "namespace no longer offloaded by the stack"
+                    )
+                    if namespace not in plan
+                    else NOT_SELECTED
+                )
             )
             found.twins_deleted.append(twin_deleted(namespace, cluster_id, twin, state, why))
             found.pods_losing_node += pods_losing_node(namespace, cluster_id, snapshot.pods_on_node.get(cluster_id, []))
@@ -360,7 +391,12 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
     from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, Secret, Service
 
     from runtime.api.advertisement import pod_requests
-    from runtime.api.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
+    from runtime.api.resources import (
+        NamespaceOffloadingResource,
+        NamespaceOffloadingSelectorResource,
+        ResourceAdvertisementResource,
+        VirtualNodeResource,
+    )
 
     home_id = config.home.cluster_id
     home = clients[home_id]
@@ -375,6 +411,20 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
             if any(c.get("type") == "OffloadingRequired" and c.get("status") == "True" for c in conditions or [])
         )
         snapshot.offloadings[offloading.metadata.namespace] = (managed, clusters, status.get("remoteNamespaceName"))
+        owner = (offloading.metadata.labels or {}).get(names.OFFLOADING_SELECTOR_LABEL)
+        if owner:
+            snapshot.selector_owned[offloading.metadata.namespace] = owner
+    snapshot.stack_selectors = {
+        str(selector.metadata.name)
+        for selector in _listed(home, NamespaceOffloadingSelectorResource, namespace=None)
+        if (selector.metadata.labels or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY
+    }
+    if config.namespace_selectors or snapshot.selector_owned:
+        snapshot.namespace_labels = {
+            str(ns.metadata.name): dict(ns.metadata.labels or {})
+            for ns in home.list(Namespace)
+            if ns.metadata and not ns.metadata.deletionTimestamp
+        }
 
     declared: dict[str, dict[str, str]] = {}
     for vn in _listed(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
@@ -445,7 +495,7 @@ def _built_in(kind: str, obj: Any) -> bool:
     )
 
 
-def _listed(client: Any, kind: Any, namespace: str) -> list[Any]:
+def _listed(client: Any, kind: Any, namespace: str | None) -> list[Any]:
     """Objects of a custom kind; none before the stack's first `up` installed its CRD."""
     try:
         return list(client.list(kind, namespace=namespace))

@@ -17,6 +17,7 @@ from runtime.api import (
     VirtualNodeSpec,
     names,
 )
+from runtime.api.namespaceselector import NamespaceOffloadingSelector, NamespaceOffloadingSelectorSpec
 from runtime.api.plan import virtual_node_labels
 
 Manifest = dict[str, Any]
@@ -286,6 +287,13 @@ def namespace_offloading(ns: str, spec: NamespaceOffloadingSpec) -> Manifest:
     return obj.to_wire()
 
 
+def namespace_offloading_selector(name: str, spec: NamespaceOffloadingSelectorSpec) -> Manifest:
+    obj = NamespaceOffloadingSelector(spec=spec)
+    obj.metadata.name = name
+    obj.metadata.labels = _labels("namespace-offloading-selector")
+    return obj.to_wire()
+
+
 # -- Admission webhooks (served by the controller-manager, which also fills in their caBundle) ---
 WEBHOOK_CONTAINER_PORT = 9443
 
@@ -383,12 +391,14 @@ _METRICS_REVIEWS: list[Manifest] = [
 CONTROLLER_MANAGER_RULES: list[Manifest] = [
     {
         "apiGroups": [_GROUP],
-        "resources": ["namespaceoffloadings", "virtualnodes"],
+        "resources": ["namespaceoffloadings", "virtualnodes", "namespaceoffloadingselectors"],
         "verbs": ["get", "list", "watch", "update", "patch"],
     },
+    # the offloadings of the namespaces a NamespaceOffloadingSelector matches
+    {"apiGroups": [_GROUP], "resources": ["namespaceoffloadings"], "verbs": ["create", "delete"]},
     {
         "apiGroups": [_GROUP],
-        "resources": ["namespaceoffloadings/status", "virtualnodes/status"],
+        "resources": ["namespaceoffloadings/status", "virtualnodes/status", "namespaceoffloadingselectors/status"],
         "verbs": ["get", "update", "patch"],
     },
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "update", "patch"]},

@@ -115,7 +115,9 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
             agent=agent,
         )
         handlers.append(peering.virtual_kubelet)
-    offloadings = NamespaceOffloadings("offloadings", home, config.namespaces, home_plane, handlers)
+    offloadings = NamespaceOffloadings(
+        "offloadings", home, config.namespaces, home_plane, handlers, config.namespace_selectors
+    )
 
     for key, value in stack_plan(config).items():
         pulumi.export(key, value)

@@ -27,6 +27,7 @@ from runtime.controllers import (
     CaBundleController,
     NamespaceMapController,
     NamespaceOffloadingController,
+    NamespaceSelectorController,
     ShadowPodController,
 )
 from runtime.kube import EngineMetrics, ProbeServer
@@ -184,6 +185,7 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
     serving = asyncio.Event()
     probes.add_readiness("webhooks serving", serving.is_set)
     offloading = NamespaceOffloadingController(home, args.home_cluster_id)
+    selectors = NamespaceSelectorController(home, offloading.offloadings)
     service = f"{names.WEBHOOK_SERVICE}.{names.LIQO_NAMESPACE}.svc"
     # one CA for every replica: the webhook Service may reach any of them (not only the leader)
     certificate = await issue_with(await shared_ca(home), [args.webhook_address, "127.0.0.1", "localhost", service])
@@ -200,7 +202,7 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
     await webhooks.start()
     serving.set()
     try:
-        await asyncio.gather(offloading.run(), ca_bundle.run())
+        await asyncio.gather(offloading.run(), selectors.run(), ca_bundle.run())
     finally:
         await webhooks.stop()
 

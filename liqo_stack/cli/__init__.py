@@ -9,6 +9,7 @@ from liqo_stack.cli.dev import dev
 from liqo_stack.cli.image import image
 from liqo_stack.cli.info import info
 from liqo_stack.cli.offload import offload, unoffload
+from liqo_stack.cli.offload_selector import offload_namespaces, unoffload_namespaces
 from liqo_stack.cli.preview import preview
 from liqo_stack.cli.preview_pod import preview_pod_command
 from liqo_stack.cli.promote import promote
@@ -23,6 +24,8 @@ main.add_command(dev)
 main.add_command(demo)
 main.add_command(offload)
 main.add_command(unoffload)
+assert offload.get_command(click.Context(offload), "namespaces") is offload_namespaces  # registered on import
+assert unoffload.get_command(click.Context(unoffload), "namespaces") is unoffload_namespaces
 main.add_command(info)
 main.add_command(image)
 preview.add_command(preview_pod_command)

@@ -171,7 +171,7 @@ def shown_labels(labels: dict[str, str]) -> str:
 KUBERNETES_LABELS = ("kubernetes.io/", "node.kubernetes.io/", "beta.kubernetes.io/")  # every node has them
 
 
-def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool) -> str:
+def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool, flag: str = "--selector") -> str:
     """The refusal of a selector that matches no virtual node, with what it could have meant."""
     suggestion = next(
         (
@@ -187,7 +187,7 @@ def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool) 
     text += describe_peers(peers)
     text += "\nNothing was changed."
     if suggestion:
-        text += f" Select by those labels, e.g. --selector '{suggestion}'"
+        text += f" Select by those labels, e.g. {flag} '{suggestion}'"
     text += "; to stop offloading the namespace, use `liqo-stack unoffload namespace`."
     return text
 
@@ -200,11 +200,18 @@ def foreign_client(home: Client, peer: Peer) -> Client:
 
 
 def twins_going(
-    home: Client, namespace: str, twin: str, clusters: list[str], peers: list[Peer], why: str
+    home: Client,
+    namespace: str,
+    twin: str,
+    clusters: list[str],
+    peers: list[Peer],
+    why: str,
+    foreign: dict[str, Client] | None = None,
 ) -> list[tuple[str, list[str]]]:
     """What deleting the twin of `namespace` in `clusters` takes with it, as `liqo-stack preview` reports
-    it (the same counts and lines): (section title, lines)."""
+    it (the same counts and lines): (section title, lines). `foreign`: clients kept across calls."""
     by_id = {p.cluster_id: p for p in peers}
+    foreign = {} if foreign is None else foreign
     at_home = [
         pod
         for pod in home.list(Pod, namespace=namespace)
@@ -216,7 +223,9 @@ def twins_going(
         try:
             if peer is None:
                 raise LookupError(f"no VirtualNode for {cluster_id}")
-            pods, objects = count_twin(foreign_client(home, peer), twin)
+            if cluster_id not in foreign:
+                foreign[cluster_id] = foreign_client(home, peer)
+            pods, objects = count_twin(foreign[cluster_id], twin)
             deleted.append(
                 twin_deleted_line(twin_deleted(namespace, cluster_id, twin, TwinState(True, True, pods, objects), why))
             )

@@ -1,4 +1,5 @@
-"""The namespace offloadings declared in the stack config, one NamespaceOffloading each."""
+"""The namespace offloadings declared in the stack config: one NamespaceOffloading per namespace, one
+NamespaceOffloadingSelector per namespace selector (the controller-manager offloads what it matches)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pulumi
 from liqo_stack import manifests
 from liqo_stack.components.cluster import Cluster
 from liqo_stack.components.home import HomeControlPlane
-from liqo_stack.config import NamespaceOffloadingConfig
+from liqo_stack.config import NamespaceOffloadingConfig, NamespaceSelectorConfig
 from runtime.api import NamespaceOffloadingSpec
 
 
@@ -28,6 +29,7 @@ class NamespaceOffloadings(pulumi.ComponentResource):
         declared: list[NamespaceOffloadingConfig],
         home_plane: HomeControlPlane,
         handlers: list[pulumi.Resource],
+        selectors: list[NamespaceSelectorConfig] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("liqo-stack:index:NamespaceOffloadings", name, None, opts)
@@ -47,5 +49,13 @@ class NamespaceOffloadings(pulumi.ComponentResource):
                 pulumi.ResourceOptions(
                     parent=self, depends_on=[namespace, *home_plane.crds, *home_plane.webhooks, *handlers]
                 ),
+            )
+        for declared_selector in selectors or []:
+            # Deleted before the controller-manager, which releases its finalizer once the offloadings it
+            # made are gone: `pulumi up` without it (and `destroy`) waits for their twins to be deleted.
+            home.object(
+                f"offloading-selector-{declared_selector.name}",
+                manifests.namespace_offloading_selector(declared_selector.name, declared_selector.spec()),
+                pulumi.ResourceOptions(parent=self, depends_on=[*home_plane.crds, *home_plane.webhooks, *handlers]),
             )
         self.register_outputs({})

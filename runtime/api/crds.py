@@ -13,10 +13,11 @@ from runtime.api._base import CustomObject
 from runtime.api.advertisement import ResourceAdvertisement
 from runtime.api.namespacemap import NamespaceMap
 from runtime.api.namespaceoffloading import NamespaceOffloading
+from runtime.api.namespaceselector import NamespaceOffloadingSelector
 from runtime.api.shadowpod import ShadowPod
 from runtime.api.virtualnode import VirtualNode
 
-HOME_KINDS: tuple[type[CustomObject], ...] = (NamespaceOffloading, VirtualNode)
+HOME_KINDS: tuple[type[CustomObject], ...] = (NamespaceOffloading, VirtualNode, NamespaceOffloadingSelector)
 FOREIGN_KINDS: tuple[type[CustomObject], ...] = (ShadowPod, NamespaceMap, ResourceAdvertisement)
 ALL_KINDS = HOME_KINDS + FOREIGN_KINDS
 

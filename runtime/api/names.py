@@ -25,6 +25,12 @@ MANAGED_BY: Final = "liqo-stack"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 TENANT_HOME_LABEL: Final = "liqo.io/tenant-home-cluster-id"  # on foreign-side tenant objects
 
+# liqo-stack's own names, under a domain of its own: upstream may give any liqo.io name a meaning.
+OWN_DOMAIN: Final = "liqo-stack.io"
+# On a NamespaceOffloading a NamespaceOffloadingSelector made: that selector's name. Only offloadings
+# carrying it are ever changed or deleted by the selector controller (one made by hand never is).
+OFFLOADING_SELECTOR_LABEL: Final = f"{OWN_DOMAIN}/offloading-selector"
+
 # Reflected objects carry both; a reflector never touches an object that lacks them.
 ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
 DESTINATION_LABEL: Final = "offloading.liqo.io/destination"
@@ -84,6 +90,8 @@ HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 NAMESPACE_OFFLOADING_FINALIZER: Final = "namespaceoffloading.offloading.liqo.io/finalizer"
 VIRTUAL_NODE_FINALIZER: Final = "virtualnode.offloading.liqo.io/finalizer"
 SHADOW_POD_FINALIZER: Final = "shadowpod.offloading.liqo.io/finalizer"
+# Held until every NamespaceOffloading the selector made is gone (`pulumi destroy`, unoffload wait on it)
+OFFLOADING_SELECTOR_FINALIZER: Final = f"{OWN_DOMAIN}/offloading-selector"
 
 # -- Fixed namespaces and objects -----------------------------------------------------------
 LIQO_NAMESPACE: Final = "liqo"

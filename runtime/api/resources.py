@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from runtime.api import NamespaceMap, NamespaceOffloading, ResourceAdvertisement, ShadowPod, VirtualNode, names
+from runtime.api.namespaceselector import NamespaceOffloadingSelector
 
 
 def _resource(kind: type[Any]) -> Any:
@@ -18,3 +19,6 @@ VirtualNodeResource = _resource(VirtualNode)
 ShadowPodResource = _resource(ShadowPod)
 NamespaceMapResource = _resource(NamespaceMap)
 ResourceAdvertisementResource = _resource(ResourceAdvertisement)
+NamespaceOffloadingSelectorResource = create_global_resource(
+    names.GROUP, names.VERSION, NamespaceOffloadingSelector.crd.kind, NamespaceOffloadingSelector.crd.plural
+)

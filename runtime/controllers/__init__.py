@@ -1,9 +1,10 @@
-"""The controllers. Home: NamespaceOffloading, the webhooks' CA bundle. Foreign agent: NamespaceMap,
-ShadowPod, ResourceAdvertisement."""
+"""The controllers. Home: NamespaceOffloading, NamespaceOffloadingSelector, the webhooks' CA bundle.
+Foreign agent: NamespaceMap, ShadowPod, ResourceAdvertisement."""
 
 from runtime.controllers.advertisement import AdvertisementController
 from runtime.controllers.namespacemap import NamespaceMapController
 from runtime.controllers.namespaceoffloading import NamespaceOffloadingController, phase_of
+from runtime.controllers.namespaceselector import NamespaceSelectorController
 from runtime.controllers.shadowpod import ShadowPodController
 from runtime.controllers.webhookconfig import CaBundleController
 
@@ -12,6 +13,7 @@ __all__ = [
     "CaBundleController",
     "NamespaceMapController",
     "NamespaceOffloadingController",
+    "NamespaceSelectorController",
     "ShadowPodController",
     "phase_of",
 ]

@@ -71,6 +71,9 @@ class NamespaceMapController:
         self.maps = Informer(client, NamespaceMapResource)
         self.namespaces = Informer(client, Namespace, labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="namespacemap")
+        # maps whose every twin was ensured (namespace, RoleBinding) since this process started: later
+        # reconciles ask the API server only about the twins that changed, not about hundreds again
+        self._checked: set[str] = set()
         self.maps.add_handler(lambda event: self.queue.add(event.key))
         self.namespaces.add_handler(self._on_namespace)
 
@@ -116,6 +119,8 @@ class NamespaceMapController:
                 )
             elif not names.is_dns_label(twin):
                 current[local] = self._failed(twin, f"twin namespace name {twin!r} {names.DNS_LABEL_RULE}")
+            elif key in self._checked and self._still_accepted(home_id, local, twin, reported):
+                current[local] = reported[local]
             else:
                 try:
                     current[local] = await self._ensure_twin(home_id, tenant, twin)
@@ -142,6 +147,21 @@ class NamespaceMapController:
                 patch_type=PatchType.MERGE,
                 field_manager=FIELD_MANAGER,
             )
+        if mapping is not None:
+            self._checked.add(key)
+
+    def _still_accepted(self, home_id: str, local: str, twin: str, reported: dict[str, Any]) -> bool:
+        """Reported Accepted, and its namespace (the informer's store) still ours and not going."""
+        entry = reported.get(local)
+        ns = self.namespaces.store.get(twin)
+        return (
+            isinstance(entry, dict)
+            and entry.get("phase") == MappingPhase.ACCEPTED.value
+            and entry.get("remoteNamespace") == twin
+            and ns is not None
+            and not ns.metadata.deletionTimestamp
+            and (ns.metadata.labels or {}).get(names.ORIGIN_LABEL) == home_id
+        )
 
     @staticmethod
     def _failed(twin: str, message: str) -> dict[str, Any]:

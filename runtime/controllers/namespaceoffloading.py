@@ -82,7 +82,7 @@ class NamespaceOffloadingController:
         home_cluster_id: str,
         *,
         foreign_clients: Callable[[AsyncClient], ForeignClusters] = ForeignClusters,
-        workers: int = 2,
+        workers: int = 8,
         poll_seconds: float = 1.0,
         unreachable_retry_seconds: float = 5.0,
     ) -> None:
@@ -245,25 +245,49 @@ class NamespaceOffloadingController:
             current = None
         desired = dict(((current or {}).get("spec") or {}).get("desiredMapping") or {})
         if twin is not None and desired.get(namespace) != twin:
-            desired[namespace] = twin
-            await self._write_map(client, tenant, map_name, desired)
+            await self._write_map(client, tenant, map_name, namespace, twin, exists=current is not None)
         elif twin is None and namespace in desired:
-            desired.pop(namespace)
-            await self._write_map(client, tenant, map_name, desired)
+            await self._write_map(client, tenant, map_name, namespace, None, exists=True)
         status = ((current or {}).get("status") or {}).get("currentMapping") or {}
         found: dict[str, Any] | None = status.get(namespace)
         return found
 
-    async def _write_map(self, client: AsyncClient, tenant: str, name: str, desired: dict[str, str]) -> None:
+    async def _write_map(
+        self, client: AsyncClient, tenant: str, name: str, namespace: str, twin: str | None, *, exists: bool
+    ) -> None:
+        """Set (or, with None, remove) one namespace's entry and no other: a merge patch of that key, so
+        workers reconciling other namespaces at the same time never undo each other's entries (an apply
+        of the whole map, or of one key by the same field manager, would)."""
+        change = {"spec": {"desiredMapping": {namespace: twin}}}
+        if exists:
+            try:
+                await self._patch_map(client, tenant, name, change)
+                return
+            except ApiError as err:
+                if err.status.code != 404:
+                    raise
+        if twin is None:
+            return  # no map: nothing to withdraw
         body = NamespaceMapResource.from_dict(
             {
                 "apiVersion": names.API_VERSION,
                 "kind": "NamespaceMap",
                 "metadata": {"name": name, "namespace": tenant},
-                "spec": {"desiredMapping": desired},
+                "spec": {"desiredMapping": {namespace: twin}},
             }
         )
-        await client.apply(body, field_manager=FIELD_MANAGER, force=True)
+        try:
+            await client.create(body, field_manager=FIELD_MANAGER)
+        except ApiError as err:
+            if err.status.code != 409:
+                raise
+            await self._patch_map(client, tenant, name, change)  # another worker created it meanwhile
+
+    @staticmethod
+    async def _patch_map(client: AsyncClient, tenant: str, name: str, patch: dict[str, Any]) -> None:
+        await client.patch(
+            NamespaceMapResource, name, patch, namespace=tenant, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER
+        )
 
     async def _ensure_finalizer(self, obj: Any) -> None:
         finalizers = list(obj.metadata.finalizers or [])

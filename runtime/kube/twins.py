@@ -17,17 +17,20 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from runtime.kube.echoes import OwnWrites
-from runtime.kube.informing import Event, Informer, call_when_synced
+from runtime.kube.informing import Event, Informer
 from runtime.kube.queueing import WorkQueue
 from runtime.kube.serving import EngineMetrics
+from runtime.kube.shared import NamespaceView
 
 Twins = Mapping[str, str]  # home namespace -> its twin namespace in the foreign cluster
+# A scope's informer of one namespace: its own watch, or a view of a cluster-wide one (runtime/kube/shared.py)
+Watched = Informer | NamespaceView
 
 
 class TwinScope:
     """The informers a member keeps for one twinned namespace, by name ("home", "foreign", ...)."""
 
-    def __init__(self, namespace: str, twin: str, informers: Mapping[str, Informer], written: str | None) -> None:
+    def __init__(self, namespace: str, twin: str, informers: Mapping[str, Watched], written: str | None) -> None:
         """`written`: the informer whose objects the member writes (their echoes are dropped)."""
         self.namespace, self.twin = namespace, twin
         self.informers = dict(informers)
@@ -36,7 +39,7 @@ class TwinScope:
         self._relists = {name: informer.relists for name, informer in self.informers.items()}
         self.tasks: dict[str, asyncio.Task[None]] = {}  # by informer name, and "synced"
 
-    def __getitem__(self, name: str) -> Informer:
+    def __getitem__(self, name: str) -> Watched:
         return self.informers[name]
 
     def start(self, on_event: Callable[[TwinScope, str, Event], None], on_synced: Callable[[TwinScope], None]) -> None:
@@ -44,7 +47,12 @@ class TwinScope:
         for name, informer in self.informers.items():
             informer.add_handler(lambda event, name=name: on_event(self, name, event))  # type: ignore[misc]
         self.tasks = {name: asyncio.create_task(informer.run()) for name, informer in self.informers.items()}
-        self.tasks["synced"] = asyncio.create_task(call_when_synced(self.informers.values(), lambda: on_synced(self)))
+        self.tasks["synced"] = asyncio.create_task(self._when_synced(on_synced))
+
+    async def _when_synced(self, on_synced: Callable[[TwinScope], None]) -> None:
+        for informer in self.informers.values():
+            await informer.synced.wait()
+        on_synced(self)
 
     def synced(self) -> bool:
         return all(informer.synced.is_set() for informer in self.informers.values())
@@ -105,7 +113,7 @@ class TwinFollower:
     async def reconcile(self, key: str) -> None:
         raise NotImplementedError
 
-    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Watched]:
         raise NotImplementedError
 
     def on_event(self, scope: TwinScope, informer: str, event: Event) -> None:

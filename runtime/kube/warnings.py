@@ -20,9 +20,12 @@ class Warnings:
         self.component, self.host = component, host
         self._sent: set[tuple[str, str, str]] = set()
 
-    async def warn(self, obj: Mapping[str, Any], reason: str, message: str, *, once: bool = True) -> None:
+    async def warn(
+        self, obj: Mapping[str, Any], reason: str, message: str, *, once: bool = True, normal: bool = False
+    ) -> None:
         """`once`: each (object, reason, message) once per process, so a conflict that lasts is
-        reported, not repeated on every reconcile (else the caller decides when it is news)."""
+        reported, not repeated on every reconcile (else the caller decides when it is news);
+        `normal`: a step taken rather than a problem (type Normal)."""
         meta = obj.get("metadata") or {}
         key = (str(meta.get("uid")), reason, message)
         if once and key in self._sent:
@@ -41,7 +44,7 @@ class Warnings:
                 },
                 "reason": reason,
                 "message": message,
-                "type": "Warning",
+                "type": "Normal" if normal else "Warning",
                 "source": source,
                 "reportingComponent": self.component,
                 **({"reportingInstance": self.host} if self.host else {}),

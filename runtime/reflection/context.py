@@ -11,6 +11,7 @@ from lightkube import AsyncClient
 from runtime.api import VirtualNodeSpec, names
 from runtime.forging.objects import ReflectionSettings, settings_from
 from runtime.kube.serving import EngineMetrics
+from runtime.kube.shared import SharedWatches
 from runtime.kube.warnings import Warnings
 
 
@@ -31,10 +32,13 @@ class Peering:
     node_names: tuple[str, ...] = ()
     spec_of: Callable[[str], VirtualNodeSpec | None] = lambda _: None
     warnings: Warnings = field(init=False)
+    # the members' informers at home: one watch per kind, whatever the number of twinned namespaces
+    home_watches: SharedWatches = field(init=False)
 
     def __post_init__(self) -> None:
         self.node_names = self.node_names or (names.virtual_node_name(self.foreign_cluster_id),)
         self.warnings = Warnings(self.home, "liqo-virtual-kubelet", self.node_name)
+        self.home_watches = SharedWatches(self.home)
 
     @property
     def node_name(self) -> str:

@@ -26,7 +26,7 @@ from lightkube.resources.core_v1 import Event as CoreEvent
 from runtime.api import ReflectionPolicy, names
 from runtime.forging.objects import ReflectionSettings, covers, policy_allows
 from runtime.kube import Event, Informer, unless_gone
-from runtime.kube.twins import TwinFollower, TwinScope
+from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
 
 log = logging.getLogger(__name__)
@@ -155,12 +155,12 @@ class EventReflector(TwinFollower):
             self._applied = settings
             self.requeue_all()
 
-    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Watched]:
         """The foreign events in the twin, and our copies at home."""
         labels = {names.EVENT_REFLECTED_FROM_LABEL: self.peering.foreign_cluster_id}
         return {
             "foreign": Informer(self.peering.foreign, CoreEvent, namespace=twin, packed=True),
-            "home": Informer(self.peering.home, CoreEvent, namespace=namespace, labels=labels, packed=True),
+            "home": self.peering.home_watches.view(CoreEvent, namespace, labels=labels, packed=True),
         }
 
     def on_event(self, scope: TwinScope, informer: str, event: Event) -> None:

@@ -34,7 +34,7 @@ from runtime.forging.objects import (
     up_to_date,
 )
 from runtime.kube import Event, Informer, unless_gone
-from runtime.kube.twins import TwinFollower, TwinScope
+from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
 from runtime.reflection.kinds import ReflectedKind
 
@@ -97,11 +97,11 @@ class Reflector(TwinFollower):
     def on_settings(self) -> None:
         self.resize(self.settings().workers)
 
-    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Watched]:
         """The kind at home and all of it in the twin, so a conflicting foreign object is seen; packed:
         a twin holds one token Secret per offloaded pod, which this store keeps too."""
         return {
-            "home": Informer(self.peering.home, self.kind.resource, namespace=namespace, packed=True),
+            "home": self.peering.home_watches.view(self.kind.resource, namespace, packed=True),
             "foreign": Informer(
                 self.peering.foreign, self.kind.resource, namespace=twin, trim=self.kind.trim_foreign, packed=True
             ),

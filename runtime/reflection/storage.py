@@ -32,7 +32,7 @@ from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim
 from runtime.api import names
 from runtime.forging.objects import ReflectionSettings, is_owned, ownership_labels, reflected_object, up_to_date
 from runtime.kube import Event, Informer, unless_gone
-from runtime.kube.twins import TwinFollower
+from runtime.kube.twins import TwinFollower, Watched
 from runtime.reflection.context import Peering
 
 log = logging.getLogger(__name__)
@@ -173,9 +173,9 @@ class StorageProvisioner(TwinFollower):
         self.volumes.add_handler(self._on_volume)
         self._volumes_task: asyncio.Task[None] | None = None
 
-    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Watched]:
         return {
-            "home": Informer(self.peering.home, PersistentVolumeClaim, namespace=namespace, packed=True),
+            "home": self.peering.home_watches.view(PersistentVolumeClaim, namespace, packed=True),
             "foreign": Informer(self.peering.foreign, PersistentVolumeClaim, namespace=twin, packed=True),
         }
 

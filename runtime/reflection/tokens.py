@@ -30,7 +30,7 @@ from runtime.forging.tokens import (
     tokens_wanted,
 )
 from runtime.kube import Event, Informer, ObjectSource, unless_gone
-from runtime.kube.twins import TwinFollower, TwinScope
+from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
 from runtime.reflection.kinds import without_pod_token_values
 
@@ -78,7 +78,7 @@ class TokenReflector(TwinFollower):
             for key in self.pods.store:
                 self.queue.add(key)
 
-    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Watched]:
         secrets = Informer(
             self.peering.foreign,
             Secret,

@@ -49,7 +49,7 @@ from runtime.forging.pods import (
 )
 from runtime.kube import Event, Informer, InformerUnion, OwnWrites, unless_gone
 from runtime.kube.packing import unpacked
-from runtime.kube.twins import TwinFollower, TwinScope
+from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
 from runtime.virtualkubelet.node import NODE_ADDRESS
 
@@ -185,7 +185,7 @@ class PodOffloader(TwinFollower):
             # pods already running, which a burst queues by the hundred (issue 41: pick-up latency)
             self.queue.add(event.key, first=event.type == "ADDED")
 
-    def open_scope(self, namespace: str, twin: str) -> dict[str, Informer]:
+    def open_scope(self, namespace: str, twin: str) -> dict[str, Watched]:
         foreign, origin = self.peering.foreign, {names.ORIGIN_LABEL: self.peering.home_cluster_id}
         return {
             "shadows": Informer(foreign, ShadowPodResource, namespace=twin, packed=True),

@@ -28,7 +28,7 @@ from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from runtime.api.resources import NamespaceOffloadingResource
+from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
 from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready, offload, wait_phase, wait_until
 
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
@@ -187,9 +187,28 @@ def unoffload_all(home: Client) -> None:
             raise
 
     served = wait_until(lambda: (found := offloadings()) is not None and (found,), 60, "custom resources served")
+    # first the selectors, which would offload their namespaces again (their finalizers wait for the offloadings)
+    selectors = _listed_or_none(home, NamespaceOffloadingSelectorResource)
+    for selector in selectors:
+        home.delete(NamespaceOffloadingSelectorResource, selector.metadata.name)
     for offloading in served[0]:
         home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
     wait_until(lambda: offloadings() == [], 60, "all unoffloaded")
+    wait_until(lambda: not _listed_or_none(home, NamespaceOffloadingSelectorResource), 60, "the selectors deleted")
+
+
+def _listed_or_none(home: Client, kind: Any) -> list[Any]:
+    """Every object of a cluster-scoped kind; none before its CRD is installed (or after a destroy)."""
+    try:
+        return list(home.list(kind))
+    except ApiError as err:
+        if err.status.code == 404:
+            return []
+        raise
+    except httpx2.HTTPStatusError as err:  # an answer that is no Status: the API is not served
+        if err.response.status_code == 404:
+            return []
+        raise
 
 
 @pytest.fixture(scope="session")

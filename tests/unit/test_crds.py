@@ -27,7 +27,9 @@ EXPECTED = {
     "ShadowPod": ("shadowpods", ["shpod"], True, True),
     "NamespaceMap": ("namespacemaps", ["nm"], True, False),
     "ResourceAdvertisement": ("resourceadvertisements", ["adv"], False, True),
+    "NamespaceOffloadingSelector": ("namespaceoffloadingselectors", ["nsosel"], True, True),
 }
+CLUSTER_SCOPED = {"NamespaceOffloadingSelector"}  # it matches namespaces cluster-wide
 
 CRDS = {crd["spec"]["names"]["kind"]: crd for crd in all_crd_manifests()}
 
@@ -83,7 +85,7 @@ def test_one_crd_per_kind_in_the_group() -> None:
         assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
         assert crd["kind"] == "CustomResourceDefinition"
         assert crd["spec"]["group"] == GROUP
-        assert crd["spec"]["scope"] == "Namespaced"
+        assert crd["spec"]["scope"] == ("Cluster" if crd["spec"]["names"]["kind"] in CLUSTER_SCOPED else "Namespaced")
         assert crd["metadata"]["name"] == f"{crd['spec']['names']['plural']}.{GROUP}"
         assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "liqo-stack"}
 
@@ -311,7 +313,7 @@ def plurals(crds: list[dict[str, Any]]) -> list[str]:
 def test_home_and_foreign_split() -> None:
     home = plurals(home_crd_manifests())
     foreign = plurals(foreign_crd_manifests())
-    assert home == ["namespaceoffloadings", "virtualnodes"]
+    assert home == ["namespaceoffloadings", "virtualnodes", "namespaceoffloadingselectors"]
     assert foreign == ["shadowpods", "namespacemaps", "resourceadvertisements"]
     assert sorted(home + foreign) == sorted(plurals(all_crd_manifests()))
 

@@ -1,0 +1,118 @@
+"""One cluster-wide watch per kind for the home namespaces a virtual kubelet follows.
+
+A twin scope opened its informers per namespace: one watch, and with the HTTP/1.1 transport one
+connection, per namespace per kind, so each offloaded namespace cost every virtual kubelet seven
+watches at home. At home the virtual kubelet may read these kinds cluster-wide (its ClusterRole), so
+a scope's home informers are `NamespaceView`s of one `SharedInformer` per kind: a view holds its
+namespace's objects and hands on their events, and shares the informer's sync and relists. The
+shared store holds every object of the kind at home, not only those of offloaded namespaces: the
+price of a constant number of watches.
+
+In the foreign cluster the home identity may read only in the twin namespaces it was granted (a
+RoleBinding in each, made by the foreign agent), so the scopes' foreign informers stay per namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from lightkube import AsyncClient
+
+from runtime.kube.informing import Event, Handler, Informer
+
+
+class SharedInformer:
+    """One informer of a kind in every namespace, started with its first view, stopped with its last."""
+
+    def __init__(self, make: Callable[[], Informer]) -> None:
+        """`make`: the cluster-wide informer (made anew after its last view stopped it)."""
+        self.make = make
+        self.informer: Informer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._views: dict[str, set[NamespaceView]] = {}
+
+    def view(self, namespace: str) -> NamespaceView:
+        return NamespaceView(self, namespace)
+
+    def _attach(self, view: NamespaceView) -> Informer:
+        if self.informer is None:
+            self.informer = self.make()
+            self.informer.add_handler(self._route)
+            self._task = asyncio.create_task(self.informer.run())
+        self._views.setdefault(view.namespace, set()).add(view)
+        if self.informer.synced.is_set():  # a namespace followed later: what the store holds already
+            prefix = f"{view.namespace}/"
+            view.store = {key: obj for key, obj in self.informer.store.items() if key.startswith(prefix)}
+        return self.informer
+
+    def _detach(self, view: NamespaceView) -> None:
+        views = self._views.get(view.namespace, set())
+        views.discard(view)
+        if not views:
+            self._views.pop(view.namespace, None)
+        if not self._views and self._task is not None:
+            self._task.cancel()
+            self.informer, self._task = None, None
+
+    def _route(self, event: Event) -> None:
+        for view in list(self._views.get(event.key.partition("/")[0], ())):
+            view.on_event(event)
+
+
+class NamespaceView:
+    """What a twin scope reads of one namespace: the shared informer's objects and events there."""
+
+    def __init__(self, shared: SharedInformer, namespace: str) -> None:
+        self.shared, self.namespace = shared, namespace
+        self.store: dict[str, Any] = {}
+        self.synced = asyncio.Event()
+        self._informer: Informer | None = None
+        self._handlers: list[Handler] = []
+
+    @property
+    def relists(self) -> int:
+        """The shared informer's: a relist there may have missed this namespace's writes too."""
+        return self._informer.relists if self._informer is not None else 0
+
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def on_event(self, event: Event) -> None:
+        if event.type == "DELETED":
+            self.store.pop(event.key, None)
+        else:
+            self.store[event.key] = event.obj
+        for handler in self._handlers:
+            handler(event)
+
+    async def run(self) -> None:
+        """Follow the namespace until cancelled (as an informer's run)."""
+        self._informer = self.shared._attach(self)
+        try:
+            await self._informer.synced.wait()
+            self.synced.set()
+            await asyncio.Future()  # until the scope stops
+        finally:
+            self.shared._detach(self)
+
+
+class SharedWatches:
+    """The shared informers of one client, by kind and label selector."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self._shared: dict[tuple[Any, ...], SharedInformer] = {}
+
+    def view(
+        self, resource: type[Any], namespace: str, *, labels: dict[str, str] | None = None, packed: bool = False
+    ) -> NamespaceView:
+        """Objects of `resource` (with these labels) in `namespace`, from one watch of the whole cluster."""
+        key = (resource, tuple(sorted((labels or {}).items())), packed)
+        shared = self._shared.get(key)
+        if shared is None:
+            shared = self._shared[key] = SharedInformer(
+                lambda: Informer(self.client, resource, labels=dict(labels) if labels else None, packed=packed)
+            )
+        return shared.view(namespace)
