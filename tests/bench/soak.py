@@ -90,6 +90,13 @@ class Journal:
     def fault(self, what: str) -> None:
         self._add(self.faults, f"fault: {what}")
 
+    def recovered(self, what: str) -> None:
+        """The end of a fault that lasts (a control plane started again): on the timeline, not counted."""
+        self._add(self.faults, f"recovered: {what}")
+
+    def injected(self) -> int:
+        return sum(not line.startswith("recovered") for _, line in self.faults)
+
     def breach(self, what: str) -> None:
         self._add(self.breaches, f"BREACH: {what}")
 
@@ -298,7 +305,7 @@ class Soak:
                     self.journal.fault(f"{FOREIGN_OUTAGE} {cluster_id} for {FOREIGN_OUTAGE_SECONDS:.0f}s")
                     with self.env.api_server_stopped(cluster_id, timeout=RESTART_TIMEOUT_SECONDS):
                         self.stopping.wait(FOREIGN_OUTAGE_SECONDS)  # the outage itself, not a wait for a state
-                    self.journal.fault(f"control plane started again: {cluster_id}")
+                    self.journal.recovered(f"control plane started again: {cluster_id}")
                 else:
                     self.journal.fault(f"{HOME_RESTART} ({self.home_id})")
                     with self.env.api_server_stopped(self.home_id, timeout=RESTART_TIMEOUT_SECONDS):
@@ -502,7 +509,7 @@ class Soak:
     def report(self, memory: list[str]) -> None:
         journal = self.journal
         print("\n== soak report ==")
-        print(f"ran {journal.now():.0f}s; faults {len(journal.faults)}, breaches {len(journal.breaches)}")
+        print(f"ran {journal.now():.0f}s; faults {journal.injected()}, breaches {len(journal.breaches)}")
         print("churn:", ", ".join(f"{what} {n}" for what, n in sorted(journal.churn.items())) or "none")
         print("checked:", ", ".join(f"{what} {n}" for what, n in sorted(journal.checked.items())))
         if journal.refused:
