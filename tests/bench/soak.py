@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.batch_v1 import Job
@@ -50,7 +50,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, ShadowPodResource
 from tests.bench.bench_offloading import OFFLOADED, running_stack
-from tests.support.kube import wait_until
+from tests.support.kube import get_or_none, wait_until
 
 CHECK_SECONDS = 20.0
 GRACE_SECONDS = 120.0  # a violated state that holds this long is a breach
@@ -564,15 +564,6 @@ def config_map(name: str, namespace: str, value: str) -> ConfigMap:
 
 def secret(name: str, namespace: str, value: str) -> Secret:
     return Secret(metadata=ObjectMeta(name=name, namespace=namespace), stringData={"value": value})
-
-
-def get_or_none(client: Client, kind: Any, name: str, namespace: str | None = None) -> Any | None:
-    try:
-        return client.get(kind, name, namespace=namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
 
 
 def process_age(pid: int) -> float:
