@@ -32,6 +32,13 @@ def effective_strategy(pod: Mapping[str, Any], strategy: PodOffloadingStrategy) 
     return strategy
 
 
+def move_unfit_after(annotations: Mapping[str, str] | None) -> int | None:
+    """The seconds after which a pod no foreign node fits is moved, from the NamespaceOffloading's
+    annotation; None when absent or not a whole number of seconds (the policy is off)."""
+    value = (annotations or {}).get(names.MOVE_UNFIT_PODS_AFTER_ANNOTATION, "")
+    return int(value) if value.isdigit() else None
+
+
 class OffloadingPhase(StrEnum):
     READY = "Ready"
     NO_CLUSTER_SELECTED = "NoClusterSelected"

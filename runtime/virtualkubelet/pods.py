@@ -18,6 +18,11 @@ Per home pod (the key), in the twin namespace its NamespaceOffloading got in thi
   a Warning event on it names the command that offloads its namespace here.
   A cluster still selected whose twin is not Ready (unreachable, failing) is no withdrawal: its
   running pods are left alone.
+- a remote pod the foreign scheduler keeps Unschedulable (no foreign node fits it) for the seconds
+  its NamespaceOffloading's move-unfit-pods-after annotation says: the home pod is moved, a Warning
+  event (reason NoForeignNodeFits) saying why; deleted when a controller owns it (its replacement,
+  constrained by the pod webhook, goes to a virtual node where one foreign node fits it, or home),
+  else failed, its remote pod removed.
 Deletes happen only on what the synced stores say, so a restart never removes a pod still wanted.
 """
 
@@ -32,7 +37,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
 from runtime.api import VirtualNodeSpec, names
-from runtime.api.namespaceoffloading import Placement, placement
+from runtime.api.namespaceoffloading import Placement, move_unfit_after, placement
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.forging.pods import (
@@ -58,6 +63,7 @@ log = logging.getLogger(__name__)
 BACKOFF_REASON = "OffloadingBackOff"  # seed 002: not offloaded (yet)
 ABORTED_REASON = "OffloadingAborted"  # offloaded, and the twin namespace went away
 FAILED_EVENT_REASON = "FailedOffloading"
+UNFIT_REASON = "NoForeignNodeFits"  # moved off the virtual node: its foreign scheduler found no node
 KILLED_EXIT_CODE = 137  # the container was killed with its twin namespace
 
 
@@ -113,6 +119,20 @@ def not_offloaded_message(namespace: str, foreign_cluster_id: str, *, offloaded:
         f"namespace {namespace} is not offloaded to {foreign_cluster_id}: "
         f"offload it with `liqo-stack offload namespace {namespace}`; the pod starts once it is"
     )
+
+
+def unschedulable_since(status: dict[str, Any]) -> tuple[datetime.datetime, str] | None:
+    """When the foreign scheduler found no node for the pod, and its message; None if it did not."""
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+            and condition.get("lastTransitionTime")
+        ):
+            since = datetime.datetime.fromisoformat(condition["lastTransitionTime"])
+            return since, condition.get("message") or ""
+    return None
 
 
 def now() -> str:
@@ -266,6 +286,7 @@ class PodOffloader(TwinFollower):
         if remote is not None:
             shadow_status = shadow.get("status") or {}
             await self._reflect_status(pod, remote, shadow_status)
+            await self._move_if_unfit(key, pod, remote, twin, shadow)
         else:
             await self._report_failure(pod, shadow)
 
@@ -356,6 +377,31 @@ class PodOffloader(TwinFollower):
             previous_restarts=shadow_status.get("previousRestarts"),
         )
         await self._replace_status(pod, current, desired)
+
+    async def _move_if_unfit(self, key: str, pod: Any, remote: Any, twin: str, shadow: Any) -> None:
+        """The namespace's policy on, and no foreign node fit the pod for that long: move it."""
+        offloading = self.offloadings.store.get(f"{pod.metadata.namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
+        after = move_unfit_after(offloading.metadata.annotations if offloading is not None else None)
+        status = pod.to_dict().get("status") or {}
+        unfit = unschedulable_since(remote.to_dict().get("status") or {})
+        if after is None or unfit is None or status.get("phase") in TERMINAL_PHASES:
+            return
+        since, why = unfit
+        waited = (datetime.datetime.now(datetime.UTC) - since).total_seconds()
+        if waited < after:
+            self.queue.add_after(key, after - waited)  # asked again once the time is up
+            return
+        message = (
+            f"no node of {self.peering.foreign_cluster_id} could run it for {after}s ({why}); moved off "
+            f"{pod.spec.nodeName} ({names.MOVE_UNFIT_PODS_AFTER_ANNOTATION} of its namespace's offloading)"
+        )
+        await self._warn(pod, UNFIT_REASON, message)
+        log.info("pod %s moved: %s", key, message)
+        if controlled(pod):
+            await self._evict(pod)  # the webhook keeps its replacement off virtual nodes too small
+            return
+        await self._replace_status(pod, status, aborted_status(status, message, now(), reason=UNFIT_REASON))
+        await self._delete_remote(twin, pod.metadata.name, shadow, remote, grace=0)
 
     async def _withdrawn(self, pod: Any, message: str) -> None:
         """The twin went away (unoffload, deselection): end the pod as a drained node's would end."""

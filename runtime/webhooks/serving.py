@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from runtime.api import NamespaceOffloadingSpec, names
+from runtime.api.namespaceoffloading import move_unfit_after
 from runtime.webhooks.podmutation import mutate_pod, not_ready_reason, unoffloading
 from runtime.webhooks.validation import validate_offloading
 
@@ -62,7 +63,8 @@ def admit_pod(request: dict[str, Any], offloading_of: OffloadingLookup) -> dict[
         return review_response(uid, message=problem)
     assert offloading is not None  # not_ready_reason says why when it is None
     spec = NamespaceOffloadingSpec.model_validate(offloading.get("spec") or {})
-    mutated = mutate_pod(pod, spec.pod_offloading_strategy, spec.cluster_selector)
+    policy = move_unfit_after((offloading.get("metadata") or {}).get("annotations"))
+    mutated = mutate_pod(pod, spec.pod_offloading_strategy, spec.cluster_selector, move_unfit=policy is not None)
     return review_response(uid, patch=spec_patch(pod, mutated))
 
 
