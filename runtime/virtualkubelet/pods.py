@@ -57,6 +57,7 @@ from runtime.kube.packing import unpacked
 from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
 from runtime.virtualkubelet.node import NODE_ADDRESS
+from runtime.webhooks.podmutation import fit_requirements, fits
 
 log = logging.getLogger(__name__)
 
@@ -391,9 +392,16 @@ class PodOffloader(TwinFollower):
         if waited < after:
             self.queue.add_after(key, after - waited)  # asked again once the time is up
             return
+        node = pod.spec.nodeName
+        if fits(fit_requirements(pod.to_dict()), self.peering.node_labels(node)):
+            # the node's largest-pod labels say it fits (not yet updated, or refused for another
+            # reason: taints, ports there): a replacement could come back here, so no move, which
+            # could loop; asked again in a while, the labels may have caught up
+            self.queue.add_after(key, after)
+            return
         message = (
             f"no node of {self.peering.foreign_cluster_id} could run it for {after}s ({why}); moved off "
-            f"{pod.spec.nodeName} ({names.MOVE_UNFIT_PODS_AFTER_ANNOTATION} of its namespace's offloading)"
+            f"{node} ({names.MOVE_UNFIT_PODS_AFTER_ANNOTATION} of its namespace's offloading)"
         )
         await self._warn(pod, UNFIT_REASON, message)
         log.info("pod %s moved: %s", key, message)

@@ -18,13 +18,15 @@ left alone, so Local and LocalAndRemote pods may still run at home).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from lightkube.resources.core_v1 import Pod
 
-from runtime.api import NodeSelector, OffloadingPhase, PodOffloadingStrategy, names
+from runtime.api import NodeSelector, NodeSelectorRequirement, OffloadingPhase, PodOffloadingStrategy, names
 from runtime.api.advertisement import LARGEST_POD_LABELS, pod_requests
 from runtime.api.namespaceoffloading import effective_strategy
+from runtime.api.selectors import requirement_matches
 
 VIRTUAL = {"key": names.TYPE_LABEL, "operator": "In", "values": [names.VIRTUAL_NODE_TYPE]}
 PHYSICAL = {"key": names.TYPE_LABEL, "operator": "DoesNotExist"}
@@ -45,6 +47,12 @@ def fit_requirements(pod: dict[str, Any]) -> list[dict[str, Any]]:
         for resource, (label, unit) in LARGEST_POD_LABELS.items()
         if requests.get(resource, 0) > 0
     ]
+
+
+def fits(requirements: list[dict[str, Any]], labels: Mapping[str, str]) -> bool:
+    """Whether a node with these labels meets the fit requirements (a pod moved off a node that does
+    could be placed there again)."""
+    return all(requirement_matches(NodeSelectorRequirement.model_validate(r), labels) for r in requirements)
 
 
 def _virtual_terms(selector: NodeSelector, fits: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runtime.api import PodOffloadingStrategy, names, parse_selector
-from runtime.webhooks.podmutation import TOLERATION, mutate_pod
+from runtime.webhooks.podmutation import TOLERATION, fit_requirements, fits, mutate_pod
 from tests.support.placement import EXPECTED, NODES, SELECTORS, schedulable
 
 
@@ -91,3 +91,13 @@ def test_without_the_policy_or_requests_no_fit_requirement_is_added(foreign_2_to
     assert schedulable(mutate_pod(requesting("6"), remote, parse_selector([]))) == {"foreign-1", "foreign-2"}
     unrequested = mutate_pod(pod(), anywhere, parse_selector([]), move_unfit=True)
     assert "affinity" not in unrequested["spec"], "nothing to fit: the toleration alone, as without the policy"
+
+
+def test_a_node_fits_when_its_largest_pod_labels_meet_the_requests() -> None:
+    """The virtual kubelet moves a pod only off a node that does not fit it: its replacement cannot return."""
+    needs = fit_requirements(requesting("6", "1Gi"))
+    largest = {names.LARGEST_POD_CPU_LABEL: "6000", names.LARGEST_POD_MEMORY_LABEL: str(1 << 30)}
+    assert fits(needs, largest)
+    assert not fits(needs, {**largest, names.LARGEST_POD_CPU_LABEL: "5999"})
+    assert not fits(needs, {}), "a node without the labels is no fit"
+    assert fits(fit_requirements(pod()), {}), "a pod asking nothing fits anywhere"
