@@ -167,6 +167,7 @@ class PodOffloader(TwinFollower):
         self.node_names = peering.node_names
         self.pod_cidr_mapping = pod_cidr_mapping
         self._skip_lists = skip_lists(None)  # the VirtualNode's, as last applied to the ShadowPods
+        self._stack_unfit: int | None = None  # the stack-wide move-unfit-pods-after, as last seen
         self.node_address = node_address
         self.offloadings = offloadings
         # the home pods on the cluster's virtual nodes, one watch per node (a field selector names one)
@@ -186,11 +187,21 @@ class PodOffloader(TwinFollower):
     def informers(self) -> list[Informer]:
         return list(self.node_pods.values())
 
+    def stack_unfit_policy(self) -> int | None:
+        """The stack-wide move-unfit-pods-after seconds, an annotation of the VirtualNode (the stack
+        writes it on every one)."""
+        return move_unfit_after(((self.peering.virtual_node() or {}).get("metadata") or {}).get("annotations"))
+
     def on_settings(self) -> None:
         """A changed remapping shows at home at once, and new skip lists reach the remote pods' labels
         and annotations through their ShadowPods: every pod is reconciled again."""
         spec = self.peering.node_spec()
         mapping, skips = pod_cidr_mapping(spec), skip_lists(spec)
+        stack_unfit = self.stack_unfit_policy()
+        if stack_unfit != self._stack_unfit:  # pods waiting Unschedulable may now be due for a move
+            self._stack_unfit = stack_unfit
+            for key in self.pods.store:
+                self.queue.add(key)
         if mapping != self.pod_cidr_mapping or skips != self._skip_lists:
             self.pod_cidr_mapping, self._skip_lists = mapping, skips
             self._shadow_checked.clear()  # the ShadowPods' labels and annotations to compare anew
@@ -382,7 +393,8 @@ class PodOffloader(TwinFollower):
     async def _move_if_unfit(self, key: str, pod: Any, remote: Any, twin: str, shadow: Any) -> None:
         """The namespace's policy on, and no foreign node fit the pod for that long: move it."""
         offloading = self.offloadings.store.get(f"{pod.metadata.namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
-        after = move_unfit_after(offloading.metadata.annotations if offloading is not None else None)
+        annotations = offloading.metadata.annotations if offloading is not None else None
+        after = move_unfit_after(annotations, self.stack_unfit_policy())
         status = pod.to_dict().get("status") or {}
         unfit = unschedulable_since(remote.to_dict().get("status") or {})
         if after is None or unfit is None or status.get("phase") in TERMINAL_PHASES:

@@ -10,7 +10,7 @@ import pytest
 
 from runtime.api import names
 from runtime.api.advertisement import largest_pod_labels
-from runtime.api.namespaceoffloading import move_unfit_after
+from runtime.api.namespaceoffloading import move_unfit_after, stack_move_unfit_after
 from runtime.virtualkubelet.pods import unschedulable_since
 
 CPU, MEMORY = names.LARGEST_POD_CPU_LABEL, names.LARGEST_POD_MEMORY_LABEL
@@ -73,3 +73,60 @@ def test_unschedulable_since_the_foreign_schedulers_condition() -> None:
     assert unschedulable_since({"conditions": [{**unschedulable, "status": "True", "reason": None}]}) is None
     assert unschedulable_since({"conditions": [{**unschedulable, "reason": "SchedulingGated"}]}) is None
     assert unschedulable_since({}) is None
+
+
+def virtual_node(annotations: dict[str, str] | None, deleting: bool = False) -> Any:
+    from lightkube.models.meta_v1 import ObjectMeta
+
+    gone = datetime.datetime(2026, 11, 26, 22, tzinfo=datetime.UTC) if deleting else None
+    meta = ObjectMeta(annotations=annotations, deletionTimestamp=gone)
+    return type("VirtualNode", (), {"metadata": meta})()
+
+
+def test_the_stack_wide_policy_is_the_virtual_nodes_annotation_and_a_namespace_overrides_it() -> None:
+    on = {names.MOVE_UNFIT_PODS_AFTER_ANNOTATION: "60"}
+    assert stack_move_unfit_after([virtual_node(None), virtual_node(on)]) == 60
+    assert stack_move_unfit_after([virtual_node(on, deleting=True), virtual_node({})]) is None
+    assert move_unfit_after({names.MOVE_UNFIT_PODS_AFTER_ANNOTATION: "5"}, stack_default=60) == 5
+    assert move_unfit_after({}, stack_default=60) == 60
+
+
+def test_the_stack_config_reaches_every_virtual_node_as_the_annotation() -> None:
+    from liqo_stack import manifests
+    from liqo_stack.config import parse
+    from runtime.api import VirtualNodeSpec
+
+    raw = {
+        "home": {"clusterId": "home", "kubeconfigPath": "/dev/null"},
+        "foreignClusters": [{"clusterId": "foreign-1", "kubeconfigPath": "/dev/null"}],
+        "virtualKubelet": {"moveUnfitPodsAfterSeconds": "2m"},
+    }
+    seconds = parse(raw).virtual_kubelet.move_unfit_pods_after_seconds
+    assert seconds == 120
+    spec = VirtualNodeSpec.model_validate({"clusterID": "foreign-1", "kubeconfigSecretRef": {"name": "c"}})
+    annotated = manifests.virtual_node(spec, move_unfit_pods_after=seconds)
+    assert annotated["metadata"]["annotations"] == {names.MOVE_UNFIT_PODS_AFTER_ANNOTATION: "120"}
+    assert "annotations" not in manifests.virtual_node(spec)["metadata"], "off: nothing written"
+
+
+def test_the_webhook_applies_the_stack_wide_policy_unless_the_namespace_sets_its_own() -> None:
+    import base64
+    import json
+
+    from runtime.webhooks import admit_pod
+
+    offloading: dict[str, Any] = {
+        "metadata": {"name": "offloading", "namespace": "apps", "generation": 1},
+        "spec": {"podOffloadingStrategy": "Remote"},
+        "status": {"observedGeneration": 1, "offloadingPhase": "Ready"},
+    }
+    container = {"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "6"}}}
+    request = {"uid": "u", "namespace": "apps", "operation": "CREATE", "object": {"spec": {"containers": [container]}}}
+
+    def fit_asked(stack_wide: int | None) -> bool:
+        answer = admit_pod(request, {"apps": offloading}.get, lambda: stack_wide)["response"]
+        return CPU in json.dumps(json.loads(base64.b64decode(answer["patch"])))
+
+    assert fit_asked(60) and not fit_asked(None)
+    offloading["metadata"]["annotations"] = {names.MOVE_UNFIT_PODS_AFTER_ANNOTATION: "5"}
+    assert fit_asked(None)
