@@ -20,11 +20,14 @@ from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.utils.quantity import parse_quantity
+from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
+from runtime.api.resources import VirtualNodeResource
 from runtime.virtualkubelet.pods import UNFIT_REASON
-from tests.support.kube import VIRTUAL_NODES, get_or_none, wait_until
+from tests.support.kube import VIRTUAL_NODES, get_or_none, status_of, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -171,3 +174,38 @@ def test_with_the_policy_on_the_pod_moves_to_a_virtual_node_that_fits_it_once(
         kubectl(dev_env, "uncordon", fitting_node)
         kubectl(dev_env, *annotate, f"{names.MOVE_UNFIT_PODS_AFTER_ANNOTATION}-")
         home.delete(Deployment, "unfit", namespace=offloaded)
+
+
+def test_stack_wide_a_bare_pod_no_foreign_node_runs_is_failed(
+    filled: None, offloaded: str, home: Client, foreign: dict[str, Client], installed: auto.Stack
+) -> None:
+    """virtualKubelet.moveUnfitPodsAfterSeconds, set with `pulumi up` while the pod waits: every
+    VirtualNode carries it, and the bare pod is failed, its remote pod removed."""
+    unfit_node = VIRTUAL_NODES[CLUSTER]
+    home.create(pod("bare", offloaded, ASKED_CPU, nodeSelector={"kubernetes.io/hostname": unfit_node}))
+    try:
+
+        def unschedulable() -> bool:
+            found: Any = home.get(Pod, "bare", namespace=offloaded)
+            return any(c.type == "PodScheduled" and c.status == "False" for c in found.status.conditions or [])
+
+        wait_until(unschedulable, REPORTED_WITHIN, "the bare pod Unschedulable in foreign-2")
+        config = PulumiEnvironment.liqo_config(installed)
+        virtual_kubelet = {**config.get("virtualKubelet", {}), "moveUnfitPodsAfterSeconds": f"{MOVE_AFTER}s"}
+        PulumiEnvironment.set_liqo_config(installed, {**config, "virtualKubelet": virtual_kubelet})
+        installed.up(on_output=print)
+        for name in VIRTUAL_NODES.values():
+            vn: Any = home.get(VirtualNodeResource, name, namespace=names.LIQO_NAMESPACE)
+            assert (vn.metadata.annotations or {}).get(names.MOVE_UNFIT_PODS_AFTER_ANNOTATION) == str(MOVE_AFTER)
+
+        def failed() -> Any | None:
+            found: Any = home.get(Pod, "bare", namespace=offloaded)
+            return found if found.status.phase == "Failed" else None
+
+        found = wait_until(failed, MOVE_AFTER + 30, "the bare pod Failed")
+        assert found.status.reason == UNFIT_REASON and "Insufficient cpu" in found.status.message, found.status
+        assert [e.involvedObject.name for e in moved_events(home, offloaded)] == ["bare"]
+        twin = status_of(home, offloaded)["remoteNamespaceName"]
+        wait_until(lambda: get_or_none(foreign[CLUSTER], Pod, "bare", twin) is None, 30, "its remote pod removed")
+    finally:
+        home.delete(Pod, "bare", namespace=offloaded, grace_period=0)
