@@ -19,7 +19,9 @@ Per home pod (the key), in the twin namespace its NamespaceOffloading got in thi
   A cluster still selected whose twin is not Ready (unreachable, failing) is no withdrawal: its
   running pods are left alone.
 - a remote pod the foreign scheduler keeps Unschedulable (no foreign node fits it) for the seconds
-  its NamespaceOffloading's move-unfit-pods-after annotation says: the home pod is moved, a Warning
+  its NamespaceOffloading's move-unfit-pods-after annotation says (else the VirtualNode's, the
+  stack-wide setting), and the virtual node's largest-pod labels exclude it (else its replacement
+  could come back, a loop): the home pod is moved, a Warning
   event (reason NoForeignNodeFits) saying why; deleted when a controller owns it (its replacement,
   constrained by the pod webhook, goes to a virtual node where one foreign node fits it, or home),
   else failed, its remote pod removed.
@@ -395,9 +397,11 @@ class PodOffloader(TwinFollower):
         offloading = self.offloadings.store.get(f"{pod.metadata.namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
         annotations = offloading.metadata.annotations if offloading is not None else None
         after = move_unfit_after(annotations, self.stack_unfit_policy())
+        if after is None:
+            return  # the common case, decided before any pod is decoded
         status = pod.to_dict().get("status") or {}
         unfit = unschedulable_since(remote.to_dict().get("status") or {})
-        if after is None or unfit is None or status.get("phase") in TERMINAL_PHASES:
+        if unfit is None or status.get("phase") in TERMINAL_PHASES:
             return
         since, why = unfit
         waited = (datetime.datetime.now(datetime.UTC) - since).total_seconds()
