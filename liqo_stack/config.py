@@ -605,6 +605,13 @@ class VirtualKubeletConfig(ConfigModel):
         description="offloaded pods that mount their ServiceAccount token get one the home API server issued "
         "(off: no token leaves home)",
     )
+    # issue 38 section 4: written as an annotation on every VirtualNode, where the runtime reads it
+    move_unfit_pods_after_seconds: Annotated[int, _whole_seconds(0, 86400)] | None = Field(
+        default=None,
+        description="a pod the foreign scheduler keeps Unschedulable this long (no foreign node fits it) is moved "
+        "(deleted when a controller owns it, else failed), in every offloaded namespace; a NamespaceOffloading's "
+        "liqo-stack.io/move-unfit-pods-after annotation overrides it; default: such pods wait",
+    )
     # ... and reach it here from the foreign clusters; default: the server of the home kubeconfig
     home_api_server_address: Annotated[str, AfterValidator(_api_server_address)] | None = Field(
         default=None,

@@ -1,7 +1,8 @@
 """What a stack change will do to running workloads: `liqo-stack preview` and `liqo-stack promote`.
 
 A resource diff says "NamespaceOffloading updated"; this says which twin namespace will be deleted with
-how many pods and objects in it, which pods lose their virtual node or no longer fit a shrunk one, which
+how many pods and objects in it, which pods lose their virtual node or no longer fit a shrunk one (or
+fit its sum but no single foreign node behind it), which
 twins are new and which of those will fail on a name conflict, and, per namespace, what a changed
 reflection policy or offloading patch does to the pods running remotely (their labels and annotations
 there, the objects they use that stop or start following them; runtime.forging decides, as at run
@@ -20,10 +21,11 @@ from typing import Any
 from lightkube.utils.quantity import parse_quantity
 
 from liqo_stack.components.peering import virtual_node_spec
-from liqo_stack.config import StackConfig
+from liqo_stack.config import StackConfig, VirtualNodeConfig
 from liqo_stack.podpreview import references, selects
 from liqo_stack.policy import is_not_found
 from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names
+from runtime.api.advertisement import LARGEST_POD_LABELS, as_quantity, largest_pod_labels, pool_offer
 from runtime.api.namespaceselector import is_system_namespace, label_selector_matches
 from runtime.api.plan import selected_clusters, shared_resources, twin_namespace_name, virtual_node_labels
 from runtime.forging.objects import settings_from, why_not_reflected
@@ -51,6 +53,7 @@ class PodOnNode:
     requests: dict[str, str]
     # the pod (wire format: metadata and spec), for what reflection settings do to it
     manifest: dict[str, Any] = field(default_factory=dict, compare=False)
+    node: str = ""  # the virtual node it is on (a cluster offered as node pools has several)
 
 
 @dataclass
@@ -63,6 +66,8 @@ class Snapshot:
     extra_node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     # cluster id -> what it advertises (before the sharing percentage)
     offered: dict[str, dict[str, str]] = field(default_factory=dict)
+    # cluster id -> its advertisement's spec (with the per-node figures, `nodes`)
+    advertisements: dict[str, dict[str, Any]] = field(default_factory=dict)
     # cluster id -> pods at home on its virtual node (oldest first)
     pods_on_node: dict[str, list[PodOnNode]] = field(default_factory=dict)
     # (cluster id, namespace name) -> its state in that foreign cluster
@@ -89,6 +94,8 @@ class Effects:
     twins_deleted: list[dict[str, Any]] = field(default_factory=list)
     pods_losing_node: list[dict[str, Any]] = field(default_factory=list)
     nodes_shrunk: list[dict[str, Any]] = field(default_factory=list)
+    # pods on a virtual node that fit its sum but no single foreign node behind it (with the planned share)
+    pods_no_foreign_node_fits: list[dict[str, Any]] = field(default_factory=list)
     twins_created: list[dict[str, Any]] = field(default_factory=list)
     naming_conflicts: list[dict[str, Any]] = field(default_factory=list)
     policy_violations: list[dict[str, str]] = field(default_factory=list)
@@ -102,6 +109,7 @@ class Effects:
                 self.twins_deleted,
                 self.pods_losing_node,
                 self.nodes_shrunk,
+                self.pods_no_foreign_node_fits,
                 self.twins_created,
                 self.naming_conflicts,
                 self.policy_violations,
@@ -294,6 +302,8 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
             }
         )
 
+    found.pods_no_foreign_node_fits = pods_no_foreign_node_fits(config, snapshot)
+
     # -- new twins, and those whose name is taken in the foreign cluster by a namespace not ours
     for namespace, (clusters, twin) in sorted(plan.items()):
         now = snapshot.offloadings.get(namespace)
@@ -332,6 +342,39 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
             )
             if entry is not None:
                 found.running_pods_reflection.append({"namespace": namespace, **entry})
+    return found
+
+
+def pods_no_foreign_node_fits(config: StackConfig, snapshot: Snapshot) -> list[dict[str, Any]]:
+    """Pods on a virtual node that no single foreign node behind it can run, with the planned share:
+    what the node's largest-pod labels will say (runtime.api.advertisement.largest_pod_labels) against
+    each pod's requests. Such a pod stays Pending there (or is moved, with the namespace's policy on)."""
+    found: list[dict[str, Any]] = []
+    for foreign in config.foreign_clusters:
+        advertisement = snapshot.advertisements.get(foreign.cluster_id)
+        pods = snapshot.pods_on_node.get(foreign.cluster_id, [])
+        if not advertisement or not advertisement.get("nodes") or not pods:
+            continue
+        pools: list[VirtualNodeConfig | None] = [*foreign.virtual_nodes] or [None]
+        for pool in pools:
+            # as virtual_node_spec plans the pool's VirtualNode (its share and selector)
+            share = pool.sharing_percentage if pool and pool.sharing_percentage is not None else None
+            share = share or config.sharing_of(foreign)
+            selector = dict(pool.node_selector) if pool else None
+            node = names.virtual_node_name(foreign.cluster_id, pool.name if pool else None)
+            capacity = shared_resources(pool_offer(advertisement, selector), share, foreign.fixed_resources).capacity
+            largest = largest_pod_labels(advertisement, selector, share, capacity)
+            for pod in pods:
+                if pod.node and pod.node != node:
+                    continue
+                short = {
+                    resource: {"requested": pod.requests[resource], "largestOnOneNode": as_quantity(amount)}
+                    for resource, (label, unit) in LARGEST_POD_LABELS.items()
+                    if resource in pod.requests
+                    and _amount(pod.requests[resource]) > (amount := Decimal(largest[label]) / unit)
+                }
+                if short:
+                    found.append({"pod": f"{pod.namespace}/{pod.name}", "node": node, "resources": short})
     return found
 
 
@@ -455,7 +498,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
         wire = pod.to_dict()
         manifest = {"metadata": wire.get("metadata") or {}, "spec": wire.get("spec") or {}}
         snapshot.pods_on_node.setdefault(cluster_id, []).append(
-            PodOnNode(pod.metadata.namespace or "", pod.metadata.name or "", requests, manifest)
+            PodOnNode(pod.metadata.namespace or "", pod.metadata.name or "", requests, manifest, node_name)
         )
     for namespace in sorted({p.namespace for pods in snapshot.pods_on_node.values() for p in pods}):
         snapshot.home_objects[namespace] = {
@@ -471,6 +514,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
         try:
             published = client.get(ResourceAdvertisementResource, cluster_id, namespace=names.tenant_namespace(home_id))
             snapshot.offered[cluster_id] = dict((published.get("spec") or {}).get("resources") or {})
+            snapshot.advertisements[cluster_id] = dict(published.get("spec") or {})
         except Exception as err:
             if not is_not_found(err):
                 raise

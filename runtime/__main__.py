@@ -177,6 +177,7 @@ def elector_for(client: AsyncClient, args: argparse.Namespace, lease_name: str) 
 async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes: ProbeServer) -> None:
     """The NamespaceOffloading controller and the admission webhooks, which read its informer."""
     # Imported here: aiohttp adds ~10 MB to a process; only this one serves webhooks.
+    from runtime.api.namespaceoffloading import stack_move_unfit_after
     from runtime.tls import issue_with
     from runtime.webhooks import WebhookServer, shared_ca
 
@@ -196,6 +197,7 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
         args.webhook_port,
         certificate.ssl_context(),
         home_cluster_id=args.home_cluster_id,
+        stack_unfit_policy=lambda: stack_move_unfit_after(offloading.virtual_nodes.store.values()),
     )
     probes.add_readiness("informers synced", offloading.offloadings.synced.is_set)
     probes.add_readiness("webhook CA in the webhook configurations", ca_bundle.synced)

@@ -172,6 +172,20 @@ def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
                 ],
             )
         )
+    if e.pods_no_foreign_node_fits:
+        sections.append(
+            (
+                "Pods that fit a virtual node in sum but no single foreign node behind it",
+                [
+                    f"{p['pod']} on {p['node']}: "
+                    + "; ".join(
+                        f"{r} requested {v['requested']} > {v['largestOnOneNode']} free on its largest foreign node"
+                        for r, v in p["resources"].items()
+                    )
+                    for p in e.pods_no_foreign_node_fits
+                ],
+            )
+        )
     if e.running_pods_reflection:
         sections.append(
             (

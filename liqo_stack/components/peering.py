@@ -172,6 +172,7 @@ class Peering(pulumi.ComponentResource):
                 manifests.virtual_node(
                     virtual_node_spec(config, foreign_config, pool),
                     names.virtual_node_name(foreign_id, pool.name if pool else None),
+                    move_unfit_pods_after=config.virtual_kubelet.move_unfit_pods_after_seconds,
                 ),
                 pulumi.ResourceOptions(
                     parent=self,

@@ -153,6 +153,37 @@ def pool_offer(spec: Mapping[str, Any], node_selector: Mapping[str, str] | None)
     return {r: as_quantity(a) for r, a in sorted(summed(picked).items())}
 
 
+# The resources a pod's fit on one foreign node is judged by, each with its label and unit (a label
+# value is an integer, so `Gt` can compare it: millicores of cpu, bytes of memory).
+LARGEST_POD_LABELS = {"cpu": (names.LARGEST_POD_CPU_LABEL, 1000), "memory": (names.LARGEST_POD_MEMORY_LABEL, 1)}
+
+
+def largest_pod_labels(
+    spec: Mapping[str, Any],
+    node_selector: Mapping[str, str] | None,
+    sharing_percentage: int,
+    capacity: Mapping[str, str],
+) -> dict[str, str]:
+    """The virtual node's largest-pod labels: per resource, the most any one foreign node of its pool
+    has free (the advertisement's `nodes`), times the share, never above the node's `capacity`. An
+    advertisement without per-node figures (an older agent) gives the capacity: no worse than the sum."""
+    offers = [
+        offer
+        for offer in spec.get("nodes") or []
+        if all((offer.get("labels") or {}).get(k) == v for k, v in (node_selector or {}).items())
+    ]
+    labels: dict[str, str] = {}
+    for resource, (label, unit) in LARGEST_POD_LABELS.items():
+        ceiling = parse_quantity(capacity.get(resource, "0")) or Decimal(0)
+        if offers:
+            free = max(parse_quantity((o.get("resources") or {}).get(resource, "0")) or Decimal(0) for o in offers)
+            largest = min(free * Decimal(sharing_percentage) / Decimal(100), ceiling)
+        else:
+            largest = ceiling
+        labels[label] = str(int(largest * unit))
+    return labels
+
+
 # Seed 000: the labels a foreign cluster suggests for its virtual node ("geographical region, underlying
 # provider"), read from the well-known topology labels of its nodes when all of them agree.
 SUGGESTED_NODE_LABELS = ("topology.kubernetes.io/region", "topology.kubernetes.io/zone")

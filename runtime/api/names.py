@@ -30,6 +30,11 @@ OWN_DOMAIN: Final = "liqo-stack.io"
 # On a NamespaceOffloading a NamespaceOffloadingSelector made: that selector's name. Only offloadings
 # carrying it are ever changed or deleted by the selector controller (one made by hand never is).
 OFFLOADING_SELECTOR_LABEL: Final = f"{OWN_DOMAIN}/offloading-selector"
+# On a virtual Node: the most cpu (millicores) and memory (bytes) free on any one foreign node behind
+# it, times its share; integers, so a pod's required node affinity can ask `Gt` (a pod no single
+# foreign node fits, issue 38 section 4).
+LARGEST_POD_CPU_LABEL: Final = f"{OWN_DOMAIN}/largest-pod-cpu"
+LARGEST_POD_MEMORY_LABEL: Final = f"{OWN_DOMAIN}/largest-pod-memory"
 
 # Reflected objects carry both; a reflector never touches an object that lacks them.
 ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
@@ -57,6 +62,10 @@ FORCE_REMOTE_NODE_PORT_ANNOTATION: Final = "liqo.io/force-remote-node-port"
 VIRTUAL_NODE_APPLIED_ANNOTATION: Final = "liqo.io/virtual-node-applied"
 # On a reflected token Secret: the home pod it is bound to (name, UID), what was asked for, and when
 # it is due for renewal, so a restarted virtual kubelet renews nothing still fresh.
+# On a NamespaceOffloading: seconds after which a pod its foreign scheduler keeps Unschedulable is
+# moved (deleted when a controller owns it, else failed); its replacement asks for a virtual node
+# whose largest-pod labels fit it. Absent: such pods wait, as upstream's do.
+MOVE_UNFIT_PODS_AFTER_ANNOTATION: Final = f"{OWN_DOMAIN}/move-unfit-pods-after"
 TOKEN_POD_ANNOTATION: Final = "offloading.liqo.io/token-pod"
 TOKEN_POD_UID_ANNOTATION: Final = "offloading.liqo.io/token-pod-uid"
 TOKEN_REQUEST_ANNOTATION: Final = "offloading.liqo.io/token-request"

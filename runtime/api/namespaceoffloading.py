@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -30,6 +30,21 @@ def effective_strategy(pod: Mapping[str, Any], strategy: PodOffloadingStrategy) 
     if (pod.get("spec") or {}).get("runtimeClassName") == names.RUNTIME_CLASS_NAME:
         return PodOffloadingStrategy.REMOTE
     return strategy
+
+
+def move_unfit_after(annotations: Mapping[str, str] | None, stack_default: int | None = None) -> int | None:
+    """The seconds after which a pod no foreign node fits is moved: the NamespaceOffloading's
+    annotation, else the stack's (`stack_default`); None when neither is a whole number of seconds
+    (the policy is off)."""
+    value = (annotations or {}).get(names.MOVE_UNFIT_PODS_AFTER_ANNOTATION, "")
+    return int(value) if value.isdigit() else stack_default
+
+
+def stack_move_unfit_after(virtual_nodes: Iterable[Any]) -> int | None:
+    """The stack-wide setting (virtualKubelet.moveUnfitPodsAfterSeconds), which the stack writes as
+    the same annotation on every VirtualNode it declares: the shortest one found, None when none has it."""
+    found = [move_unfit_after(vn.metadata.annotations) for vn in virtual_nodes if not vn.metadata.deletionTimestamp]
+    return min((seconds for seconds in found if seconds is not None), default=None)
 
 
 class OffloadingPhase(StrEnum):

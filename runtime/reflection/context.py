@@ -20,7 +20,8 @@ class Peering:
     """`node_spec`: the VirtualNode's spec as the home informer holds it now (None before it is known);
     `virtual_node`: the VirtualNode itself (what its conditions and events are written on).
     `node_names`: the virtual nodes of the foreign cluster (its node pools), the first the primary one,
-    whose VirtualNode's settings the cluster's one reflector set follows; `spec_of`: a node's spec."""
+    whose VirtualNode's settings the cluster's one reflector set follows; `spec_of`: a node's spec;
+    `node_labels`: the labels a virtual Node carries now (what the scheduler at home sees)."""
 
     home: AsyncClient
     foreign: AsyncClient
@@ -31,6 +32,7 @@ class Peering:
     metrics: EngineMetrics | None = None
     node_names: tuple[str, ...] = ()
     spec_of: Callable[[str], VirtualNodeSpec | None] = lambda _: None
+    node_labels: Callable[[str], Mapping[str, str]] = lambda _: {}
     warnings: Warnings = field(init=False)
     # the members' informers at home: one watch per kind, whatever the number of twinned namespaces
     home_watches: SharedWatches = field(init=False)

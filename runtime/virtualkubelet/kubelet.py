@@ -80,6 +80,7 @@ class VirtualKubelet:
         peering.node_spec = self.node.spec
         peering.virtual_node = self._virtual_node
         peering.spec_of = lambda name: node.spec() if (node := self.nodes.get(name)) is not None else None
+        peering.node_labels = self._node_labels
         self.peering = peering
         self.pods = PodOffloader(peering, self.offloadings, node_address=node_address)
         self.reflection = ReflectionManager(peering, self.offloadings, self.pods.pods, members=(self.pods,))
@@ -96,6 +97,11 @@ class VirtualKubelet:
     def _virtual_node(self) -> dict[str, Any] | None:
         found = self.virtual_nodes.store.get(f"{names.LIQO_NAMESPACE}/{self.peering.node_name}")
         return found.to_dict() if found is not None else None
+
+    def _node_labels(self, name: str) -> dict[str, str]:
+        controller = self.nodes.get(name)
+        node = controller.nodes.store.get(name) if controller is not None else None
+        return dict(node.metadata.labels or {}) if node is not None else {}
 
     def warm(self) -> bool:
         """The home informers are synced: what a stand-by replica can be ready with."""

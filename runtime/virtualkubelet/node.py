@@ -33,7 +33,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from runtime.api import VirtualNodeSpec, names
-from runtime.api.advertisement import pool_offer
+from runtime.api.advertisement import largest_pod_labels, pool_offer
 from runtime.api.plan import shared_resources, virtual_node_labels, virtual_node_taints
 from runtime.api.resources import ResourceAdvertisementResource
 from runtime.kube import Informer, WorkQueue
@@ -321,6 +321,14 @@ class VirtualNodeController:
     def desired(self, spec: VirtualNodeSpec) -> tuple[dict[str, Any], dict[str, Any]]:
         """The Node's metadata+spec, and its status without condition times."""
         shared = shared_resources(self.offered(spec), spec.sharing_percentage, spec.fixed_resources)
+        tenant = names.tenant_namespace(self.home_cluster_id)
+        advertisement = self.advertisements.store.get(f"{tenant}/{self.foreign_cluster_id}")
+        largest = largest_pod_labels(
+            (advertisement or {}).get("spec") or {},
+            spec.offloading_patch.node_selector,
+            spec.sharing_percentage,
+            shared.capacity,
+        )
         labels = {
             # the VirtualNode's labels (the stack's, the home side's word) win over the suggested ones
             **virtual_node_labels(self.foreign_cluster_id, {**self.suggested_labels(), **spec.labels}),
@@ -328,6 +336,7 @@ class VirtualNodeController:
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
             "node.kubernetes.io/instance-type": "liqo-virtual-node",
+            **largest,
         }
         body = {
             "metadata": {"name": self.node_name, "labels": labels},

@@ -18,6 +18,13 @@ Per home pod (the key), in the twin namespace its NamespaceOffloading got in thi
   a Warning event on it names the command that offloads its namespace here.
   A cluster still selected whose twin is not Ready (unreachable, failing) is no withdrawal: its
   running pods are left alone.
+- a remote pod the foreign scheduler keeps Unschedulable (no foreign node fits it) for the seconds
+  its NamespaceOffloading's move-unfit-pods-after annotation says (else the VirtualNode's, the
+  stack-wide setting), and the virtual node's largest-pod labels exclude it (else its replacement
+  could come back, a loop): the home pod is moved, a Warning
+  event (reason NoForeignNodeFits) saying why; deleted when a controller owns it (its replacement,
+  constrained by the pod webhook, goes to a virtual node where one foreign node fits it, or home),
+  else failed, its remote pod removed.
 Deletes happen only on what the synced stores say, so a restart never removes a pod still wanted.
 """
 
@@ -32,7 +39,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
 from runtime.api import VirtualNodeSpec, names
-from runtime.api.namespaceoffloading import Placement, placement
+from runtime.api.namespaceoffloading import Placement, move_unfit_after, placement
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
 from runtime.forging.pods import (
@@ -52,12 +59,14 @@ from runtime.kube.packing import unpacked
 from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
 from runtime.virtualkubelet.node import NODE_ADDRESS
+from runtime.webhooks.podmutation import fit_requirements, fits
 
 log = logging.getLogger(__name__)
 
 BACKOFF_REASON = "OffloadingBackOff"  # seed 002: not offloaded (yet)
 ABORTED_REASON = "OffloadingAborted"  # offloaded, and the twin namespace went away
 FAILED_EVENT_REASON = "FailedOffloading"
+UNFIT_REASON = "NoForeignNodeFits"  # moved off the virtual node: its foreign scheduler found no node
 KILLED_EXIT_CODE = 137  # the container was killed with its twin namespace
 
 
@@ -115,6 +124,20 @@ def not_offloaded_message(namespace: str, foreign_cluster_id: str, *, offloaded:
     )
 
 
+def unschedulable_since(status: dict[str, Any]) -> tuple[datetime.datetime, str] | None:
+    """When the foreign scheduler found no node for the pod, and its message; None if it did not."""
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+            and condition.get("lastTransitionTime")
+        ):
+            since = datetime.datetime.fromisoformat(condition["lastTransitionTime"])
+            return since, condition.get("message") or ""
+    return None
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -146,6 +169,7 @@ class PodOffloader(TwinFollower):
         self.node_names = peering.node_names
         self.pod_cidr_mapping = pod_cidr_mapping
         self._skip_lists = skip_lists(None)  # the VirtualNode's, as last applied to the ShadowPods
+        self._stack_unfit: int | None = None  # the stack-wide move-unfit-pods-after, as last seen
         self.node_address = node_address
         self.offloadings = offloadings
         # the home pods on the cluster's virtual nodes, one watch per node (a field selector names one)
@@ -165,11 +189,21 @@ class PodOffloader(TwinFollower):
     def informers(self) -> list[Informer]:
         return list(self.node_pods.values())
 
+    def stack_unfit_policy(self) -> int | None:
+        """The stack-wide move-unfit-pods-after seconds, an annotation of the VirtualNode (the stack
+        writes it on every one)."""
+        return move_unfit_after(((self.peering.virtual_node() or {}).get("metadata") or {}).get("annotations"))
+
     def on_settings(self) -> None:
         """A changed remapping shows at home at once, and new skip lists reach the remote pods' labels
         and annotations through their ShadowPods: every pod is reconciled again."""
         spec = self.peering.node_spec()
         mapping, skips = pod_cidr_mapping(spec), skip_lists(spec)
+        stack_unfit = self.stack_unfit_policy()
+        if stack_unfit != self._stack_unfit:  # pods waiting Unschedulable may now be due for a move
+            self._stack_unfit = stack_unfit
+            for key in self.pods.store:
+                self.queue.add(key)
         if mapping != self.pod_cidr_mapping or skips != self._skip_lists:
             self.pod_cidr_mapping, self._skip_lists = mapping, skips
             self._shadow_checked.clear()  # the ShadowPods' labels and annotations to compare anew
@@ -266,6 +300,7 @@ class PodOffloader(TwinFollower):
         if remote is not None:
             shadow_status = shadow.get("status") or {}
             await self._reflect_status(pod, remote, shadow_status)
+            await self._move_if_unfit(key, pod, remote, twin, shadow)
         else:
             await self._report_failure(pod, shadow)
 
@@ -356,6 +391,41 @@ class PodOffloader(TwinFollower):
             previous_restarts=shadow_status.get("previousRestarts"),
         )
         await self._replace_status(pod, current, desired)
+
+    async def _move_if_unfit(self, key: str, pod: Any, remote: Any, twin: str, shadow: Any) -> None:
+        """The namespace's policy on, and no foreign node fit the pod for that long: move it."""
+        offloading = self.offloadings.store.get(f"{pod.metadata.namespace}/{names.NAMESPACE_OFFLOADING_NAME}")
+        annotations = offloading.metadata.annotations if offloading is not None else None
+        after = move_unfit_after(annotations, self.stack_unfit_policy())
+        if after is None:
+            return  # the common case, decided before any pod is decoded
+        status = pod.to_dict().get("status") or {}
+        unfit = unschedulable_since(remote.to_dict().get("status") or {})
+        if unfit is None or status.get("phase") in TERMINAL_PHASES:
+            return
+        since, why = unfit
+        waited = (datetime.datetime.now(datetime.UTC) - since).total_seconds()
+        if waited < after:
+            self.queue.add_after(key, after - waited)  # asked again once the time is up
+            return
+        node = pod.spec.nodeName
+        if fits(fit_requirements(pod.to_dict()), self.peering.node_labels(node)):
+            # the node's largest-pod labels say it fits (not yet updated, or refused for another
+            # reason: taints, ports there): a replacement could come back here, so no move, which
+            # could loop; asked again in a while, the labels may have caught up
+            self.queue.add_after(key, after)
+            return
+        message = (
+            f"no node of {self.peering.foreign_cluster_id} could run it for {after}s ({why}); moved off "
+            f"{node} ({names.MOVE_UNFIT_PODS_AFTER_ANNOTATION} of its namespace's offloading)"
+        )
+        await self._warn(pod, UNFIT_REASON, message)
+        log.info("pod %s moved: %s", key, message)
+        if controlled(pod):
+            await self._evict(pod)  # the webhook keeps its replacement off virtual nodes too small
+            return
+        await self._replace_status(pod, status, aborted_status(status, message, now(), reason=UNFIT_REASON))
+        await self._delete_remote(twin, pod.metadata.name, shadow, remote, grace=0)
 
     async def _withdrawn(self, pod: Any, message: str) -> None:
         """The twin went away (unoffload, deselection): end the pod as a drained node's would end."""

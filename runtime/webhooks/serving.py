@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from runtime.api import NamespaceOffloadingSpec, names
+from runtime.api.namespaceoffloading import move_unfit_after
 from runtime.webhooks.podmutation import mutate_pod, not_ready_reason, unoffloading
 from runtime.webhooks.validation import validate_offloading
 
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 # The namespace's NamespaceOffloading as a dict (from the controller's informer), or None.
 OffloadingLookup = Callable[[str], Any | None]
+# The stack-wide move-unfit-pods-after seconds (from the VirtualNodes), or None.
+UnfitPolicyLookup = Callable[[], int | None]
 
 
 JsonPatch = list[dict[str, Any]]
@@ -52,7 +55,10 @@ def spec_patch(before: dict[str, Any], after: dict[str, Any]) -> JsonPatch:
     ]
 
 
-def admit_pod(request: dict[str, Any], offloading_of: OffloadingLookup) -> dict[str, Any]:
+def admit_pod(
+    request: dict[str, Any], offloading_of: OffloadingLookup, stack_unfit_policy: UnfitPolicyLookup = lambda: None
+) -> dict[str, Any]:
+    """`stack_unfit_policy`: the stack-wide move-unfit-pods-after seconds (None: off)."""
     uid, namespace, pod = request["uid"], request["namespace"], request["object"]
     offloading = offloading_of(namespace)
     if unoffloading(offloading):
@@ -62,7 +68,8 @@ def admit_pod(request: dict[str, Any], offloading_of: OffloadingLookup) -> dict[
         return review_response(uid, message=problem)
     assert offloading is not None  # not_ready_reason says why when it is None
     spec = NamespaceOffloadingSpec.model_validate(offloading.get("spec") or {})
-    mutated = mutate_pod(pod, spec.pod_offloading_strategy, spec.cluster_selector)
+    policy = move_unfit_after((offloading.get("metadata") or {}).get("annotations"), stack_unfit_policy())
+    mutated = mutate_pod(pod, spec.pod_offloading_strategy, spec.cluster_selector, move_unfit=policy is not None)
     return review_response(uid, patch=spec_patch(pod, mutated))
 
 
@@ -80,9 +87,17 @@ def admit_offloading(request: dict[str, Any], home_cluster_id: str = "") -> dict
 
 class WebhookServer:
     def __init__(
-        self, offloading_of: OffloadingLookup, host: str, port: int, tls: ssl.SSLContext, *, home_cluster_id: str = ""
+        self,
+        offloading_of: OffloadingLookup,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext,
+        *,
+        home_cluster_id: str = "",
+        stack_unfit_policy: UnfitPolicyLookup = lambda: None,
     ) -> None:
         self.offloading_of = offloading_of
+        self.stack_unfit_policy = stack_unfit_policy
         self.home_cluster_id = home_cluster_id
         self.host, self.port, self.tls = host, port, tls
         self.app = web.Application()
@@ -106,7 +121,9 @@ class WebhookServer:
         return web.Response(body=msgspec.json.encode(answer), content_type="application/json")
 
     async def _mutate_pod(self, request: web.Request) -> web.Response:
-        return await self._review(request, lambda admission: admit_pod(admission, self.offloading_of))
+        return await self._review(
+            request, lambda admission: admit_pod(admission, self.offloading_of, self.stack_unfit_policy)
+        )
 
     async def _validate(self, request: web.Request) -> web.Response:
         return await self._review(request, lambda admission: admit_offloading(admission, self.home_cluster_id))

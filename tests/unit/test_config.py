@@ -405,6 +405,18 @@ BAD_CONFIGS = [
         'is not a whole number of seconds, e.g. 2s (got "1.5s")',
         id="virtual-kubelet-interval-fraction",
     ),
+    pytest.param(
+        config(virtualKubelet={"moveUnfitPodsAfterSeconds": "2d"}),
+        "liqo:virtualKubelet.moveUnfitPodsAfterSeconds",
+        "is not a duration: unknown unit 'd'",
+        id="move-unfit-pods-after-bad-unit",
+    ),
+    pytest.param(
+        config(virtualKubelet={"moveUnfitPodsAfterSeconds": "25h"}),
+        "liqo:virtualKubelet.moveUnfitPodsAfterSeconds",
+        "is longer than the maximum",
+        id="move-unfit-pods-after-too-long",
+    ),
 ]
 
 

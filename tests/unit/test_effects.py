@@ -201,3 +201,39 @@ def test_the_text_report_lists_the_namespace_its_pods_and_each_object() -> None:
         "  apps in foreign-2 (2 pods running): remote labels/annotations change on 2 pods (web-0, web-1); configmap "
         "cfg copy deleted (policy AllowList and no liqo.io/allow-reflection annotation), used by web-0, web-1",
     ]
+
+
+def test_a_pod_that_fits_the_sum_but_no_single_foreign_node_is_reported() -> None:
+    """foreign-2: two nodes with 4 cpu free each, offered at 90 %: 7.2 cpu in sum, 3.6 on one node."""
+    from liqo_stack.cli.preview import PreviewReport, render
+
+    nodes = [{"name": f"n{i}", "labels": {}, "resources": {"cpu": "4", "memory": "16Gi"}} for i in range(2)]
+    advertisement = {"resources": {"cpu": "8", "memory": "32Gi", "pods": "220"}, "nodes": nodes}
+    too_big = PodOnNode("apps", "big", {"cpu": "6"}, node="liqo-foreign-2")
+    small = PodOnNode("apps", "small", {"cpu": "1", "memory": "1Gi"}, node="liqo-foreign-2")
+    config = stack([{"name": "apps", "clusterSelector": ["region=us"]}], sharing=90)
+    found = effects(
+        config,
+        snapshot(
+            offered={"foreign-2": advertisement["resources"]},
+            advertisements={"foreign-2": advertisement},
+            pods_on_node={"foreign-2": [too_big, small]},
+        ),
+    )
+    assert found.pods_no_foreign_node_fits == [
+        {
+            "pod": "apps/big",
+            "node": "liqo-foreign-2",
+            "resources": {"cpu": {"requested": "6", "largestOnOneNode": "3600m"}},
+        }
+    ]
+    assert found.nodes_shrunk == [], "the sum still holds them"
+    assert found.any() and not found.needs_approval(), "told, nothing destroyed"
+    report = PreviewReport(stack="dev", effects=found, preview_failed=None, changes={})
+    assert render(report, "text").splitlines()[1:] == [
+        "Pods that fit a virtual node in sum but no single foreign node behind it:",
+        "  apps/big on liqo-foreign-2: cpu requested 6 > 3600m free on its largest foreign node",
+    ]
+    without_per_node_figures = {"resources": advertisement["resources"]}
+    older = snapshot(advertisements={"foreign-2": without_per_node_figures}, pods_on_node={"foreign-2": [too_big]})
+    assert effects(config, older).pods_no_foreign_node_fits == [], "an older agent: nothing known per node"
