@@ -44,7 +44,9 @@ def asks_for_virtual_node(pod: Mapping[str, Any]) -> bool:
         return True
     if (spec.get("nodeSelector") or {}).get(names.TYPE_LABEL) == names.VIRTUAL_NODE_TYPE:
         return True
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     terms = (required or {}).get("nodeSelectorTerms") or []
     return bool(terms) and all(any(map(_requires_virtual, term.get("matchExpressions") or [])) for term in terms)
 
@@ -102,7 +104,9 @@ class OnDemandSettings:
     grace_period_seconds: float
 
 
-def settings_for(annotations: Mapping[str, str], defaults: OnDemandDefaults) -> tuple[OnDemandSettings | None, list[str]]:
+def settings_for(
+    annotations: Mapping[str, str], defaults: OnDemandDefaults
+) -> tuple[OnDemandSettings | None, list[str]]:
     """The namespace's on-demand settings, or None and what is wrong, each problem naming its annotation."""
     problems = []
     strategy = defaults.pod_offloading_strategy

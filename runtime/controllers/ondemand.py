@@ -135,7 +135,9 @@ class OnDemandController:
         if phase == OffloadingPhase.READY.value:
             await self._place(namespace, offloading, waiting, event_object)
         remote = [p["metadata"]["name"] for p in pods if runs_on_virtual_node(p, virtual)]
-        claims = [c["metadata"]["name"] for c in self._in_namespace(self.claims, namespace) if claim_is_remote(c, virtual)]
+        claims = [
+            c["metadata"]["name"] for c in self._in_namespace(self.claims, namespace) if claim_is_remote(c, virtual)
+        ]
         now = time.monotonic()
         if remote or claims or waiting:
             self.last_used[namespace] = now

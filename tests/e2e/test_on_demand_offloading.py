@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource
-from tests.support.kube import create_namespace, get_or_none, remote_pod, wait_until
+from tests.support.kube import create_namespace, get_or_none, remote_pod, twin_gone, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -52,11 +53,12 @@ def test_a_pod_asking_for_a_virtual_node_offloads_its_namespace_until_unused(
     kubectl(dev_env, "annotate", "namespace", namespace, f"{names.ON_DEMAND_GRACE_PERIOD_ANNOTATION}=2s")
     assert offloading(home, namespace) is None  # the label alone offloads nothing
 
-    # runtimeClassName liqo: bound to a virtual node at once, and backing off there (OffloadingBackOff);
     # a nodeSelector alone: unschedulable, the virtual nodes' taint not tolerated outside offloaded namespaces
-    pods = {
-        "by-runtime-class": {"runtimeClassName": names.RUNTIME_CLASS_NAME},
+    # (admitted before the offloading exists, so the controller gives it the toleration: PodsPlacedOnDemand);
+    # runtimeClassName liqo: bound to a virtual node at once, backing off there until the namespace is offloaded
+    pods: dict[str, dict[str, Any]] = {
         "by-node-selector": {"nodeSelector": {names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}},
+        "by-runtime-class": {"runtimeClassName": names.RUNTIME_CLASS_NAME},
     }
     created = {}
     for name, spec in pods.items():
@@ -78,17 +80,17 @@ def test_a_pod_asking_for_a_virtual_node_offloads_its_namespace_until_unused(
         return remote is not None and remote.status is not None and remote.status.phase == "Running"
 
     for name in pods:
-        wait_until(lambda name=name: running_remotely(name), 60, f"pod {name} Running in a foreign cluster")
+        wait_until(partial(running_remotely, name), 60, f"pod {name} Running in a foreign cluster")
         print(f"on-demand: pod {name}: created -> Running remotely in {time.monotonic() - created[name]:.1f} s")
     assert {"OffloadedOnDemand", "PodsPlacedOnDemand"} <= set(reasons(home, namespace))
 
+    twin = offloading(home, namespace)["status"]["remoteNamespaceName"]
     # while one pod still runs remotely the offloading stays; once none does, it goes after the grace period
-    kubectl(dev_env, "delete", "pod", "by-runtime-class", "-n", namespace, "--wait=true")
+    kubectl(dev_env, "delete", "pod", "by-node-selector", "-n", namespace, "--wait=true")
     assert offloading(home, namespace) is not None
     assert "UnoffloadedOnDemand" not in reasons(home, namespace)
-    kubectl(dev_env, "delete", "pod", "by-node-selector", "-n", namespace, "--wait=true")
+    kubectl(dev_env, "delete", "pod", "by-runtime-class", "-n", namespace, "--wait=true")
     wait_until(lambda: offloading(home, namespace) is None, 60, "the idle offloading removed")
     assert "UnoffloadedOnDemand" in reasons(home, namespace)
     for client in foreign.values():
-        wait_until(lambda client=client: not [p for p in client.list(Pod, namespace="*") if p.metadata.name in pods], 30)
-
+        wait_until(twin_gone(client, twin), 30, f"twin namespace {twin} gone")

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from liqo_stack.config import ConfigError, parse
+from runtime.__main__ import build_parser
 from runtime.api import PodOffloadingStrategy, names
 from runtime.api.ondemand import (
     VIRTUAL_NODE_TOLERATION,
@@ -18,6 +20,7 @@ from runtime.api.ondemand import (
     settings_for,
     waits_for_offloading,
 )
+from tests.unit.test_config import config, problem_at
 
 VIRTUAL = {"liqo-foreign-1"}
 VIRTUAL_TERM = {"key": names.TYPE_LABEL, "operator": "In", "values": [names.VIRTUAL_NODE_TYPE]}
@@ -116,3 +119,33 @@ def test_bad_annotations_are_each_named() -> None:
         f"annotation {names.ON_DEMAND_CLUSTER_SELECTOR_ANNOTATION}",
         f"annotation {names.ON_DEMAND_GRACE_PERIOD_ANNOTATION}",
     ]
+
+
+def test_the_stack_defaults_become_the_controller_managers_flags() -> None:
+    stack = parse(
+        config(
+            onDemand={"podOffloadingStrategy": "Remote", "clusterSelector": ["region=eu"], "gracePeriodSeconds": "2m"}
+        )
+    )
+    args = stack.on_demand.args()
+    assert args == [
+        "--on-demand-pod-offloading-strategy=Remote",
+        "--on-demand-cluster-selector=region=eu",
+        "--on-demand-grace-period=120",
+    ]
+    parsed = build_parser().parse_args(["controller-manager", "--home-cluster-id", "home", *args])
+    assert parsed.on_demand_grace_period == 120 and parsed.on_demand_cluster_selector == ["region=eu"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "path"),
+    [
+        ({"gracePeriodSeconds": "0s"}, "liqo:onDemand.gracePeriodSeconds"),
+        ({"clusterSelector": ["region in eu"]}, "liqo:onDemand.clusterSelector"),
+        ({"podOffloadingStrategy": "Anywhere"}, "liqo:onDemand.podOffloadingStrategy"),
+    ],
+)
+def test_bad_stack_defaults_are_named_by_field(setting: dict[str, Any], path: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(config(onDemand=setting))
+    assert problem_at(caught.value, path)
