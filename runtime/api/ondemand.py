@@ -6,15 +6,18 @@ Pure functions on pods as dicts (the wire form) and on a namespace's annotations
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from runtime.api import names
+from runtime.api.advertisement import pod_requests
 from runtime.api.core import NodeSelector
 from runtime.api.durations import DurationError, parse_duration
 from runtime.api.namespaceoffloading import NamespaceOffloadingSpec, PodOffloadingStrategy
-from runtime.api.selectors import SelectorSyntaxError, parse_selector
+from runtime.api.quantities import parse_quantity
+from runtime.api.selectors import SelectorSyntaxError, parse_selector, selector_matches
 
 DEFAULT_GRACE_PERIOD_SECONDS = 300.0
 MAX_GRACE_PERIOD_SECONDS = 7 * 24 * 3600.0
@@ -69,6 +72,60 @@ def waits_for_offloading(pod: Mapping[str, Any], virtual_nodes: Sequence[str] | 
     if node:
         return node in virtual_nodes and status.get("reason") == BACKOFF_REASON
     return _condition(pod, "PodScheduled").get("reason") == "Unschedulable"
+
+
+def starved_at_home(pod: Mapping[str, Any]) -> bool:
+    """A pod the scheduler left unscheduled for lack of resources (`Insufficient cpu`, ...), that asks
+    for no virtual node (those are `waits_for_offloading`'s)."""
+    if asks_for_virtual_node(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return False
+    scheduled = _condition(pod, "PodScheduled")
+    return scheduled.get("reason") == "Unschedulable" and "Insufficient " in (scheduled.get("message") or "")
+
+
+def _ready(node: Any) -> bool:
+    conditions = (node.status.conditions if node.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def free_on_virtual_nodes(nodes: Iterable[Any], pods: Iterable[Any]) -> dict[str, dict[str, Decimal]]:
+    """Per Ready virtual node (lightkube Nodes): its allocatable minus the requests of the unfinished pods on it."""
+    free = {
+        node.metadata.name: {r: parse_quantity(q) or Decimal(0) for r, q in (node.status.allocatable or {}).items()}
+        for node in nodes
+        if _ready(node) and node.status.allocatable
+    }
+    for pod in pods:
+        on_node = free.get(pod.spec.nodeName if pod.spec else "")
+        if on_node is None or (pod.status and pod.status.phase in TERMINAL_PHASES):
+            continue
+        for resource, amount in pod_requests(pod).items():
+            if resource in on_node:
+                on_node[resource] -= amount
+    return free
+
+
+def virtual_node_fitting(pod: Any, nodes: Mapping[str, Any], free: Mapping[str, Mapping[str, Decimal]]) -> str | None:
+    """The first virtual node (by name) whose labels the pod's nodeSelector and required node affinity
+    allow and whose free resources hold its requests; None if none would."""
+    wire = pod.to_dict()
+    spec = wire.get("spec") or {}
+    requests = pod_requests(pod)
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    affinity = NodeSelector.model_validate(required) if required else NodeSelector()
+    for name in sorted(free):
+        labels = nodes[name].metadata.labels or {}
+        if any(labels.get(key) != value for key, value in (spec.get("nodeSelector") or {}).items()):
+            continue
+        if not selector_matches(affinity, labels):
+            continue
+        if all(free[name].get(resource, Decimal(0)) >= amount for resource, amount in requests.items()):
+            return name
+    return None
 
 
 def runs_on_virtual_node(pod: Mapping[str, Any], virtual_nodes: Sequence[str] | set[str]) -> bool:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.models.core_v1 import PodSpec, PodStatus
+from lightkube.models.core_v1 import Container, PodSpec, PodStatus
 from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
 from lightkube.types import PatchType
 
@@ -29,9 +29,12 @@ from runtime.api.ondemand import (
     VIRTUAL_NODE_TOLERATION,
     OnDemandDefaults,
     claim_is_remote,
+    free_on_virtual_nodes,
     lacks_toleration,
     runs_on_virtual_node,
     settings_for,
+    starved_at_home,
+    virtual_node_fitting,
     waits_for_offloading,
 )
 from runtime.api.resources import NamespaceOffloadingResource
@@ -45,12 +48,18 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "liqo-on-demand-offloading"
 
 
+def _requests_only(container: Container) -> Container:
+    return Container(name=container.name, resources=container.resources)
+
+
 def as_the_trigger_reads(pod: Any) -> Any:
-    """Informer trim: every pod at home is held, so only what the trigger and the idle check read."""
+    """Informer trim: every pod at home is held, so only what the triggers (requests included: what
+    a virtual node has free) and the idle check read."""
     spec = pod.spec
     if spec is not None:
         pod.spec = PodSpec(
-            containers=[],
+            containers=[_requests_only(c) for c in spec.containers or []],
+            initContainers=[_requests_only(c) for c in spec.initContainers] if spec.initContainers else None,
             nodeName=spec.nodeName,
             nodeSelector=spec.nodeSelector,
             affinity=spec.affinity,
@@ -101,9 +110,33 @@ class OnDemandController:
             [self.pods, self.claims], self.queue, shared=[self.offloadings, self.namespaces, self.virtual_nodes]
         )
 
-    def _in_namespace(self, informer: Informer, namespace: str) -> list[dict[str, Any]]:
+    def _in_namespace(self, informer: Informer, namespace: str) -> list[Any]:
         prefix = f"{namespace}/"
-        return [obj.to_dict() for key, obj in informer.store.items() if key.startswith(prefix)]
+        return [obj for key, obj in informer.store.items() if key.startswith(prefix)]
+
+    def _waiting(self, pods: list[Any], virtual: set[str]) -> list[tuple[dict[str, Any], str]]:
+        """The pods that need the namespace offloaded, each with why."""
+        waiting = []
+        starved = []
+        for pod in pods:
+            wire = pod.to_dict()
+            if waits_for_offloading(wire, virtual):
+                node = (wire.get("spec") or {}).get("nodeName")
+                why = f"is bound to virtual node {node} and backs off" if node else "cannot be scheduled"
+                waiting.append((wire, f"asks for a virtual node and {why} until the namespace is offloaded"))
+            elif starved_at_home(wire):
+                starved.append((pod, wire))
+        if starved:
+            free = free_on_virtual_nodes(self.virtual_nodes.store.values(), self.pods.store.values())
+            for pod, wire in starved:
+                node = virtual_node_fitting(pod, self.virtual_nodes.store, free)
+                if node is not None:
+                    conditions = (wire.get("status") or {}).get("conditions") or []
+                    message = next((c.get("message") for c in conditions if c.get("type") == "PodScheduled"), "")
+                    waiting.append(
+                        (wire, f"cannot be scheduled at home ({message}) and virtual node {node} would fit it")
+                    )
+        return waiting
 
     async def reconcile(self, namespace: str) -> None:
         ns = self.namespaces.store.get(namespace)
@@ -117,8 +150,8 @@ class OnDemandController:
             self.last_used.pop(namespace, None)
             return
         virtual = set(self.virtual_nodes.store)
-        pods = self._in_namespace(self.pods, namespace)
-        waiting = [pod for pod in pods if waits_for_offloading(pod, virtual)]
+        pods = [pod.to_dict() for pod in self._in_namespace(self.pods, namespace)]
+        waiting = self._waiting(self._in_namespace(self.pods, namespace), virtual)
         event_object = {
             "apiVersion": "v1",
             "kind": "Namespace",
@@ -136,7 +169,7 @@ class OnDemandController:
             await self._place(namespace, offloading, waiting, event_object)
         remote = [p["metadata"]["name"] for p in pods if runs_on_virtual_node(p, virtual)]
         claims = [
-            c["metadata"]["name"] for c in self._in_namespace(self.claims, namespace) if claim_is_remote(c, virtual)
+            c.metadata.name for c in self._in_namespace(self.claims, namespace) if claim_is_remote(c.to_dict(), virtual)
         ]
         now = time.monotonic()
         if remote or claims or waiting:
@@ -160,13 +193,15 @@ class OnDemandController:
             normal=True,
         )
 
-    async def _offload(self, namespace: str, ns: Any, trigger: dict[str, Any], event_object: dict[str, Any]) -> None:
+    async def _offload(
+        self, namespace: str, ns: Any, trigger: tuple[dict[str, Any], str], event_object: dict[str, Any]
+    ) -> None:
         settings, problems = settings_for(dict(ns.metadata.annotations or {}), self.defaults)
         if settings is None:
             await self.events.warn(
                 event_object,
                 "OnDemandOffloadingRefused",
-                f"pod {trigger['metadata']['name']} asks for a virtual node, but the namespace is not offloaded: "
+                f"pod {trigger[0]['metadata']['name']} {trigger[1]}, but the namespace is not offloaded on demand: "
                 + "; ".join(problems),
             )
             return
@@ -184,26 +219,24 @@ class OnDemandController:
         )
         await self.home.create(body, field_manager=FIELD_MANAGER)
         self.last_used[namespace] = time.monotonic()
-        node = (trigger.get("spec") or {}).get("nodeName")
-        why = f"is bound to virtual node {node} and backs off" if node else "cannot be scheduled"
         clusters = format_selector(settings.spec.cluster_selector) or "every foreign cluster"
         await self.events.warn(
             event_object,
             "OffloadedOnDemand",
-            f"pod {trigger['metadata']['name']} asks for a virtual node and {why} until the namespace is offloaded: "
-            f"offloading it ({settings.spec.pod_offloading_strategy.value}, to {clusters}); it is unoffloaded after "
+            f"pod {trigger[0]['metadata']['name']} {trigger[1]}: offloading it "
+            f"({settings.spec.pod_offloading_strategy.value}, to {clusters}); it is unoffloaded after "
             f"{settings.grace_period_seconds:g}s without pods on virtual nodes",
             once=False,
             normal=True,
         )
 
     async def _place(
-        self, namespace: str, offloading: Any, waiting: list[dict[str, Any]], event_object: dict[str, Any]
+        self, namespace: str, offloading: Any, waiting: list[tuple[dict[str, Any], str]], event_object: dict[str, Any]
     ) -> None:
         """Waiting pods admitted before the offloading lack the toleration the pod webhook now adds."""
         strategy = (offloading.get("spec") or {}).get("podOffloadingStrategy")
         placed = []
-        for pod in waiting:
+        for pod, _ in waiting:
             if not lacks_toleration(pod) or strategy == PodOffloadingStrategy.LOCAL.value:
                 continue  # Local: only virtual nodes' own pods (runtimeClassName liqo, tolerated already) go there
             tolerations = [*(pod["spec"].get("tolerations") or []), VIRTUAL_NODE_TOLERATION]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from lightkube.resources.core_v1 import Node, Pod
 
 from liqo_stack.config import ConfigError, parse
 from runtime.__main__ import build_parser
@@ -15,9 +16,12 @@ from runtime.api.ondemand import (
     OnDemandDefaults,
     asks_for_virtual_node,
     claim_is_remote,
+    free_on_virtual_nodes,
     lacks_toleration,
     runs_on_virtual_node,
     settings_for,
+    starved_at_home,
+    virtual_node_fitting,
     waits_for_offloading,
 )
 from tests.unit.test_config import config, problem_at
@@ -149,3 +153,52 @@ def test_bad_stack_defaults_are_named_by_field(setting: dict[str, Any], path: st
     with pytest.raises(ConfigError) as caught:
         parse(config(onDemand=setting))
     assert problem_at(caught.value, path)
+
+
+def starved(message: str = "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint") -> Any:
+    status = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    status["conditions"][0]["message"] = message
+    return status
+
+
+def test_a_pod_starved_at_home_is_one_left_unscheduled_for_lack_of_resources() -> None:
+    assert starved_at_home(pod({}, starved()))
+    assert not starved_at_home(pod({}, starved("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity")))
+    assert not starved_at_home(pod({"nodeName": "home-1"}, starved()))
+    assert not starved_at_home(pod({"runtimeClassName": "liqo"}, starved()))  # the other trigger's
+
+
+def node(name: str, cpu: str, labels: dict[str, str] | None = None, ready: str = "True") -> Node:
+    return Node.from_dict(
+        {
+            "metadata": {"name": name, "labels": {names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE, **(labels or {})}},
+            "status": {"allocatable": {"cpu": cpu, "pods": "110"}, "conditions": [{"type": "Ready", "status": ready}]},
+        }
+    )
+
+
+def requesting(cpu: str, spec: dict[str, Any] | None = None, phase: str = "Pending") -> Pod:
+    container = {"name": "c", "resources": {"requests": {"cpu": cpu}}}
+    return Pod.from_dict(
+        {"metadata": {"name": "p"}, "spec": {"containers": [container], **(spec or {})}, "status": {"phase": phase}}
+    )
+
+
+def test_a_virtual_node_fits_a_pod_when_its_free_resources_and_labels_allow() -> None:
+    nodes = {
+        n.metadata.name: n
+        for n in [node("liqo-a", "8", {"region": "eu"}), node("liqo-b", "4"), node("liqo-c", "64", ready="False")]
+    }
+    running = [requesting("5", {"nodeName": "liqo-a"}, "Running"), requesting("3", {"nodeName": "liqo-a"}, "Succeeded")]
+    free = free_on_virtual_nodes(nodes.values(), running)
+    assert set(free) == {"liqo-a", "liqo-b"}  # a NotReady node fits nothing
+    assert free["liqo-a"]["cpu"] == 3  # a finished pod holds nothing
+    assert virtual_node_fitting(requesting("3"), nodes, free) == "liqo-a"
+    assert virtual_node_fitting(requesting("4"), nodes, free) == "liqo-b"
+    assert virtual_node_fitting(requesting("5"), nodes, free) is None
+    assert virtual_node_fitting(requesting("1", {"nodeSelector": {"region": "us"}}), nodes, free) is None
+    home_only = affinity([{"key": names.TYPE_LABEL, "operator": "DoesNotExist"}])
+    assert virtual_node_fitting(requesting("1", home_only), nodes, free) is None
