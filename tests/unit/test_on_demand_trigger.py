@@ -156,12 +156,8 @@ def test_bad_stack_defaults_are_named_by_field(setting: dict[str, Any], path: st
 
 
 def starved(message: str = "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint") -> Any:
-    status = {
-        "phase": "Pending",
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-    }
-    status["conditions"][0]["message"] = message
-    return status
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {"phase": "Pending", "conditions": [condition]}
 
 
 def test_a_pod_starved_at_home_is_one_left_unscheduled_for_lack_of_resources() -> None:
@@ -171,7 +167,7 @@ def test_a_pod_starved_at_home_is_one_left_unscheduled_for_lack_of_resources() -
     assert not starved_at_home(pod({"runtimeClassName": "liqo"}, starved()))  # the other trigger's
 
 
-def node(name: str, cpu: str, labels: dict[str, str] | None = None, ready: str = "True") -> Node:
+def node(name: str, cpu: str, labels: dict[str, str] | None = None, ready: str = "True") -> Any:
     return Node.from_dict(
         {
             "metadata": {"name": name, "labels": {names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE, **(labels or {})}},
@@ -180,7 +176,7 @@ def node(name: str, cpu: str, labels: dict[str, str] | None = None, ready: str =
     )
 
 
-def requesting(cpu: str, spec: dict[str, Any] | None = None, phase: str = "Pending") -> Pod:
+def requesting(cpu: str, spec: dict[str, Any] | None = None, phase: str = "Pending") -> Any:
     container = {"name": "c", "resources": {"requests": {"cpu": cpu}}}
     return Pod.from_dict(
         {"metadata": {"name": "p"}, "spec": {"containers": [container], **(spec or {})}, "status": {"phase": phase}}
@@ -188,9 +184,10 @@ def requesting(cpu: str, spec: dict[str, Any] | None = None, phase: str = "Pendi
 
 
 def test_a_virtual_node_fits_a_pod_when_its_free_resources_and_labels_allow() -> None:
-    nodes = {
-        n.metadata.name: n
-        for n in [node("liqo-a", "8", {"region": "eu"}), node("liqo-b", "4"), node("liqo-c", "64", ready="False")]
+    nodes: dict[str, Any] = {
+        "liqo-a": node("liqo-a", "8", {"region": "eu"}),
+        "liqo-b": node("liqo-b", "4"),
+        "liqo-c": node("liqo-c", "64", ready="False"),
     }
     running = [requesting("5", {"nodeName": "liqo-a"}, "Running"), requesting("3", {"nodeName": "liqo-a"}, "Succeeded")]
     free = free_on_virtual_nodes(nodes.values(), running)
