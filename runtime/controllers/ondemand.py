@@ -1,7 +1,9 @@
 """Home side: namespaces labelled `liqo-stack.io/on-demand-offloading=true` are offloaded while they need it.
 
-- A pod of such a namespace asks for a virtual node (runtime.api.ondemand.waits_for_offloading)
-  and the namespace has no NamespaceOffloading: one is made, with the namespace's annotations or the
+- A pod of such a namespace asks for a virtual node and cannot run without the namespace offloaded
+  (runtime.api.ondemand.waits_for_offloading), or the scheduler left it unscheduled for lack of
+  resources at home while a virtual node would fit it (starved_at_home, virtual_node_fitting), and
+  the namespace has no NamespaceOffloading: one is made, with the namespace's annotations or the
   stack's defaults (the controller-manager's flags), labelled `liqo-stack.io/offloaded-on-demand`:
   the ownership marker. An offloading without it (by hand, the stack, a selector) is never touched.
 - Once it is Ready, its waiting pods that were admitted before it (so without the virtual nodes'
