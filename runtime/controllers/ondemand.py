@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lightkube import AsyncClient
@@ -30,6 +31,7 @@ from runtime.api import OffloadingPhase, PodOffloadingStrategy, names
 from runtime.api.ondemand import (
     VIRTUAL_NODE_TOLERATION,
     OnDemandDefaults,
+    asks_for_virtual_node,
     claim_is_remote,
     free_on_virtual_nodes,
     lacks_toleration,
@@ -99,10 +101,28 @@ class OnDemandController:
         self.events = Warnings(home, names.CONTROLLER_MANAGER)
         self.queue = WorkQueue(self.reconcile, workers=workers, name="ondemand")
         self.last_used: dict[str, float] = {}  # namespace -> when it last needed its offloading (monotonic)
+        # namespace -> keys of its pods, claims: a reconcile reads its namespace's, not every store entry
+        self.index: dict[Informer, dict[str, set[str]]] = {self.pods: {}, self.claims: {}}
         for informer in (self.pods, self.claims):
-            informer.add_handler(self._on_namespaced)
+            informer.add_handler(self._indexing(informer))
         self.offloadings.add_handler(self._on_namespaced)
         self.namespaces.add_handler(lambda event: self.queue.add(event.key))
+
+    def _indexing(self, informer: Informer) -> Callable[[Event], None]:
+        index = self.index[informer]
+
+        def on_event(event: Event) -> None:
+            namespace = event.key.partition("/")[0]
+            keys = index.setdefault(namespace, set())
+            if event.type == "DELETED":
+                keys.discard(event.key)
+                if not keys:
+                    del index[namespace]
+            else:
+                keys.add(event.key)
+            self.queue.add(namespace)
+
+        return on_event
 
     def _on_namespaced(self, event: Event) -> None:
         self.queue.add(event.key.partition("/")[0])
@@ -113,8 +133,8 @@ class OnDemandController:
         )
 
     def _in_namespace(self, informer: Informer, namespace: str) -> list[Any]:
-        prefix = f"{namespace}/"
-        return [obj for key, obj in informer.store.items() if key.startswith(prefix)]
+        store = informer.store
+        return [store[key] for key in self.index[informer].get(namespace, ()) if key in store]
 
     def _waiting(self, pods: list[Any], virtual: set[str]) -> list[tuple[dict[str, Any], str]]:
         """The pods that need the namespace offloaded, each with why."""
@@ -173,6 +193,9 @@ class OnDemandController:
         claims = [
             c.metadata.name for c in self._in_namespace(self.claims, namespace) if claim_is_remote(c.to_dict(), virtual)
         ]
+        if (offloading.get("spec") or {}).get("podOffloadingStrategy") == PodOffloadingStrategy.LOCAL.value:
+            # Local places only `runtimeClassName: liqo` pods on virtual nodes: the others wait in vain
+            waiting = [(pod, why) for pod, why in waiting if asks_for_virtual_node(pod) and not lacks_toleration(pod)]
         now = time.monotonic()
         if remote or claims or waiting:
             self.last_used[namespace] = now
