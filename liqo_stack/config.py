@@ -475,6 +475,39 @@ class NamespaceSelectorConfig(ConfigModel):
         )
 
 
+class OnDemandConfig(ConfigModel):
+    """Namespaces labelled `liqo-stack.io/on-demand-offloading=true`, offloaded while their pods ask for a
+    virtual node: the defaults their annotations override (docs/offloading.md#on-demand-offloading)."""
+
+    pod_offloading_strategy: PodOffloadingStrategy = Field(
+        default=PodOffloadingStrategy.LOCAL_AND_REMOTE,
+        description="where their pods may run once offloaded: LocalAndRemote, Local, Remote",
+    )
+    cluster_selector: list[str] = Field(
+        default_factory=list,
+        description="which foreign clusters get their twins: label-selector strings, ORed; empty: every cluster",
+    )
+    grace_period_seconds: Annotated[int, _whole_seconds(1, 7 * 24 * 3600)] = Field(
+        default=300,
+        description="how long an on-demand offloading stays with no pod on a virtual node before it is removed "
+        "(a duration, 1s to 7 days)",
+    )
+
+    @field_validator("cluster_selector")
+    @classmethod
+    def _parseable(cls, value: list[str]) -> list[str]:
+        NamespaceOffloadingConfig._parseable(value)
+        return value
+
+    def args(self) -> list[str]:
+        """The controller-manager's flags for these defaults."""
+        return [
+            f"--on-demand-pod-offloading-strategy={self.pod_offloading_strategy.value}",
+            *(f"--on-demand-cluster-selector={text}" for text in self.cluster_selector),
+            f"--on-demand-grace-period={self.grace_period_seconds}",
+        ]
+
+
 class ReflectorConfig(ConfigModel):
     """The reflection of one resource type."""
 
@@ -762,6 +795,9 @@ class StackConfig(ConfigModel):
     namespaces: list[NamespaceOffloadingConfig] = Field(default_factory=list, description="the offloaded namespaces")
     namespace_selectors: list[NamespaceSelectorConfig] = Field(
         default_factory=list, description="namespaces offloaded by label, those labelled later included"
+    )
+    on_demand: OnDemandConfig = Field(
+        default_factory=OnDemandConfig, description="defaults of namespaces offloaded on demand (a label of theirs)"
     )
     reflection: ReflectionConfig = Field(default_factory=ReflectionConfig, description="resource reflection")
     virtual_kubelet: VirtualKubeletConfig = Field(

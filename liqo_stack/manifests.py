@@ -409,6 +409,10 @@ CONTROLLER_MANAGER_RULES: list[Manifest] = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "update", "patch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+    # on-demand offloading: pods that ask for a virtual node (given its toleration once offloaded), and
+    # the claims reflected in foreign clusters, which keep an offloading in use
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     *_METRICS_REVIEWS,

@@ -98,7 +98,7 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
     home = clusters[config.home.cluster_id]
     foreigns = {f.cluster_id: clusters[f.cluster_id] for f in config.foreign_clusters}
 
-    home_plane = HomeControlPlane("home", home, config.runtime)
+    home_plane = HomeControlPlane("home", home, config.runtime, config.on_demand.args())
     handlers: list[pulumi.Resource] = [home_plane.controller_manager]
     for foreign_config in config.foreign_clusters:
         foreign = foreigns[foreign_config.cluster_id]

@@ -22,12 +22,16 @@ from lightkube import AsyncClient, KubeConfig
 
 from runtime.api import names
 from runtime.api.leaderelection import LeaderElectionTiming
+from runtime.api.namespaceoffloading import PodOffloadingStrategy
+from runtime.api.ondemand import DEFAULT_GRACE_PERIOD_SECONDS, OnDemandDefaults
+from runtime.api.selectors import SelectorSyntaxError, parse_term
 from runtime.controllers import (
     AdvertisementController,
     CaBundleController,
     NamespaceMapController,
     NamespaceOffloadingController,
     NamespaceSelectorController,
+    OnDemandController,
     ShadowPodController,
 )
 from runtime.kube import EngineMetrics, ProbeServer
@@ -44,6 +48,14 @@ def _ip_address(value: str) -> str:
         return str(ipaddress.ip_address(value))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an IP address: {value!r}") from None
+
+
+def _cluster_selector(value: str) -> str:
+    try:
+        parse_term(value)
+    except SelectorSyntaxError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
 
 
 def _pool(value: str) -> tuple[str, int | None]:
@@ -187,6 +199,10 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
     probes.add_readiness("webhooks serving", serving.is_set)
     offloading = NamespaceOffloadingController(home, args.home_cluster_id)
     selectors = NamespaceSelectorController(home, offloading.offloadings)
+    defaults = OnDemandDefaults(
+        args.on_demand_pod_offloading_strategy, args.on_demand_cluster_selector, args.on_demand_grace_period
+    )
+    on_demand = OnDemandController(home, offloading.offloadings, selectors.namespaces, offloading.nodes, defaults)
     service = f"{names.WEBHOOK_SERVICE}.{names.LIQO_NAMESPACE}.svc"
     # one CA for every replica: the webhook Service may reach any of them (not only the leader)
     certificate = await issue_with(await shared_ca(home), [args.webhook_address, "127.0.0.1", "localhost", service])
@@ -204,7 +220,7 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
     await webhooks.start()
     serving.set()
     try:
-        await asyncio.gather(offloading.run(), selectors.run(), ca_bundle.run())
+        await asyncio.gather(offloading.run(), selectors.run(), on_demand.run(), ca_bundle.run())
     finally:
         await webhooks.stop()
 
@@ -254,6 +270,27 @@ def build_parser() -> argparse.ArgumentParser:
     manager.add_argument("--home-cluster-id", required=True)
     manager.add_argument("--webhook-address", default="127.0.0.1", help="where the admission webhooks listen")
     manager.add_argument("--webhook-port", type=int, default=9443)
+    manager.add_argument(
+        "--on-demand-pod-offloading-strategy",
+        type=PodOffloadingStrategy,
+        choices=list(PodOffloadingStrategy),
+        default=PodOffloadingStrategy.LOCAL_AND_REMOTE,
+        help=f"on-demand offloading's podOffloadingStrategy where no {names.ON_DEMAND_STRATEGY_ANNOTATION} says",
+    )
+    manager.add_argument(
+        "--on-demand-cluster-selector",
+        action="append",
+        default=[],
+        type=_cluster_selector,
+        metavar="SELECTOR",
+        help="on-demand offloading's foreign clusters, by virtual node labels (repeat: ORed); default: every one",
+    )
+    manager.add_argument(
+        "--on-demand-grace-period",
+        type=_seconds,
+        default=DEFAULT_GRACE_PERIOD_SECONDS,
+        help="seconds an on-demand offloading stays without pods on virtual nodes before it is removed",
+    )
     agent = commands.add_parser("foreign-agent", help="foreign side: NamespaceMap")
     agent.add_argument("--kubeconfig", help="of this foreign cluster (default: in-cluster service account)")
     agent.add_argument("--cluster-id", required=True)

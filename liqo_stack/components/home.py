@@ -17,7 +17,15 @@ class HomeControlPlane(pulumi.ComponentResource):
     controller_manager: pulumi.CustomResource
     webhooks: list[pulumi.CustomResource]
 
-    def __init__(self, name: str, home: Cluster, runtime: RuntimeConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        home: Cluster,
+        runtime: RuntimeConfig,
+        on_demand_args: list[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`on_demand_args`: the controller-manager's on-demand offloading defaults (OnDemandConfig.args)."""
         super().__init__("liqo-stack:index:HomeControlPlane", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.namespace = home.object("namespace", manifests.runtime_namespace("control-plane"), child)
@@ -51,6 +59,7 @@ class HomeControlPlane(pulumi.ComponentResource):
                 f"--home-cluster-id={home.cluster_id}",
                 "--webhook-address=0.0.0.0",
                 f"--webhook-port={manifests.WEBHOOK_CONTAINER_PORT}",
+                *(on_demand_args or []),
             ],
             runtime=runtime,
             replicas=runtime.replicas.controller_manager,

@@ -35,6 +35,15 @@ OFFLOADING_SELECTOR_LABEL: Final = f"{OWN_DOMAIN}/offloading-selector"
 # foreign node fits, issue 38 section 4).
 LARGEST_POD_CPU_LABEL: Final = f"{OWN_DOMAIN}/largest-pod-cpu"
 LARGEST_POD_MEMORY_LABEL: Final = f"{OWN_DOMAIN}/largest-pod-memory"
+# On a namespace, value "true": offload it on demand, while its pods need a virtual node (and only then).
+ON_DEMAND_LABEL: Final = f"{OWN_DOMAIN}/on-demand-offloading"
+# On a NamespaceOffloading the on-demand controller made: the only offloadings it ever deletes.
+OFFLOADED_ON_DEMAND_LABEL: Final = f"{OWN_DOMAIN}/offloaded-on-demand"
+# On an on-demand namespace, each overriding the stack's default: the offloading's podOffloadingStrategy,
+# its cluster selector (kubectl `-l` syntax, one term) and how long it stays unused before it is removed.
+ON_DEMAND_STRATEGY_ANNOTATION: Final = f"{OWN_DOMAIN}/on-demand-pod-offloading-strategy"
+ON_DEMAND_CLUSTER_SELECTOR_ANNOTATION: Final = f"{OWN_DOMAIN}/on-demand-cluster-selector"
+ON_DEMAND_GRACE_PERIOD_ANNOTATION: Final = f"{OWN_DOMAIN}/on-demand-grace-period"
 
 # Reflected objects carry both; a reflector never touches an object that lacks them.
 ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
