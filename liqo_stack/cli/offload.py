@@ -164,11 +164,15 @@ def describe_peers(peers: list[Peer]) -> str:
 
 
 def shown_labels(labels: dict[str, str]) -> str:
-    """A virtual node's labels, without the kubernetes.io ones every node has (hostname, os, arch)."""
-    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if not k.startswith(KUBERNETES_LABELS))
+    """A virtual node's labels, without the kubernetes.io ones every node has (hostname, os, arch) and
+    the largest-pod figures, which follow the foreign load and are for pods' affinity, not cluster selectors."""
+    return ", ".join(
+        f"{k}={v}" for k, v in sorted(labels.items()) if not k.startswith(KUBERNETES_LABELS) and k not in FIGURE_LABELS
+    )
 
 
 KUBERNETES_LABELS = ("kubernetes.io/", "node.kubernetes.io/", "beta.kubernetes.io/")  # every node has them
+FIGURE_LABELS = (names.LARGEST_POD_CPU_LABEL, names.LARGEST_POD_MEMORY_LABEL)
 
 
 def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool, flag: str = "--selector") -> str:
