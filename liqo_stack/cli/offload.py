@@ -182,7 +182,8 @@ def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool, 
             f"{k}={v}"
             for p in peers
             for k, v in sorted(p.labels.items())
-            if k not in (names.TYPE_LABEL, names.REMOTE_CLUSTER_ID_LABEL) and not k.startswith(KUBERNETES_LABELS)
+            if k not in (names.TYPE_LABEL, names.REMOTE_CLUSTER_ID_LABEL, *FIGURE_LABELS)
+            and not k.startswith(KUBERNETES_LABELS)
         ),
         None,
     )
