@@ -608,11 +608,17 @@ class DevEnvironment:
             # created meanwhile (kwokctl picks ports free at that moment) could otherwise take a port
             # between its release and the relaunched component binding it, seen on a loaded machine.
             with _ports_locked():
+                relaunched = {}
                 for component, command in commands.items():
                     holds[component].release()
-                    self._relaunch(cluster_dir, component, command)
+                    relaunched[component] = self._relaunch(cluster_dir, component, command)
                 deadline = time.monotonic() + timeout
                 while not self._is_ready(cluster_id):
+                    if not _alive(relaunched["kube-apiserver"]):  # e.g. its port taken: waiting cannot help
+                        log = cluster_dir / "logs" / "kube-apiserver.log"
+                        raise DevEnvironmentError(
+                            f"{cluster_id}: kube-apiserver exited as it started again: {_last_line(log)} (see {log})"
+                        )
                     if time.monotonic() > deadline:
                         raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
                     time.sleep(0.2)
@@ -624,12 +630,13 @@ class DevEnvironment:
         return {c["name"]: [c["binary"], *c.get("args", [])] for c in components if c["name"] in CONTROL_PLANE}
 
     @staticmethod
-    def _relaunch(cluster_dir: Path, component: str, command: list[str]) -> None:
+    def _relaunch(cluster_dir: Path, component: str, command: list[str]) -> int:
         with (cluster_dir / "logs" / f"{component}.log").open("ab") as log:
             process = subprocess.Popen(
                 command, cwd=cluster_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
         (cluster_dir / "pids" / f"{component}.pid").write_text(str(process.pid))
+        return process.pid
 
     def env_exports(self) -> list[str]:
         """Shell lines that point kubectl and the tests at the running clusters."""
@@ -705,13 +712,30 @@ class _PortHold:
             self._sock = None
 
 
+def _last_line(log: Path) -> str:
+    with contextlib.suppress(OSError):
+        lines = log.read_text(errors="replace").strip().splitlines()
+        return lines[-1] if lines else "(empty log)"
+    return "(no log)"
+
+
 def _alive(pid: int) -> bool:
-    """Running, and not a zombie (kwokctl's processes are not our children, relaunched ones are)."""
+    """Some thread of the process still runs (and may hold its ports). A killed Go program's main
+    thread turns zombie before its other threads are gone, so a zombie counts as gone only once it
+    can be reaped: by us for a component we relaunched (our child), by its parent for kwokctl's."""
+    proc = Path("/proc") / str(pid)
     try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        tasks = sum(1 for _ in (proc / "task").iterdir())
     except OSError:
         return False
-    return state != "Z"
+    if state != "Z":
+        return True
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)  # returns 0 until the whole thread group has exited
+    except ChildProcessError:
+        return tasks > 1  # not ours: gone once its other threads are
+    return reaped == 0
 
 
 def _node_ready(node: Node) -> bool:

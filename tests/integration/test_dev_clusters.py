@@ -180,3 +180,14 @@ def test_up_again_keeps_the_running_control_planes(dev_env: DevEnvironment, sess
     assert sorted(dev_env.processes()) == before
     running = [m for m in messages if "already running" in m]
     assert running == [f"{c}: already running" for c in session_layout.cluster_ids()]
+
+
+def test_a_control_plane_stopped_twice_serves_again_each_time(
+    dev_env: DevEnvironment, foreign: dict[str, Client]
+) -> None:
+    """The second stop kills components this process relaunched (its children): their main thread
+    turns zombie while other threads still hold the ports, which the relaunch must wait out."""
+    for _ in range(2):
+        with dev_env.api_server_stopped("foreign-2"):
+            pass
+        assert foreign["foreign-2"].get(Namespace, "default").metadata is not None
