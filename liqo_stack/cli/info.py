@@ -7,10 +7,11 @@ from typing import Any
 
 import click
 import yaml
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.resources.core_v1 import Node
 from lightkube.utils.quantity import parse_quantity
 
+from liqo_stack.cli.lookup import get_or_none
 from liqo_stack.cli.offload import home_client, shown_labels, with_cluster
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
@@ -37,12 +38,9 @@ def display_quantity(resource: str, quantity: str) -> str:
 
 
 def node_summary(client: Client, name: str) -> dict[str, Any]:
-    try:
-        node = client.get(Node, name)
-    except ApiError as err:
-        if err.status.code == 404:
-            return {"registered": False}
-        raise
+    node = get_or_none(client, Node, name)
+    if node is None:
+        return {"registered": False}
     conditions = (node.status.conditions if node.status else None) or []
     ready = next((c.status for c in conditions if c.type == "Ready"), "Unknown")
     capacity = dict((node.status.capacity if node.status else None) or {})

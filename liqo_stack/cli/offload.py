@@ -20,6 +20,7 @@ import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret
 
+from liqo_stack.cli.lookup import delete_if_present, get_or_none
 from liqo_stack.cli.params import timeout_option
 from liqo_stack.cli.preview import pod_losing_node_line, twin_deleted_line
 from liqo_stack.effects import NOT_SELECTED, PodOnNode, TwinState, count_twin, pods_losing_node, twin_deleted
@@ -398,14 +399,10 @@ def offload_namespace(
         return
 
     client = home_client(kubeconfig, context)
-    try:
-        client.get(Namespace, name)
-    except ApiError as err:
-        if err.status.code == 404:
-            raise click.ClickException(
-                f"namespace {name} does not exist: create it first (kubectl create namespace {name})"
-            ) from err
-        raise
+    if get_or_none(client, Namespace, name) is None:
+        raise click.ClickException(
+            f"namespace {name} does not exist: create it first (kubectl create namespace {name})"
+        )
     found = get_offloading(client, name)
     if found is not None and found.metadata and found.metadata.deletionTimestamp:
         raise click.ClickException(
@@ -453,12 +450,7 @@ def offload_namespace(
 
 
 def get_offloading(client: Client, namespace: str) -> Any | None:
-    try:
-        return client.get(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace=namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
+    return get_or_none(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace)
 
 
 def wait_settled(client: Client, name: str, timeout: float) -> None:
@@ -514,12 +506,8 @@ def unoffload_namespace(name: str, yes: bool, timeout: float, kubeconfig: str | 
     """Unoffload NAME: its twin namespaces, and everything in them, are deleted in every foreign cluster;
     waits until they are gone."""
     client = home_client(kubeconfig, context)
-    try:
-        client.get(Namespace, name)
-    except ApiError as err:
-        if err.status.code == 404:
-            raise click.ClickException(f"namespace {name} does not exist (kubectl get namespaces lists them)") from err
-        raise
+    if get_or_none(client, Namespace, name) is None:
+        raise click.ClickException(f"namespace {name} does not exist (kubectl get namespaces lists them)")
     found = get_offloading(client, name)
     if found is None:
         raise click.ClickException(f"namespace {name} is not offloaded: nothing to do")
@@ -528,11 +516,7 @@ def unoffload_namespace(name: str, yes: bool, timeout: float, kubeconfig: str | 
     if clusters and twin and not (found.metadata and found.metadata.deletionTimestamp):
         click.echo(render_sections(twins_going(client, name, twin, clusters, read_peers(client), "unoffloaded")))
     ask(f"This deletes the twin namespaces of {name} and all they contain in every foreign cluster. Continue?", yes)
-    try:
-        client.delete(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace=name)
-    except ApiError as err:
-        if err.status.code != 404:
-            raise
+    delete_if_present(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, name)
     click.echo(
         f"unoffloading {name}: waiting up to {format_duration(timeout)} for the twins to be deleted ...", err=True
     )

@@ -19,6 +19,7 @@ import yaml
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Namespace
 
+from liqo_stack.cli.lookup import delete_if_present, get_or_none
 from liqo_stack.cli.offload import (
     FAILED,
     PROGRESS_EVERY,
@@ -119,12 +120,7 @@ def owner(offloading: Any) -> str | None:
 
 
 def get_selector(client: Client, name: str) -> Any | None:
-    try:
-        return client.get(NamespaceOffloadingSelectorResource, name)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
+    return get_or_none(client, NamespaceOffloadingSelectorResource, name)
 
 
 def refuse_stack_managed(found: Any, name: str) -> None:
@@ -374,11 +370,7 @@ def unoffload_namespaces(
         "and all they contain are deleted in every foreign cluster. Continue?",
         yes,
     )
-    try:
-        client.delete(NamespaceOffloadingSelectorResource, name)
-    except ApiError as err:
-        if err.status.code != 404:
-            raise
+    delete_if_present(client, NamespaceOffloadingSelectorResource, name)
     click.echo(f"unoffloading: waiting up to {format_duration(timeout)} for the twins to be deleted ...", err=True)
     started = time.monotonic()
     deadline, next_note = started + timeout, started + PROGRESS_EVERY

@@ -13,6 +13,7 @@ from lightkube import ApiError, Client
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Secret, Service
 
+from liqo_stack.cli.lookup import get_or_none
 from liqo_stack.cli.offload import home_client, read_peers, with_cluster
 from liqo_stack.podpreview import (
     WORKLOAD_KINDS,
@@ -35,18 +36,9 @@ OBJECT_KINDS: list[tuple[str, Any]] = [
 ]
 
 
-def _get(client: Client, kind: Any, name: str, namespace: str | None = None) -> Any | None:
-    try:
-        return client.get(kind, name, namespace=namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
-
-
 def discover_home_cluster_id(client: Client) -> str:
     """The home cluster's id, as the stack gave it to the controller-manager (its `--home-cluster-id`)."""
-    manager = _get(client, Deployment, names.CONTROLLER_MANAGER, names.LIQO_NAMESPACE)
+    manager = get_or_none(client, Deployment, names.CONTROLLER_MANAGER, names.LIQO_NAMESPACE)
     containers = manager.spec.template.spec.containers if manager is not None and manager.spec else []
     for container in containers:
         for arg in container.args or []:
@@ -66,7 +58,7 @@ def read_context(client: Client, namespace: str, home_id: str) -> PodContext:
     clusters = [
         Cluster(p.cluster_id, specs[p.cluster_id], p.labels) for p in read_peers(client) if p.cluster_id in specs
     ]
-    found = _get(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace)
+    found = get_or_none(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace)
     offloading: dict[str, Any] | None = found.to_dict() if found is not None else None
     twin = None
     if offloading is not None:
@@ -172,7 +164,7 @@ def preview_pod_command(
         pod = admitted(client, from_file)
         source = str(manifest)
     else:
-        found = _get(client, Pod, str(name), namespace)
+        found = get_or_none(client, Pod, str(name), namespace)
         if found is None:
             raise click.ClickException(
                 f"pod {namespace}/{name} not found in the home cluster: list them with `kubectl get pods -n "

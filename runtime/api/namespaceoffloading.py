@@ -131,3 +131,23 @@ def placement(
     if conditions or status.get("offloadingPhase"):
         return Placement.WITHDRAWN, None  # reported, and this cluster is not (or no longer) selected
     return Placement.WAITING, None  # no status yet
+
+
+def owned_offloading(namespace: str, spec: NamespaceOffloadingSpec, owner_label: tuple[str, str]) -> dict[str, Any]:
+    """The NamespaceOffloading (wire form) a controller of ours makes for `namespace`, with the label
+    that marks it as that controller's to change or remove; one made without it is never touched."""
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": "NamespaceOffloading",
+        "metadata": {
+            "name": names.NAMESPACE_OFFLOADING_NAME,
+            "namespace": namespace,
+            "labels": dict([owner_label]),
+        },
+        "spec": spec.to_wire(),
+    }
+
+
+def namespace_reference(name: str, uid: str | None) -> dict[str, Any]:
+    """A Namespace as the object of an Event (events about a namespace are recorded in it)."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "namespace": name, "uid": uid}}

@@ -28,6 +28,7 @@ from lightkube.types import PatchType
 from pydantic import ValidationError
 
 from runtime.api import NamespaceOffloadingSpec, OffloadingPhase, names
+from runtime.api.namespaceoffloading import namespace_reference, owned_offloading
 from runtime.api.namespaceselector import (
     NamespaceOffloadingSelectorSpec,
     format_label_selector,
@@ -128,11 +129,7 @@ class NamespaceSelectorController:
         if offloading is not None and (owned_by is None or offloading.metadata.deletionTimestamp):
             return  # made by hand or by the stack: never ours to change; or already being unoffloaded
         owner = self.owner_of(namespace, _labels(ns))
-        event_object = {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": namespace, "namespace": namespace, "uid": ns.metadata.uid},
-        }
+        event_object = namespace_reference(namespace, ns.metadata.uid)
         if owner is None:
             if offloading is None:
                 return
@@ -160,16 +157,7 @@ class NamespaceSelectorController:
         if current is not None and owned_by == owner_name and current.to_wire() == desired.to_wire():
             return
         body = NamespaceOffloadingResource.from_dict(
-            {
-                "apiVersion": names.API_VERSION,
-                "kind": "NamespaceOffloading",
-                "metadata": {
-                    "name": names.NAMESPACE_OFFLOADING_NAME,
-                    "namespace": namespace,
-                    "labels": {names.OFFLOADING_SELECTOR_LABEL: owner_name},
-                },
-                "spec": desired.to_wire(),
-            }
+            owned_offloading(namespace, desired, (names.OFFLOADING_SELECTOR_LABEL, owner_name))
         )
         await self.home.apply(body, field_manager=FIELD_MANAGER, force=True)
         if current is None:

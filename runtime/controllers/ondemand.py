@@ -28,6 +28,7 @@ from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
 from lightkube.types import PatchType
 
 from runtime.api import OffloadingPhase, PodOffloadingStrategy, names
+from runtime.api.namespaceoffloading import namespace_reference, owned_offloading
 from runtime.api.ondemand import (
     VIRTUAL_NODE_TOLERATION,
     OnDemandDefaults,
@@ -174,11 +175,7 @@ class OnDemandController:
         virtual = set(self.virtual_nodes.store)
         pods = [pod.to_dict() for pod in self._in_namespace(self.pods, namespace)]
         waiting = self._waiting(self._in_namespace(self.pods, namespace), virtual)
-        event_object = {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": namespace, "namespace": namespace, "uid": ns.metadata.uid},
-        }
+        event_object = namespace_reference(namespace, ns.metadata.uid)
         if offloading is None:
             if waiting and opted_in:
                 await self._offload(namespace, ns, waiting[0], event_object)
@@ -231,16 +228,7 @@ class OnDemandController:
             )
             return
         body = NamespaceOffloadingResource.from_dict(
-            {
-                "apiVersion": names.API_VERSION,
-                "kind": "NamespaceOffloading",
-                "metadata": {
-                    "name": names.NAMESPACE_OFFLOADING_NAME,
-                    "namespace": namespace,
-                    "labels": {names.OFFLOADED_ON_DEMAND_LABEL: "true"},
-                },
-                "spec": settings.spec.to_wire(),
-            }
+            owned_offloading(namespace, settings.spec, (names.OFFLOADED_ON_DEMAND_LABEL, "true"))
         )
         await self.home.create(body, field_manager=FIELD_MANAGER)
         self.last_used[namespace] = time.monotonic()
