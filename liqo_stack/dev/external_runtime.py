@@ -27,10 +27,17 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+import httpx2
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.resources.apps_v1 import Deployment
+
 from liqo_stack.dev import paths
+from runtime.api import names
 
 KUBELET_BASE_PORT = 10250  # the kubelet's port; the next virtual kubelets take the next free ones
 LOG_TAIL_LINES = 20  # of a dead component's log, in the error that reports it
+# what the stack's Deployment says for the cluster, and this runtime says for the local processes
+_SET_BY_THE_EXTERNAL_RUNTIME = frozenset({"--home-cluster-id", "--webhook-address", "--webhook-port", "--kubeconfig"})
 
 
 class RuntimeDied(RuntimeError):
@@ -89,6 +96,7 @@ class ExternalRuntime:
         self.extra_args: dict[str, list[str]] = {}  # per component, appended to its command (tests)
         self.replicas: list[str] = []  # further replicas, `<component>@<n>`
         self.leader_election = leader_election
+        self._declared: list[str] = []  # the controller-manager's declared settings, as last read
 
     @property
     def components(self) -> list[str]:
@@ -112,7 +120,7 @@ class ExternalRuntime:
         component = component.partition("@")[0]
         home = ["--kubeconfig", str(self.kubeconfigs[self.home_cluster_id]), "--home-cluster-id", self.home_cluster_id]
         if component == "controller-manager":
-            args = ["controller-manager", *home, "--webhook-port", str(self.webhook_port)]
+            args = ["controller-manager", *home, "--webhook-port", str(self.webhook_port), *self.declared_settings()]
         elif component.startswith("agent-"):
             cluster_id = component.removeprefix("agent-")
             args = ["foreign-agent", "--kubeconfig", str(self.kubeconfigs[cluster_id]), "--cluster-id", cluster_id]
@@ -122,6 +130,26 @@ class ExternalRuntime:
             args = ["virtual-kubelet", *home, "--foreign-cluster-id", cluster_id, "--kubelet-port", port]
         identity = f"--leader-elect-identity={self.identity(replica)}" if self.leader_election else "--no-leader-elect"
         return [sys.executable, "-m", "runtime", *args, identity, *self.extra_args.get(replica, [])]
+
+    def declared_settings(self) -> list[str]:
+        """The controller-manager's settings the stack declares on its Deployment (scaled to zero in
+        external mode), such as the on-demand defaults of `liqo:onDemand`: read at each start, as a
+        rollout would pass them; those read last when the home API server cannot answer (a restart)."""
+        try:
+            client = Client(KubeConfig.from_file(self.kubeconfigs[self.home_cluster_id]), timeout=httpx2.Timeout(10))
+            deployment = client.get(Deployment, names.CONTROLLER_MANAGER, namespace=names.LIQO_NAMESPACE)
+        except ApiError as err:
+            if err.status.code == 404:  # the stack is not installed (yet): nothing declared
+                self._declared = []
+            return self._declared
+        except (httpx2.HTTPError, OSError, KeyError):
+            return self._declared
+        containers = (
+            deployment.spec.template.spec.containers if deployment.spec and deployment.spec.template.spec else []
+        )
+        declared = (containers[0].args or []) if containers else []
+        self._declared = [a for a in declared[1:] if a.partition("=")[0] not in _SET_BY_THE_EXTERNAL_RUNTIME]
+        return self._declared
 
     def identity(self, component: str) -> str:
         """The replica's name in its component's Lease: the same across restarts of that replica."""

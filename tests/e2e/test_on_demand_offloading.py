@@ -16,6 +16,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.resources.core_v1 import Node, Pod
 
+from liqo_stack.config import OnDemandConfig
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
@@ -155,3 +156,15 @@ def test_a_pod_with_no_room_at_home_offloads_its_namespace_when_a_virtual_node_f
 def all_running(home: Client, namespace: str, count: int) -> bool:
     pods: list[Any] = list(home.list(Pod, namespace=namespace))
     return len(pods) == count and all(p.status and p.status.phase == "Running" for p in pods)
+
+
+def test_the_external_runtime_starts_the_controller_manager_with_the_stacks_on_demand_defaults(
+    runtime: ExternalRuntime,
+) -> None:
+    """In external mode the controller-manager runs here, not from its Deployment (scaled to zero):
+    it starts with the settings the stack declares there, `liqo:onDemand` (left at its defaults)."""
+    command = runtime.command("controller-manager")
+    declared = OnDemandConfig().args()
+    assert declared and all(arg in command for arg in declared), command
+    # what the Deployment says for the cluster is said here for the local process, once
+    assert not any(arg.startswith(("--home-cluster-id=", "--webhook-port=", "--webhook-address=")) for arg in command)
