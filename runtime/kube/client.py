@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import httpx2
 import msgspec
+import yarl
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.config.client_adapter import ConnectionParams, verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
@@ -34,6 +35,7 @@ from lightkube.core import decoders
 from lightkube.core.exceptions import ConfigError
 from lightkube.core.generic_client import BasicRequest, GenericAsyncClient, transform_exception
 
+from runtime.kube.multiplexing import Multiplexer
 from runtime.kube.transport import AiohttpTransport, RequestHook, as_httpx_error
 
 # lightkube's default: 10 s to connect, and to wait for each read
@@ -82,7 +84,12 @@ class _DirectRequests(GenericAsyncClient):
     """lightkube's generic client, sending its one-shot requests through aiohttp directly."""
 
     def __init__(
-        self, config: SingleConfig, transport: AiohttpTransport, timeout: httpx2.Timeout, field_manager: str | None
+        self,
+        config: SingleConfig,
+        transport: AiohttpTransport,
+        multiplexer: Multiplexer | None,
+        timeout: httpx2.Timeout,
+        field_manager: str | None,
     ) -> None:
         # lightkube types the transport as a sync one, though its async client takes an async one
         params = ConnectionParams(timeout=timeout, transport=transport)  # type: ignore[arg-type]
@@ -95,6 +102,7 @@ class _DirectRequests(GenericAsyncClient):
         # more CPU than it saves (lists, which can be large, keep httpx2's gzip)
         self._headers = {"Accept": "application/json", "User-Agent": self._client.headers["User-Agent"]}
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout.connect, sock_read=timeout.read)
+        self._multiplexer = multiplexer
 
     async def request(
         self,
@@ -157,6 +165,10 @@ class _DirectRequests(GenericAsyncClient):
     async def stream_lines(self, request: BasicRequest) -> AsyncIterator[bytes]:
         """The non-empty lines of a streamed answer to `request` (a watch), until the server ends it."""
         assert self._token is not None
+        if self._multiplexer is not None:
+            async for line in self._multiplexed_lines(request):
+                yield line
+            return
         path, url = self._target(request)
         headers = self._authorize(dict(self._headers))
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.sock_connect, sock_read=None)
@@ -177,6 +189,22 @@ class _DirectRequests(GenericAsyncClient):
                 response.release()
         except _TRANSPORT_ERRORS as err:
             raise as_httpx_error(err, httpx2.Request(request.method, url), connecting=connecting) from err
+
+    async def _multiplexed_lines(self, request: BasicRequest) -> AsyncIterator[bytes]:
+        """`stream_lines` over HTTP/2, sharing a connection with the client's other watches."""
+        assert self._token is not None and self._multiplexer is not None
+        path, url = self._target(request)
+        for hook in self._transport.request_hooks:
+            hook(request.method, path)
+        headers = [(k.lower().encode(), v.encode()) for k, v in self._authorize(dict(self._headers)).items()]
+        target = yarl.URL(url, encoded=True).raw_path_qs
+        async with self._multiplexer.stream(target, headers, self._timeout.sock_connect) as response:
+            if response.status >= 400:
+                if response.status == 401:
+                    self._token.renewed()  # the next attempt reads a rotated token file
+                raise _status_error(request.method, url, response.status, response.headers, await response.read())
+            async for line in lines_of(response.chunks()):
+                yield line
 
 
 async def lines_of(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
@@ -255,9 +283,20 @@ class RuntimeClient(AsyncClient):
         if config.user is None:
             raise ValueError("the kubeconfig names no current context with a user")
         self.transport = AiohttpTransport(verify_cluster(config.cluster, config.user, config.abs_file))
+        # watches over HTTP/2 (runtime/kube/multiplexing.py), with a TLS context of their own (ALPN h2)
+        self.multiplexer = (
+            Multiplexer(config.cluster.server, verify_cluster(config.cluster, config.user, config.abs_file))
+            if config.cluster.server.startswith("https://")
+            else None
+        )
         # AsyncClient.__init__ would make a GenericAsyncClient; these are the two fields it sets
         self._timeout = timeout or DEFAULT_TIMEOUT
-        self._client = _DirectRequests(config, self.transport, self._timeout, field_manager)
+        self._client = _DirectRequests(config, self.transport, self.multiplexer, self._timeout, field_manager)
+
+    async def close(self) -> None:
+        if self.multiplexer is not None:
+            self.multiplexer.close()
+        await super().close()
 
     def on_request(self, hook: RequestHook) -> None:
         """Calls `hook(method, path)` for every request this client sends, whichever the path."""

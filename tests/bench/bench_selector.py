@@ -7,8 +7,8 @@ Fresh clusters (home and two foreign ones), the stack installed with `pulumi up`
 One NamespaceOffloadingSelector (`bench-selected=true`, every cluster), then:
 - `--small` namespaces labelled at once: seconds until every one is offloaded and Ready; then the RSS
   and the open TCP connections to each API server of the controller-manager and of each virtual
-  kubelet (every informer's watch holds one: the runtime's HTTP/1.1 transport has one request per
-  connection);
+  kubelet (the informers' watches share HTTP/2 connections, up to the server's streams per
+  connection: runtime/kube/multiplexing.py);
 - more namespaces labelled at once up to `--large`: the same figures.
 Open connections are counted from /proc (the process's sockets, ESTABLISHED, by remote port).
 Unpinned: three clusters and the runtime share the machine's cores.
@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
-from collections import Counter
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,30 +32,12 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import OffloadingPhase, names
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
 from tests.bench.bench_offloading import HOME, bench_client, bounded, running_stack, runtime_rss_mb
+from tests.support.sockets import established_by_port
 
 FOREIGN_IDS = ("foreign-1", "foreign-2")
 LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=1, node=NodeShape(cpu="64", memory="256Gi", pods=500))
 LABEL = "bench-selected"
 SETTLED = {OffloadingPhase.READY.value, OffloadingPhase.NO_CLUSTER_SELECTED.value}
-
-
-def established_by_port(pid: int) -> Counter[int]:
-    """The process's ESTABLISHED TCP connections, by remote port."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found: Counter[int] = Counter()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "01" and fields[9] in inodes:  # 01: ESTABLISHED
-                found[int(fields[2].rsplit(":", 1)[1], 16)] += 1
-    return found
 
 
 def api_ports(env: DevEnvironment) -> dict[int, str]:

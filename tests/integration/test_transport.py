@@ -5,10 +5,12 @@ request goes through httpx2 (lists, watches) or straight to aiohttp (one-shot re
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import msgspec
@@ -26,6 +28,7 @@ from runtime.kube import EngineMetrics, Event, Informer
 from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.transport import AiohttpTransport
 from tests.support.kube import wait_until_async
+from tests.support.sockets import established_by_port
 
 pytestmark = pytest.mark.clusters
 BIG = {"size": "big"}  # the big ConfigMaps, apart from any other in the namespace
@@ -214,6 +217,57 @@ def test_more_watches_than_a_connection_pool_would_hold_leave_requests_room(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_watches_share_http2_connections_up_to_the_servers_stream_limit(
+    dev_env: DevEnvironment, namespace: str
+) -> None:
+    """A virtual kubelet watches about ten kinds per twin namespace: over HTTP/1.1 each watch held a
+    TLS connection. Over HTTP/2 a client's watches share one, up to the streams the API server allows
+    on one connection; each still sees its events at once, and a watch ended gives its stream back."""
+    client = runtime_client(dev_env)
+    assert client.multiplexer is not None
+    config = KubeConfig.from_file(dev_env.kubeconfig("home")).get()
+    assert config is not None
+    server_port = urlsplit(config.cluster.server).port or 443
+    watches = 250
+
+    async def scenario() -> None:
+        informers = [Informer(client, ConfigMap, namespace=namespace) for _ in range(watches)]
+        seen: list[set[str]] = [set() for _ in informers]
+        for informer, keys in zip(informers, seen, strict=True):
+            informer.add_handler(partial(_add_key, keys))
+        tasks = [asyncio.create_task(informer.run()) for informer in informers]
+        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), 60)
+        await client.create(ConfigMap(metadata=ObjectMeta(name="seen-by-all", namespace=namespace)))
+        key = f"{namespace}/seen-by-all"
+        await wait_until_async(
+            lambda: all(key in keys for keys in seen), 30, f"the create seen by all {watches} watches"
+        )
+
+        assert client.multiplexer is not None
+        limit = min(c.stream_limit() for c in client.multiplexer._connections)
+        assert limit < watches, "the test needs more watches than one connection carries"
+        expected = -(-watches // limit)
+        assert client.multiplexer.connection_count() == expected
+        await client.transport.aclose()  # the lists' HTTP/1.1 connections: only the watches' remain
+        assert established_by_port(os.getpid())[server_port] == expected
+
+        for task in tasks[1:]:  # every watch but one ended: their streams are given back
+            task.cancel()
+        await asyncio.gather(*tasks[1:], return_exceptions=True)
+        multiplexer = client.multiplexer
+        await wait_until_async(
+            lambda: sum(c.open_streams() for c in multiplexer._connections) == 1, 10, "the ended watches' streams reset"
+        )
+        await client.delete(ConfigMap, "seen-by-all", namespace=namespace)
+        await wait_until_async(lambda: key not in informers[0].store, 10, "the delete seen by the last watch")
+        tasks[0].cancel()
+        await asyncio.gather(tasks[0], return_exceptions=True)
+        await client.close()
+        assert established_by_port(os.getpid())[server_port] == 0
 
     asyncio.run(scenario())
 
