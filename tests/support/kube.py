@@ -14,6 +14,7 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ServiceAccount
 
+from liqo_stack.cli.lookup import get_or_none as get_or_none  # re-exported: the tests import it from here
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource
@@ -169,16 +170,6 @@ def deploy_running(home: Client, namespace: str, app: str, replicas: int, timeou
         lambda: all_running(home, namespace, app, replicas), timeout, f"{replicas} {app} pods Running at home"
     )
     return pods
-
-
-def get_or_none(client: Client, kind: Any, name: str, namespace: str | None = None) -> Any | None:
-    """The object, or None when the API server says it does not exist."""
-    try:
-        return client.get(kind, name, namespace=namespace)
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
 
 
 def remote_pod(foreign: Client, twin: str, name: str) -> Pod | None:
