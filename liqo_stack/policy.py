@@ -391,9 +391,10 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
     will share from), or, before the first install, its nodes' allocatable minus what runs there.
     Returns also one line per cluster that could not be read (its check is skipped, never guessed)."""
     import yaml
-    from lightkube import Client, KubeConfig
+    from lightkube import KubeConfig
     from lightkube.resources.core_v1 import Node, Pod
 
+    from liqo_stack import kube
     from runtime.api.advertisement import as_quantity, available_for, loads_of
     from runtime.api.resources import ResourceAdvertisementResource
 
@@ -402,7 +403,7 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
     unread: list[str] = []
     for index, foreign in enumerate(config.foreign_clusters):
         try:
-            client = Client(KubeConfig.from_dict(yaml.safe_load(foreign.kubeconfig_text())))
+            client = kube.client(KubeConfig.from_dict(yaml.safe_load(foreign.kubeconfig_text())))
             try:
                 published = client.get(
                     ResourceAdvertisementResource, foreign.cluster_id, namespace=names.tenant_namespace(home_id)

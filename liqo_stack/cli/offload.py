@@ -20,10 +20,11 @@ import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret
 
-from liqo_stack.cli.lookup import delete_if_present, get_or_none
+from liqo_stack import kube
 from liqo_stack.cli.params import timeout_option
 from liqo_stack.cli.preview import pod_losing_node_line, twin_deleted_line
 from liqo_stack.effects import NOT_SELECTED, PodOnNode, TwinState, count_twin, pods_losing_node, twin_deleted
+from liqo_stack.kube import delete_if_present, get_or_none
 from runtime.api import (
     NamespaceMappingStrategy,
     NamespaceOffloading,
@@ -48,7 +49,7 @@ FAILED = {OffloadingPhase.SOME_FAILED.value, OffloadingPhase.ALL_FAILED.value}
 
 def home_client(kubeconfig: str | None, context: str | None) -> Client:
     config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-    return Client(config.get(context_name=context) if context else config, field_manager=FIELD_MANAGER)
+    return kube.client(config.get(context_name=context) if context else config, field_manager=FIELD_MANAGER)
 
 
 cluster_options = [
@@ -202,7 +203,7 @@ def foreign_client(home: Client, peer: Peer) -> Client:
     """A client of the foreign cluster with the home identity's credentials (the Secret the stack made)."""
     secret = home.get(Secret, peer.secret, namespace=names.LIQO_NAMESPACE)
     kubeconfig = base64.b64decode((secret.data or {})["kubeconfig"]).decode()
-    return Client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
+    return kube.client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
 
 
 def twins_going(

@@ -19,7 +19,6 @@ import yaml
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Namespace
 
-from liqo_stack.cli.lookup import delete_if_present, get_or_none
 from liqo_stack.cli.offload import (
     FAILED,
     PROGRESS_EVERY,
@@ -39,6 +38,7 @@ from liqo_stack.cli.offload import (
 from liqo_stack.cli.offload import home_client as _home_client
 from liqo_stack.cli.params import timeout_option
 from liqo_stack.effects import NOT_SELECTED
+from liqo_stack.kube import delete_if_present, get_or_none
 from runtime.api import (
     NamespaceMappingStrategy,
     PodOffloadingStrategy,

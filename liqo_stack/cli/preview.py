@@ -19,6 +19,7 @@ from lightkube import Client, KubeConfig
 from pulumi import automation as auto
 
 from liqo_stack import config as stack_config
+from liqo_stack import kube
 from liqo_stack.cli.params import policy_pack_option, work_dir_option
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.effects import Effects, Snapshot, effects
@@ -69,7 +70,7 @@ def clients_for(config: stack_config.StackConfig) -> dict[str, Client]:
     clients = {}
     for cluster in [config.home, *config.foreign_clusters]:
         kubeconfig = KubeConfig.from_dict(yaml.safe_load(cluster.kubeconfig_text()))
-        clients[cluster.cluster_id] = Client(kubeconfig)
+        clients[cluster.cluster_id] = kube.client(kubeconfig)
     return clients
 
 

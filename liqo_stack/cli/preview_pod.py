@@ -13,8 +13,8 @@ from lightkube import ApiError, Client
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Secret, Service
 
-from liqo_stack.cli.lookup import get_or_none
 from liqo_stack.cli.offload import home_client, read_peers, with_cluster
+from liqo_stack.kube import get_or_none
 from liqo_stack.podpreview import (
     WORKLOAD_KINDS,
     Cluster,

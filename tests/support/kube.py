@@ -14,8 +14,8 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ServiceAccount
 
-from liqo_stack.cli.lookup import get_or_none as get_or_none  # re-exported: the tests import it from here
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
+from liqo_stack.kube import get_or_none as get_or_none  # re-exported: the tests import it from here
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource
 
