@@ -148,7 +148,9 @@ class ExternalRuntime:
             deployment.spec.template.spec.containers if deployment.spec and deployment.spec.template.spec else []
         )
         declared = (containers[0].args or []) if containers else []
-        self._declared = [a for a in declared[1:] if a.partition("=")[0] not in _SET_BY_THE_EXTERNAL_RUNTIME]
+        # the subcommand's own flags (the process-wide ones before it, probe and metrics ports, are local)
+        own = declared[declared.index("controller-manager") + 1 :] if "controller-manager" in declared else []
+        self._declared = [a for a in own if a.partition("=")[0] not in _SET_BY_THE_EXTERNAL_RUNTIME]
         return self._declared
 
     def identity(self, component: str) -> str:
