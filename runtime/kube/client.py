@@ -162,10 +162,10 @@ class _DirectRequests(GenericAsyncClient):
     def streams_directly(self) -> bool:
         return self._token is not None
 
-    async def stream_lines(self, request: BasicRequest) -> AsyncIterator[bytes]:
+    async def stream_lines(self, request: BasicRequest, multiplexed: bool = False) -> AsyncIterator[bytes]:
         """The non-empty lines of a streamed answer to `request` (a watch), until the server ends it."""
         assert self._token is not None
-        if self._multiplexer is not None:
+        if multiplexed and self._multiplexer is not None:
             async for line in self._multiplexed_lines(request):
                 yield line
             return
@@ -228,12 +228,15 @@ async def lines_of(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
         yield b"".join(pending)
 
 
-async def watch_lines(client: AsyncClient, request: BasicRequest) -> AsyncGenerator[bytes, None]:
-    """The non-empty lines of the watch `request` (lightkube's prepared request) sent with `client`;
-    a refusal raises ApiError (or RuntimeError when the answer is no Kubernetes Status)."""
+async def watch_lines(
+    client: AsyncClient, request: BasicRequest, multiplexed: bool = False
+) -> AsyncGenerator[bytes, None]:
+    """The non-empty lines of the watch `request` (lightkube's prepared request) sent with `client`,
+    over HTTP/2 if `multiplexed` (and the client can); a refusal raises ApiError (or RuntimeError when
+    the answer is no Kubernetes Status)."""
     generic = client._client
     if isinstance(generic, _DirectRequests) and generic.streams_directly():
-        async for line in generic.stream_lines(request):
+        async for line in generic.stream_lines(request, multiplexed):
             yield line
         return
     http_request = generic._client.build_request(

@@ -105,10 +105,17 @@ class Informer:
         cluster_id: str = "",
         trim: Callable[[Any], Any] | None = None,
         packed: bool = False,
+        multiplexed: bool = False,
     ) -> None:
         """`trim`: object -> the object as stored and handed to handlers (fields nobody reads dropped);
-        `packed`: objects stored and handed over as `Packed` (packing.py)."""
+        `packed`: objects stored and handed over as `Packed` (packing.py); `multiplexed`: the watch is
+        a stream of an HTTP/2 connection the client's other multiplexed watches share
+        (runtime/kube/multiplexing.py): for the many quiet watches, one per twin namespace and kind. A
+        busy watch keeps a connection of its own: over HTTP/1.1 an event costs the client and the API
+        server less CPU (a 1,000-pod burst with every watch multiplexed: the virtual kubelet 8.8 ms of
+        CPU per pod against 6.4, the foreign API server 19.8 against 15.4)."""
         self.client = client
+        self.multiplexed = multiplexed
         self.trim = trim
         self.packer = Packer(resource) if packed else None
         self.resource = resource
@@ -193,7 +200,7 @@ class Informer:
         """
         self._count("watch")
         # closed here, not whenever the collector gets to it: its connection goes back at once
-        async with contextlib.aclosing(watch_lines(self.client, self._watch_request())) as lines:
+        async with contextlib.aclosing(watch_lines(self.client, self._watch_request(), self.multiplexed)) as lines:
             async for line in lines:
                 self._on_watch_line(line)
 

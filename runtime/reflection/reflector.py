@@ -103,7 +103,12 @@ class Reflector(TwinFollower):
         return {
             "home": self.peering.home_watches.view(self.kind.resource, namespace, packed=True),
             "foreign": Informer(
-                self.peering.foreign, self.kind.resource, namespace=twin, trim=self.kind.trim_foreign, packed=True
+                self.peering.foreign,
+                self.kind.resource,
+                namespace=twin,
+                trim=self.kind.trim_foreign,
+                packed=True,
+                multiplexed=self.kind.quiet_in_twins,
             ),
         }
 

@@ -236,7 +236,7 @@ def test_watches_share_http2_connections_up_to_the_servers_stream_limit(
 
     async def scenario() -> None:
         others = established_by_port(os.getpid())[server_port]  # the session's own clients' connections
-        informers = [Informer(client, ConfigMap, namespace=namespace) for _ in range(watches)]
+        informers = [Informer(client, ConfigMap, namespace=namespace, multiplexed=True) for _ in range(watches)]
         seen: list[set[str]] = [set() for _ in informers]
         for informer, keys in zip(informers, seen, strict=True):
             informer.add_handler(partial(_add_key, keys))
