@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections import ChainMap
+import time
+from collections import ChainMap, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
@@ -77,6 +78,14 @@ def _without_managed_fields(obj: Any) -> Any:
     return obj
 
 
+# A multiplexed watch that gets BUSY_EVENTS events within BUSY_SECONDS goes on from its resourceVersion
+# over a connection of its own (HTTP/1.1 costs less CPU per event); it is multiplexed again from a watch
+# that ends with fewer than BUSY_EVENTS events in its last QUIET_SECONDS.
+BUSY_EVENTS = 20
+BUSY_SECONDS = 5.0
+QUIET_SECONDS = 60.0
+
+
 class _Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
 
@@ -108,14 +117,16 @@ class Informer:
         multiplexed: bool = False,
     ) -> None:
         """`trim`: object -> the object as stored and handed to handlers (fields nobody reads dropped);
-        `packed`: objects stored and handed over as `Packed` (packing.py); `multiplexed`: the watch is
-        a stream of an HTTP/2 connection the client's other multiplexed watches share
-        (runtime/kube/multiplexing.py): for the many quiet watches, one per twin namespace and kind. A
-        busy watch keeps a connection of its own: over HTTP/1.1 an event costs the client and the API
-        server less CPU (a 1,000-pod burst with every watch multiplexed: the virtual kubelet 8.8 ms of
-        CPU per pod against 6.4, the foreign API server 19.8 against 15.4)."""
+        `packed`: objects stored and handed over as `Packed` (packing.py); `multiplexed`: while quiet,
+        the watch is a stream of an HTTP/2 connection the client's other multiplexed watches share
+        (runtime/kube/multiplexing.py): for the many watches of each twin namespace. While busy it
+        has a connection of its own: over HTTP/1.1 an event costs the client and the API server less
+        CPU (a 1,000-pod burst with its watches multiplexed: the virtual kubelet 8.8 ms of CPU per pod
+        against 6.4, the foreign API server 19.8 against 15.4)."""
         self.client = client
         self.multiplexed = multiplexed
+        self.busy = False  # a multiplexed watch, busy of late: on a connection of its own
+        self._event_times: deque[float] = deque(maxlen=BUSY_EVENTS)
         self.trim = trim
         self.packer = Packer(resource) if packed else None
         self.resource = resource
@@ -199,10 +210,20 @@ class Informer:
         an API server going away must end in a retry, not in a crash.
         """
         self._count("watch")
+        multiplexed = self.multiplexed and not self.busy
         # closed here, not whenever the collector gets to it: its connection goes back at once
-        async with contextlib.aclosing(watch_lines(self.client, self._watch_request(), self.multiplexed)) as lines:
+        async with contextlib.aclosing(watch_lines(self.client, self._watch_request(), multiplexed)) as lines:
             async for line in lines:
                 self._on_watch_line(line)
+                if multiplexed and self.busy:
+                    return  # the next watch goes on from here over a connection of its own
+        if self.busy and not self._recently_busy(QUIET_SECONDS):
+            self.busy = False
+
+    def _recently_busy(self, seconds: float) -> bool:
+        """BUSY_EVENTS events, the last of them, came within `seconds`."""
+        times = self._event_times
+        return len(times) == BUSY_EVENTS and time.monotonic() - times[0] <= seconds
 
     def _on_watch_line(self, line: bytes) -> None:
         event = decoders.decode_watch_event(line)
@@ -216,6 +237,9 @@ class Informer:
             return
         decoded = decoders.decode_object(event.object, self.resource)
         self.resource_version = decoded.metadata.resourceVersion
+        if self.multiplexed:
+            self._event_times.append(time.monotonic())
+            self.busy = self.busy or self._recently_busy(BUSY_SECONDS)
         key = object_key(decoded)
         obj = self._stored(decoded)
         if event.type == "DELETED":

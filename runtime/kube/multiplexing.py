@@ -8,9 +8,9 @@ httpcore2's HTTP/2 connection has each stream's reader take the socket in turn u
 event for an idle watch waits behind a read by every other watch. Here one reader task per
 connection hands each frame to its stream at once; h2 (the protocol's state machine) does the rest.
 
-Only the watches that ask for it (Informer `multiplexed`): those of a twin namespace's quiet kinds.
-Over HTTP/2 an event costs more CPU, here (the h2 state machine is pure Python) and in the API server,
-so a busy watch (pods, ShadowPods, events, Secrets of a twin) keeps an HTTP/1.1 connection of its own.
+Only the watches that ask for it (Informer `multiplexed`: a twin namespace's), and only while they
+are quiet. Over HTTP/2 an event costs more CPU, here (the h2 state machine is pure Python) and in the
+API server, so a watch that turns busy (a burst of pods in its twin) goes on over HTTP/1.1.
 
 Flow control is the backpressure: a stream's data is acknowledged as its reader takes it, so a
 slow informer holds up only its own stream.

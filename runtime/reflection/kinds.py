@@ -35,9 +35,6 @@ class ReflectedKind:
     trim_foreign: Callable[[Any], Any] | None = None
     # the content as one destination must see it (its settings say how), after `content`
     for_destination: Callable[[dict[str, Any], ReflectionSettings], dict[str, Any]] | None = None
-    # the foreign watch of each twin shares an HTTP/2 connection (Informer `multiplexed`): a twin's
-    # objects of the kind are few and seldom change; not Secrets, of which a twin gets one per pod
-    quiet_in_twins: bool = True
 
     def content_for(
         self, obj: Mapping[str, Any], foreign_cluster_id: str, settings: ReflectionSettings
@@ -78,7 +75,6 @@ SECRETS = ReflectedKind(
     # the home tokens of offloaded pods (runtime/reflection/tokens.py) have no home Secret of their name
     foreign_excluded=_is_pod_token,
     trim_foreign=without_pod_token_values,
-    quiet_in_twins=False,
 )
 
 

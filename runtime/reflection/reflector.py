@@ -108,7 +108,7 @@ class Reflector(TwinFollower):
                 namespace=twin,
                 trim=self.kind.trim_foreign,
                 packed=True,
-                multiplexed=self.kind.quiet_in_twins,
+                multiplexed=True,
             ),
         }
 

@@ -24,7 +24,7 @@ from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.kube import EngineMetrics, Event, Informer
+from runtime.kube import EngineMetrics, Event, Informer, informing
 from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.transport import AiohttpTransport
 from tests.support.kube import wait_until_async
@@ -269,6 +269,45 @@ def test_watches_share_http2_connections_up_to_the_servers_stream_limit(
         await asyncio.gather(tasks[0], return_exceptions=True)
         await client.close()
         assert established_by_port(os.getpid())[server_port] == others
+
+    asyncio.run(scenario())
+
+
+def test_a_multiplexed_watch_that_turns_busy_goes_on_over_a_connection_of_its_own(
+    dev_env: DevEnvironment, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTP/2 an event costs more CPU (client and API server): a twin's watch is multiplexed
+    while quiet, and a burst moves it to a connection of its own without losing an event; once its
+    watch ends quiet again, the next one is multiplexed again."""
+    monkeypatch.setattr(informing, "QUIET_SECONDS", 1.0)
+    client = runtime_client(dev_env)
+    multiplexer = client.multiplexer
+    assert multiplexer is not None
+    burst = 3 * informing.BUSY_EVENTS
+
+    def streams() -> int:
+        return sum(c.open_streams() for c in multiplexer._connections)
+
+    async def scenario() -> None:
+        informer = Informer(client, ConfigMap, namespace=namespace, multiplexed=True, watch_timeout_seconds=3)
+        keys: set[str] = set()
+        informer.add_handler(partial(_add_key, keys))
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(informer.synced.wait(), 30)
+        await wait_until_async(lambda: streams() == 1, 10, "the quiet watch on the HTTP/2 connection")
+        await asyncio.gather(
+            *(
+                client.create(ConfigMap(metadata=ObjectMeta(name=f"burst-{i}", namespace=namespace)))
+                for i in range(burst)
+            )
+        )
+        expected = {f"{namespace}/burst-{i}" for i in range(burst)}
+        await wait_until_async(lambda: expected <= keys, 30, f"all {burst} creates seen")
+        assert informer.busy and streams() == 0
+        await wait_until_async(lambda: not informer.busy and streams() == 1, 30, "multiplexed again, quiet")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.close()
 
     asyncio.run(scenario())
 
