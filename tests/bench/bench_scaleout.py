@@ -49,7 +49,7 @@ from tests.bench.bench_offloading import (
     run_until_running,
     runtime_rss_mb,
 )
-from tests.support.kube import free_port, node_ready, offload, status_of, wait_until
+from tests.support.kube import free_port, get_or_none, node_ready, offload, status_of, wait_until
 from tests.support.sockets import established_by_port
 
 NAMESPACE = "scale"
@@ -227,7 +227,7 @@ async def measure_size(scaling: Scaling, size: int, args: argparse.Namespace, la
         twin = status_of(home, NAMESPACE).get("remoteNamespaceName")
 
         def reflected_everywhere() -> bool:
-            return all(env.client(c).get(ConfigMap, "everywhere", namespace=twin) for c in foreign_ids)
+            return all(get_or_none(env.client(c), ConfigMap, "everywhere", twin) for c in foreign_ids)
 
         wait_until(reflected_everywhere, 120, f"the ConfigMap in all {size} twins")
         print(f"[bench] a ConfigMap reached the twin {twin} in all {size} foreign clusters", flush=True)
