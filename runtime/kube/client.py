@@ -9,7 +9,8 @@ virtual kubelet's samples). Here lightkube still builds the request (`prepare_re
 query, body) and decodes the answer, and aiohttp sends it: nothing else wraps it.
 
 Watches the informers stream (`watch_lines`) are read from aiohttp as they come, split into lines
-here rather than by httpx2's byte, text and line decoders in turn.
+here rather than by httpx2's byte, text and line decoders in turn; those of an informer that asks
+for it, while it is quiet, share HTTP/2 connections instead (runtime/kube/multiplexing.py).
 What keeps lightkube's httpx2 path: lists (paged, maybe gzipped), lightkube's own watch(), and
 credentials other than a bearer token, a token file or a client certificate (exec plugins, basic
 auth), whose httpx2 auth flows lightkube implements.
