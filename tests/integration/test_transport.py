@@ -180,6 +180,19 @@ def _add_key(keys: set[str], event: Event) -> None:
     keys.add(event.key)
 
 
+async def running_informers(
+    count: int, client: RuntimeClient, namespace: str, **options: Any
+) -> tuple[list[Informer], list[set[str]], list[asyncio.Task[None]]]:
+    """`count` ConfigMap informers of `namespace`, synced; the keys each has seen; their tasks."""
+    informers = [Informer(client, ConfigMap, namespace=namespace, **options) for _ in range(count)]
+    seen: list[set[str]] = [set() for _ in informers]
+    for informer, keys in zip(informers, seen, strict=True):
+        informer.add_handler(partial(_add_key, keys))
+    tasks = [asyncio.create_task(informer.run()) for informer in informers]
+    await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), 60)
+    return informers, seen, tasks
+
+
 def test_more_watches_than_a_connection_pool_would_hold_leave_requests_room(
     dev_env: DevEnvironment, namespace: str
 ) -> None:
@@ -191,12 +204,7 @@ def test_more_watches_than_a_connection_pool_would_hold_leave_requests_room(
 
     async def scenario() -> None:
         metrics = EngineMetrics()  # counts the watch requests the informers send
-        informers = [Informer(client, ConfigMap, namespace=namespace, metrics=metrics) for _ in range(watches)]
-        seen: list[set[str]] = [set() for _ in informers]
-        for informer, keys in zip(informers, seen, strict=True):
-            informer.add_handler(partial(_add_key, keys))
-        tasks = [asyncio.create_task(informer.run()) for informer in informers]
-        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), 30)
+        _, seen, tasks = await running_informers(watches, client, namespace, metrics=metrics)
         labels = {"cluster": "", "verb": "watch", "resource": "ConfigMap"}
         await wait_until_async(  # every informer past its list, its watch sent
             lambda: (metrics.registry.get_sample_value("liqo_api_calls_total", labels) or 0) >= watches,
@@ -236,12 +244,7 @@ def test_watches_share_http2_connections_up_to_the_servers_stream_limit(
 
     async def scenario() -> None:
         others = established_by_port(os.getpid())[server_port]  # the session's own clients' connections
-        informers = [Informer(client, ConfigMap, namespace=namespace, multiplexed=True) for _ in range(watches)]
-        seen: list[set[str]] = [set() for _ in informers]
-        for informer, keys in zip(informers, seen, strict=True):
-            informer.add_handler(partial(_add_key, keys))
-        tasks = [asyncio.create_task(informer.run()) for informer in informers]
-        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), 60)
+        informers, seen, tasks = await running_informers(watches, client, namespace, multiplexed=True)
         await client.create(ConfigMap(metadata=ObjectMeta(name="seen-by-all", namespace=namespace)))
         key = f"{namespace}/seen-by-all"
         await wait_until_async(
