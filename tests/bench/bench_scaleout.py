@@ -25,9 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import yaml
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
@@ -38,6 +36,7 @@ from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, NodeShape, fo
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
+from runtime.api.namespaceoffloading import ready_twin
 from tests.bench.bench_offloading import (
     HOME,
     REPO,
@@ -50,7 +49,7 @@ from tests.bench.bench_offloading import (
     runtime_rss_mb,
 )
 from tests.support.kube import free_port, get_or_none, node_ready, offload, status_of, wait_until
-from tests.support.sockets import established_by_port
+from tests.support.sockets import api_ports, established_by_port
 
 NAMESPACE = "scale"
 APP = "spread"
@@ -71,14 +70,6 @@ class Point:
     one_pod_seconds: float = 0.0
 
 
-def api_ports(env: DevEnvironment, cluster_ids: list[str]) -> dict[int, str]:
-    ports = {}
-    for cluster_id in cluster_ids:
-        server = urlsplit(yaml.safe_load(env.kubeconfig(cluster_id).read_text())["clusters"][0]["cluster"]["server"])
-        ports[server.port or 443] = cluster_id
-    return ports
-
-
 def connections(env: DevEnvironment, runtime: ExternalRuntime, cluster_ids: list[str]) -> dict[str, int]:
     """Per runtime process: its open connections to all the clusters' API servers together."""
     ports = api_ports(env, cluster_ids)
@@ -92,11 +83,7 @@ def connections(env: DevEnvironment, runtime: ExternalRuntime, cluster_ids: list
 
 
 def twins_ready(status: dict[str, Any]) -> set[str]:
-    return {
-        cluster_id
-        for cluster_id, conditions in (status.get("remoteNamespacesConditions") or {}).items()
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    }
+    return {c for c in status.get("remoteNamespacesConditions") or {} if ready_twin(status, c)}
 
 
 class Scaling:

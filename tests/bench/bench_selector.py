@@ -20,9 +20,7 @@ import argparse
 import asyncio
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
-import yaml
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
@@ -32,7 +30,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import OffloadingPhase, names
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
 from tests.bench.bench_offloading import HOME, bench_client, bounded, running_stack, runtime_rss_mb
-from tests.support.sockets import established_by_port
+from tests.support.sockets import api_ports, established_by_port
 
 FOREIGN_IDS = ("foreign-1", "foreign-2")
 LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=1, node=NodeShape(cpu="64", memory="256Gi", pods=500))
@@ -40,19 +38,9 @@ LABEL = "bench-selected"
 SETTLED = {OffloadingPhase.READY.value, OffloadingPhase.NO_CLUSTER_SELECTED.value}
 
 
-def api_ports(env: DevEnvironment) -> dict[int, str]:
-    """Each cluster's API server port -> its cluster id."""
-    ports = {}
-    for cluster_id in (HOME, *FOREIGN_IDS):
-        config = yaml.safe_load(env.kubeconfig(cluster_id).read_text())
-        server = urlsplit(config["clusters"][0]["cluster"]["server"])
-        ports[server.port or 443] = cluster_id
-    return ports
-
-
 def connections(env: DevEnvironment, runtime: ExternalRuntime) -> dict[str, dict[str, int]]:
     """Per component of the home side: open connections to each cluster's API server."""
-    ports = api_ports(env)
+    ports = api_ports(env, [HOME, *FOREIGN_IDS])
     found = {}
     for component in ("controller-manager", *(f"kubelet-{c}" for c in FOREIGN_IDS)):
         pid = runtime.pid(component)

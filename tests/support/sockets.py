@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from liqo_stack.dev.clusters import DevEnvironment
 
 
 def established_by_port(pid: int) -> Counter[int]:
@@ -24,3 +29,12 @@ def established_by_port(pid: int) -> Counter[int]:
             if fields[3] == "01" and fields[9] in inodes:  # 01: ESTABLISHED
                 found[int(fields[2].rsplit(":", 1)[1], 16)] += 1
     return found
+
+
+def api_ports(env: DevEnvironment, cluster_ids: list[str]) -> dict[int, str]:
+    """Each cluster's API server port -> its cluster id."""
+    ports = {}
+    for cluster_id in cluster_ids:
+        config = yaml.safe_load(env.kubeconfig(cluster_id).read_text())
+        ports[urlsplit(config["clusters"][0]["cluster"]["server"]).port or 443] = cluster_id
+    return ports
