@@ -18,6 +18,7 @@ from typing import Any
 import click
 import yaml
 from lightkube import ApiError, Client, KubeConfig
+from lightkube.core.exceptions import ConfigError
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret
 
 from liqo_stack import kube
@@ -48,8 +49,14 @@ FAILED = {OffloadingPhase.SOME_FAILED.value, OffloadingPhase.ALL_FAILED.value}
 
 
 def home_client(kubeconfig: str | None, context: str | None) -> Client:
-    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-    return kube.client(config.get(context_name=context) if context else config, field_manager=FIELD_MANAGER)
+    try:
+        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+        return kube.client(config.get(context_name=context) if context else config, field_manager=FIELD_MANAGER)
+    except (ConfigError, ValueError) as err:
+        source = kubeconfig or "the kubeconfig ($KUBECONFIG or ~/.kube/config)"
+        raise click.ClickException(
+            f"--kubeconfig/--context: {source}: {err} (kubectl config get-contexts lists what it has)"
+        ) from err
 
 
 cluster_options = [

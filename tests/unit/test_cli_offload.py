@@ -190,3 +190,27 @@ def test_the_readmes_selectors_select_dev_clusters() -> None:
     assert examples
     for example in examples:
         assert selected_clusters(parse_selector([example]), labels), f"{example!r} selects no dev cluster"
+
+
+def test_a_kubeconfig_the_cli_cannot_use_is_named_with_what_to_do(tmp_path: Any) -> None:
+    no_user = tmp_path / "no-user.yaml"
+    no_user.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    for args, says in (
+        (["--kubeconfig", str(no_user)], "no current context with a user"),
+        (["--kubeconfig", str(no_user), "--context", "nope"], "Context 'nope' not found"),
+        (["--kubeconfig", str(tmp_path / "missing.yaml")], "not found"),
+    ):
+        result = CliRunner().invoke(main, ["unoffload", "namespace", "apps", "--yes", *args])
+        assert result.exit_code == 1, result.output
+        assert "--kubeconfig/--context" in result.output and says in result.output, result.output
+        assert "kubectl config get-contexts" in result.output
