@@ -40,11 +40,18 @@ class PreviewError(ValueError):
 @dataclass(frozen=True)
 class Cluster:
     """A foreign cluster as the home cluster sees it: its VirtualNode's spec and its virtual node's
-    labels (what a cluster selector matches)."""
+    labels (what a cluster selector matches). `pools`: a cluster offered as node pools has a virtual
+    node per pool, by name, each with its VirtualNode's spec (its nodeSelector picks the foreign nodes
+    the pool's pods run on); empty: the cluster is one virtual node, `spec`."""
 
     cluster_id: str
     spec: VirtualNodeSpec
     labels: dict[str, str]
+    pools: dict[str, VirtualNodeSpec] = field(default_factory=dict)
+
+    def virtual_nodes(self) -> dict[str, VirtualNodeSpec]:
+        """Its virtual nodes by name, each with its VirtualNode's spec."""
+        return self.pools or {names.virtual_node_name(self.cluster_id): self.spec}
 
 
 @dataclass
@@ -75,6 +82,7 @@ class Follower:
 class ClusterPreview:
     cluster: str
     twin: str
+    node: str = ""  # the virtual node (a node pool's, when the cluster has pools)
     changes: list[str] = field(default_factory=list)
     remote_pod: dict[str, Any] | None = None
     refused: str | None = None  # the runtime would not offload the pod (OffloadingBackOff): why
@@ -104,6 +112,7 @@ class PodPreview:
             "clusters": [
                 {
                     "cluster": c.cluster,
+                    "node": c.node,
                     "twin": c.twin,
                     "changes": c.changes,
                     "refused": c.refused,
@@ -156,9 +165,7 @@ def preview_pod(pod: dict[str, Any], context: PodContext, source: str) -> PodPre
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     preview = PodPreview(namespace, name, source, None, None)
     bound = str((pod.get("spec") or {}).get("nodeName") or "")
-    preview.running_in = next(
-        (c.cluster_id for c in context.clusters if names.virtual_node_name(c.cluster_id) == bound), None
-    )
+    preview.running_in = next((c.cluster_id for c in context.clusters if bound in c.virtual_nodes()), None)
     if context.offloading is None or context.twin is None:
         preview.stays_home = (
             f"namespace {namespace} is not offloaded: `liqo-stack offload namespace {namespace}` offloads it"
@@ -179,21 +186,28 @@ def preview_pod(pod: dict[str, Any], context: PodContext, source: str) -> PodPre
     if not clusters:
         preview.stays_home = f"the cluster selector of namespace {namespace} matches no virtual node"
     for cluster in clusters:
-        preview.clusters.append(preview_in(pod, cluster, context))
+        nodes = cluster.virtual_nodes()
+        # a pod bound to a pool's virtual node runs on that pool's nodes there; one not yet bound may
+        # go to any pool the home scheduler picks: each is shown
+        for node_name in [bound] if bound in nodes else sorted(nodes):
+            preview.clusters.append(preview_in(pod, cluster, context, node_name))
     return preview
 
 
-def preview_in(pod: dict[str, Any], cluster: Cluster, context: PodContext) -> ClusterPreview:
+def preview_in(pod: dict[str, Any], cluster: Cluster, context: PodContext, node_name: str) -> ClusterPreview:
+    """The pod on virtual node `node_name` of `cluster`, forged as its virtual kubelet forges it: with the
+    VirtualNode's settings and the node's pool selector (runtime/virtualkubelet/pods.py)."""
     twin = context.twin or ""
-    result = ClusterPreview(cluster.cluster_id, twin)
+    result = ClusterPreview(cluster.cluster_id, twin, node_name)
+    node = cluster.virtual_nodes()[node_name]
     try:
         shadow = shadow_pod(
             pod,
             twin=twin,
             home_cluster_id=context.home_cluster_id,
             foreign_cluster_id=cluster.cluster_id,
-            node=cluster.spec,
-            node_selector=cluster.spec.offloading_patch.node_selector,
+            node=node,
+            node_selector=node.offloading_patch.node_selector,
         )
     except TranslationError as err:
         result.refused = f"stays Pending at home (reason OffloadingBackOff): {err}"
@@ -433,8 +447,7 @@ def _claim(claim: Mapping[str, Any], cluster: Cluster, twin: str) -> Follower:
             f"{names.STORAGE_CLASS_NAME} follow their pod to a foreign cluster",
         )
     node = (meta.get("annotations") or {}).get(names.SELECTED_NODE_ANNOTATION)
-    mine = names.virtual_node_name(cluster.cluster_id)
-    if node and node != mine:
+    if node and node not in cluster.virtual_nodes():
         return Follower("PersistentVolumeClaim", name, False, f"provisioned for node {node}: pods mounting it go there")
     remote_class = cluster.spec.remote_storage_class() or "the foreign cluster's default"
     return Follower(
@@ -460,12 +473,13 @@ def render(preview: PodPreview, output: str) -> str:
     elif preview.strategy:
         lines.append(
             f"podOffloadingStrategy {preview.strategy}: may run in "
-            + ", ".join(c.cluster for c in preview.clusters)
+            + ", ".join(dict.fromkeys(c.cluster for c in preview.clusters))
             + (" or at home" if preview.strategy == PodOffloadingStrategy.LOCAL_AND_REMOTE.value else "")
         )
     for cluster in preview.clusters:
         here = " (the pod runs here now)" if cluster.cluster == preview.running_in else ""
-        lines += ["", f"== {cluster.cluster} (twin namespace {cluster.twin}){here} =="]
+        pool = f", virtual node {cluster.node}" if cluster.node != names.virtual_node_name(cluster.cluster) else ""
+        lines += ["", f"== {cluster.cluster} (twin namespace {cluster.twin}{pool}){here} =="]
         if cluster.refused:
             lines.append(f"not offloaded: {cluster.refused}")
             continue

@@ -51,13 +51,18 @@ def discover_home_cluster_id(client: Client) -> str:
 
 
 def read_context(client: Client, namespace: str, home_id: str) -> PodContext:
-    specs = {
-        str(vn["spec"]["clusterID"]): VirtualNodeSpec.model_validate(vn["spec"])
-        for vn in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
-    }
-    clusters = [
-        Cluster(p.cluster_id, specs[p.cluster_id], p.labels) for p in read_peers(client) if p.cluster_id in specs
-    ]
+    nodes: dict[str, dict[str, VirtualNodeSpec]] = {}  # cluster id -> its virtual nodes' specs by name
+    for found_node in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
+        declared = VirtualNodeSpec.model_validate(found_node["spec"])
+        nodes.setdefault(declared.cluster_id, {})[str(found_node["metadata"]["name"])] = declared
+    clusters = []
+    for peer in read_peers(client):
+        own = nodes.get(peer.cluster_id) or {}
+        whole = own.get(names.virtual_node_name(peer.cluster_id))
+        if whole is not None and len(own) == 1:
+            clusters.append(Cluster(peer.cluster_id, whole, peer.labels))
+        elif own:  # node pools (and, while the stack replaces it, the whole cluster's node)
+            clusters.append(Cluster(peer.cluster_id, next(iter(own.values())), peer.labels, pools=own))
     found = get_or_none(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace)
     offloading: dict[str, Any] | None = found.to_dict() if found is not None else None
     twin = None

@@ -83,6 +83,37 @@ def without_schemas(crd: Any) -> Any:
     return crd
 
 
+def reflected_condition(
+    entries: Mapping[str, CustomResourceReflection], problems: Mapping[str, str], no_status_subresource: list[str]
+) -> dict[str, str] | None:
+    """The VirtualNode's `CustomResourcesReflected` condition (None: no type opted in, no condition):
+    False naming each CRD missing or unfit and why; True naming the types reflected, and those whose
+    status was asked for but cannot come back (`no_status_subresource`: no status subresource at home)."""
+    if not entries:
+        return None
+    if problems:
+        missing = "; ".join(f"{name}: {problems[name]}" for name in sorted(problems))
+        return {
+            "type": names.CUSTOM_RESOURCES_REFLECTED_CONDITION,
+            "status": "False",
+            "reason": CRD_MISSING_REASON,
+            "message": f"not reflected, until their CustomResourceDefinitions are there: {missing}",
+        }
+    message = "reflected: " + ", ".join(sorted(entries))
+    status_stays = sorted(name for name in no_status_subresource if name in entries and entries[name].reflect_status)
+    if status_stays:
+        message += (
+            f"; reflectStatus has no effect for {', '.join(status_stays)}: their home CustomResourceDefinition has "
+            "no status subresource, so their status stays in the foreign cluster"
+        )
+    return {
+        "type": names.CUSTOM_RESOURCES_REFLECTED_CONDITION,
+        "status": "True",
+        "reason": REFLECTED_REASON,
+        "message": message,
+    }
+
+
 class CustomReflector(Reflector):
     """The generic reflector for one custom type, plus its status back home."""
 
@@ -335,25 +366,10 @@ class CustomResources:
         known = {name for name in entries if name in self.reflectors or name in self.problems}
         conditions = list((node.get("status") or {}).get("conditions") or [])
         ours = next((c for c in conditions if c.get("type") == names.CUSTOM_RESOURCES_REFLECTED_CONDITION), None)
-        if not entries:
-            wanted = None
-        elif known != set(entries):
+        if entries and known != set(entries):
             return  # some CRDs not known yet: nothing to say
-        elif self.problems:
-            missing = "; ".join(f"{name}: {self.problems[name]}" for name in sorted(self.problems))
-            wanted = {
-                "type": names.CUSTOM_RESOURCES_REFLECTED_CONDITION,
-                "status": "False",
-                "reason": CRD_MISSING_REASON,
-                "message": f"not reflected, until their CustomResourceDefinitions are there: {missing}",
-            }
-        else:
-            wanted = {
-                "type": names.CUSTOM_RESOURCES_REFLECTED_CONDITION,
-                "status": "True",
-                "reason": REFLECTED_REASON,
-                "message": "reflected: " + ", ".join(sorted(entries)),
-            }
+        no_status = [name for name, reflector in self.reflectors.items() if not reflector.status_subresource]
+        wanted = reflected_condition(entries, self.problems, no_status)
         if wanted is not None and wanted["status"] == "False":
             await self.peering.warnings.warn(node, CRD_MISSING_REASON, wanted["message"])
         if ours is None and wanted is None:

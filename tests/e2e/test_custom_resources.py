@@ -23,6 +23,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
 from tests.e2e.conftest import WIDGETS
+from tests.support.crds import open_crd
 from tests.support.kube import get_or_none, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -33,35 +34,8 @@ Gadget = create_namespaced_resource(GROUP, "v1", "Gadget", "gadgets")
 ALLOWED = {names.ALLOW_REFLECTION_ANNOTATION: "true"}
 
 
-def crd(kind: str, plural: str, *, status: bool) -> dict[str, Any]:
-    open_object = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {"spec": open_object, "status": open_object},
-                        }
-                    },
-                    **({"subresources": {"status": {}}} if status else {}),
-                }
-            ],
-        },
-    }
-
-
-WIDGET_CRD, GADGET_CRD = crd("Widget", "widgets", status=True), crd("Gadget", "gadgets", status=False)
+WIDGET_CRD = open_crd(GROUP, "Widget", "widgets", status=True)
+GADGET_CRD = open_crd(GROUP, "Gadget", "gadgets", status=False)
 
 
 def kubectl(dev_env: DevEnvironment, cluster_id: str, *args: str, stdin: str | None = None) -> str:

@@ -23,6 +23,7 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.api.resources import NamespaceMapResource, NamespaceOffloadingResource
+from tests.support.cli import liqo_stack_command
 from tests.support.kube import (
     all_running,
     create_namespace,
@@ -410,11 +411,9 @@ def in_a_terminal(dev_env: DevEnvironment, args: list[str], answer: str, timeout
     import pty
     import select
     import subprocess
-    import sys
-    from pathlib import Path
 
     primary, secondary = pty.openpty()
-    command = [str(Path(sys.executable).parent / "liqo-stack"), *args, "--kubeconfig", str(dev_env.kubeconfig("home"))]
+    command = liqo_stack_command(dev_env, *args)
     process = subprocess.Popen(command, stdin=secondary, stdout=secondary, stderr=secondary, close_fds=True)
     os.close(secondary)
     seen, answered = b"", False

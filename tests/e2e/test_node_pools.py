@@ -26,6 +26,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from tests.e2e.test_kubelet_api import kubectl, kubelet_get
+from tests.support.cli import previewed
 from tests.support.kube import (
     free_port,
     get_or_none,
@@ -208,6 +209,9 @@ def test_a_gpu_and_a_general_pool_are_two_virtual_nodes(
             assert running.spec.nodeSelector == {POOL_LABEL: pool}
             at_home: Any = home.get(Pod, f"{pool}-job", namespace=unique_name)
             assert at_home.spec.nodeName == virtual
+            # `liqo-stack preview pod` shows the pod as it runs: on its own pool's nodes
+            shown = previewed(dev_env, "-n", unique_name, name)[CLUSTER]
+            assert shown["node"] == virtual and shown["remotePod"]["spec"]["nodeSelector"] == {POOL_LABEL: pool}
 
         # `kubectl top node`: each virtual node's resource metrics show its own pods only
         def each_its_own() -> dict[str, set[str]] | None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, Service, Service
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import names
+from tests.support.cli import liqo_stack_output, previewed, run_liqo_stack
 from tests.support.kube import get_or_none, remote_pod, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -127,25 +126,6 @@ def pods(namespace: str) -> dict[str, dict[str, Any]]:
         ),
         "no-token": pod("no-token", {"automountServiceAccountToken": False, "containers": container()}),
     }
-
-
-def run(dev_env: DevEnvironment, *args: str) -> subprocess.CompletedProcess[str]:
-    """`liqo-stack ARGS --kubeconfig <home>`, as a user runs it."""
-    command = [str(Path(sys.executable).parent / "liqo-stack"), *args, "--kubeconfig", str(dev_env.kubeconfig("home"))]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-
-
-def liqo_stack(dev_env: DevEnvironment, *args: str) -> str:
-    """Its output; it must succeed."""
-    done = run(dev_env, *args)
-    assert done.returncode == 0, f"{done.args}: {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-def previewed(dev_env: DevEnvironment, *args: str) -> dict[str, dict[str, Any]]:
-    """The preview's clusters by id, from its JSON output."""
-    report = json.loads(liqo_stack(dev_env, "preview", "pod", *args, "-o", "json"))
-    return {c["cluster"]: c for c in report["clusters"]}
 
 
 HOST_NAMESPACES = ("hostNetwork", "hostIPC", "hostPID")  # plain booleans: the API server omits false
@@ -264,13 +244,13 @@ def test_the_preview_is_the_remote_pod_the_runtime_creates(
     assert get_or_none(there, Secret, "hidden", twin) is None
 
     # each rule shows in the changes the text output lists
-    text = liqo_stack(dev_env, "preview", "pod", "-n", namespace, "anti-soft")
+    text = liqo_stack_output(dev_env, "preview", "pod", "-n", namespace, "anti-soft")
     assert "affinity: replaced by the anti-affinity preset soft" in text
     assert "preferred on app=preview, tier=web per kubernetes.io/hostname" in text
 
 
 def test_a_pod_not_found_says_what_to_do_next(offloaded: str, dev_env: DevEnvironment) -> None:
-    done = run(dev_env, "preview", "pod", "-n", offloaded, "no-such-pod")
+    done = run_liqo_stack(dev_env, "preview", "pod", "-n", offloaded, "no-such-pod")
     assert done.returncode == 1
     assert f"pod {offloaded}/no-such-pod not found in the home cluster" in done.stderr
     assert "--file PATH" in done.stderr

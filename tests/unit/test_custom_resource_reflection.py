@@ -13,7 +13,7 @@ from liqo_stack import manifests, policy
 from liqo_stack.config import ConfigError, parse
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
 from runtime.forging.objects import settings_from
-from runtime.reflection.custom import crd_problem, custom_content, has_status_subresource
+from runtime.reflection.custom import crd_problem, custom_content, has_status_subresource, reflected_condition
 from tests.unit.test_components import RecordingMocks, mocks, run_program
 from tests.unit.test_config import config, problem_at
 
@@ -97,6 +97,27 @@ def test_a_crd_is_ready_when_established_and_serving_the_version() -> None:
 
 def entries(*raw: dict[str, Any]) -> list[CustomResourceReflection]:
     return [CustomResourceReflection.model_validate(r) for r in raw]
+
+
+def test_the_condition_names_missing_crds_and_a_reflect_status_that_cannot_work() -> None:
+    by_name = {e.crd_name: e for e in entries(WIDGETS, {**GADGETS, "reflectStatus": True})}
+    assert reflected_condition({}, {}, []) is None, "nothing opted in: no condition"
+    missing = reflected_condition(by_name, {"gadgets.example.io": "foreign-2: no CustomResourceDefinition"}, [])
+    assert missing is not None and (missing["status"], missing["reason"]) == (
+        "False",
+        "CustomResourceDefinitionMissing",
+    )
+    assert missing["message"].endswith("gadgets.example.io: foreign-2: no CustomResourceDefinition")
+    fine = reflected_condition(by_name, {}, [])
+    assert fine is not None and fine["message"] == "reflected: gadgets.example.io, widgets.example.io"
+    # gadgets' home CRD has no status subresource: its reflectStatus is said to do nothing
+    told = reflected_condition(by_name, {}, ["gadgets.example.io"])
+    assert told is not None and told["status"] == "True"
+    assert (
+        "; reflectStatus has no effect for gadgets.example.io: their home CustomResourceDefinition" in told["message"]
+    )
+    unasked = {e.crd_name: e for e in entries(GADGETS)}  # no reflectStatus: nothing to say
+    assert reflected_condition(unasked, {}, ["gadgets.example.io"]) == reflected_condition(unasked, {}, [])
 
 
 def test_the_virtual_kubelet_reads_them_and_writes_status_only_where_it_comes_back() -> None:

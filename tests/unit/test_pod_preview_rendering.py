@@ -143,6 +143,30 @@ def test_only_the_clusters_the_selector_matches_are_shown() -> None:
     )
 
 
+def test_a_cluster_of_node_pools_shows_the_pool_a_bound_pod_is_on_and_every_pool_before() -> None:
+    """As its virtual kubelet does, the remote pod takes the nodeSelector of the pool whose virtual node
+    the pod is bound to; a pod not yet bound may get either pool's."""
+    pools = {
+        names.virtual_node_name("foreign-1", pool): node(offloadingPatch={"nodeSelector": {"pool": pool}})
+        for pool in ("general", "gpu")
+    }
+    pooled = Cluster("foreign-1", next(iter(pools.values())), {}, pools=pools)
+    gpu_node = names.virtual_node_name("foreign-1", "gpu")
+    bound = preview_pod(home_pod(nodeName=gpu_node), context([pooled]), "home cluster")
+    assert bound.running_in == "foreign-1"
+    shown = only(bound)
+    assert shown.node == gpu_node and shown.remote_pod["spec"]["nodeSelector"] == {"pool": "gpu"}
+    assert "== foreign-1 (twin namespace apps-home, virtual node liqo-foreign-1-gpu) (the pod runs" in render(
+        bound, "text"
+    )
+    unbound = preview_pod(home_pod(), context([pooled]), "x")
+    assert [(c.node, (c.remote_pod or {})["spec"]["nodeSelector"]) for c in unbound.clusters] == [
+        ("liqo-foreign-1-general", {"pool": "general"}),
+        ("liqo-foreign-1-gpu", {"pool": "gpu"}),
+    ]
+    assert "may run in foreign-1\n" in render(unbound, "text")
+
+
 # -- the remote pod, and why it differs -------------------------------------------------------------------
 
 

@@ -1,0 +1,237 @@
+"""The custom resource reflector (runtime/reflection/custom.py) against real API servers, driven by
+hand: its VirtualNode settings changed live, its queue waited on, so that what it does NOT do (bring a
+status home, reflect while disabled, touch a foreign object that is not ours) is shown after it
+decided, not after a while. The e2e tier (tests/e2e/test_custom_resources.py) runs it in the runtime."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient, Client, KubeConfig
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Event
+from lightkube.types import PatchType
+from prometheus_client import CollectorRegistry
+
+from liqo_stack.dev.clusters import DevEnvironment
+from runtime.api import CustomResourceReflection, VirtualNodeSpec, names
+from runtime.reflection import Peering
+from runtime.reflection.custom import CustomReflector
+from runtime.reflection.reflector import ReflectionMetrics
+from tests.support.crds import open_crd
+from tests.support.kube import get_or_none, wait_until, wait_until_async
+
+pytestmark = pytest.mark.clusters
+
+GROUP = "integration.liqo-stack.dev"
+Widget = create_namespaced_resource(GROUP, "v1", "Widget", "widgets")  # its CRD has a status subresource
+Gadget = create_namespaced_resource(GROUP, "v1", "Gadget", "gadgets")  # its CRD has none
+CRDS = [open_crd(GROUP, "Widget", "widgets", status=True), open_crd(GROUP, "Gadget", "gadgets", status=False)]
+ALLOWED = {names.ALLOW_REFLECTION_ANNOTATION: "true"}
+
+
+@pytest.fixture(scope="module")
+def crds(home: Client, foreign: dict[str, Client]) -> Iterator[None]:
+    """Both CRDs at home and in foreign-1, Established; deleted (with their objects) afterwards."""
+    clusters = [home, foreign["foreign-1"]]
+    for client in clusters:
+        for body in CRDS:
+            client.create(CustomResourceDefinition.from_dict(body))  # type: ignore[call-overload]
+    for client in clusters:
+        for body in CRDS:
+            name = body["metadata"]["name"]
+            wait_until(lambda c=client, n=name: established(c, n), 30, f"{name} Established")  # type: ignore[misc]
+    yield
+    for client in clusters:
+        for body in CRDS:
+            client.delete(CustomResourceDefinition, body["metadata"]["name"])
+
+
+def established(client: Client, name: str) -> bool:
+    found: Any = client.get(CustomResourceDefinition, name)
+    return any(c.type == "Established" and c.status == "True" for c in (found.status.conditions or []))
+
+
+def custom_object(resource: Any, name: str, namespace: str, spec: dict[str, Any], **meta: Any) -> Any:
+    kind = resource._api_info.resource.kind
+    return resource.from_dict(
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace, **meta},
+            "spec": spec,
+        }
+    )
+
+
+class Harness:
+    """Peering of home and foreign-1 whose VirtualNode spec the test sets (`settings`), a reflector per
+    custom type, and what each wrote."""
+
+    def __init__(self, dev_env: DevEnvironment) -> None:
+        self.home = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        self.foreign = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
+        self.spec = VirtualNodeSpec.model_validate({"clusterID": "foreign-1"})
+        self.peering = Peering(self.home, self.foreign, "home", "foreign-1", node_spec=lambda: self.spec)
+        self.stats = ReflectionMetrics(CollectorRegistry())
+        self.reflectors: list[CustomReflector] = []
+
+    def settings(self, *entries: dict[str, Any]) -> None:
+        """The VirtualNode's spec.customResources now, taken up live as the runtime does (on_settings)."""
+        self.spec = VirtualNodeSpec.model_validate({"clusterID": "foreign-1", "customResources": list(entries)})
+        for reflector in self.reflectors:
+            reflector.on_settings()
+
+    async def reflector(self, kind: str, plural: str, *, status_subresource: bool, twins: dict[str, str]) -> Any:
+        entry = CustomResourceReflection.model_validate({"group": GROUP, "version": "v1", "resource": plural})
+        reflector = CustomReflector(
+            entry,
+            kind,
+            self.peering,
+            status_subresource=status_subresource,
+            status_source=lambda _: True,
+            reflection_metrics=self.stats,
+        )
+        self.reflectors.append(reflector)
+        await reflector.start()
+        reflector.follow(twins)
+        return reflector
+
+    def writes(self, plural: str, verb: str) -> float:
+        return float(self.stats.writes.labels("foreign-1", f"{plural}.{GROUP}", verb)._value.get())
+
+    async def close(self) -> None:
+        for reflector in self.reflectors:
+            await reflector.stop()
+        await self.home.close()
+        await self.foreign.close()
+
+
+async def decided(reflector: Any, side: str, namespace: str, key: str, seen: Any = lambda obj: True) -> None:
+    """Until the reflector's scope has synced (and so requeued all it holds) and `side`'s store holds
+    `key` as `seen` wants it (its event queued the key), then until the queue has run it."""
+    await wait_until_async(
+        lambda: (
+            (scope := reflector.scopes.get(namespace)) is not None
+            and scope.tasks["synced"].done()
+            and (obj := scope[side].store.get(key)) is not None
+            and seen(obj)
+        ),
+        what=f"{key} seen in the {side} store",
+    )
+    await reflector.queue.wait_idle(30)
+
+
+def entry(plural: str, **settings: Any) -> dict[str, Any]:
+    return {"group": GROUP, "version": "v1", "resource": plural, **settings}
+
+
+def test_status_comes_back_only_when_asked_and_the_home_crd_has_a_status_subresource(
+    crds: None, dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    namespace, twin = namespaces
+    there = foreign["foreign-1"]
+    home.create(custom_object(Widget, "w", namespace, {"size": 1}, annotations=ALLOWED))
+    home.create(custom_object(Gadget, "g", namespace, {"size": 1}, annotations=ALLOWED))
+    reported = {"phase": "Ready"}
+
+    async def scenario() -> None:
+        harness = Harness(dev_env)
+        harness.settings(entry("widgets", reflectStatus=False), entry("gadgets", reflectStatus=True))
+        try:
+            widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
+            gadgets = await harness.reflector("Gadget", "gadgets", status_subresource=False, twins={namespace: twin})
+            await wait_until_async(
+                lambda: get_or_none(there, Widget, "w", twin) and get_or_none(there, Gadget, "g", twin)
+            )
+            # the foreign operator reports: through the status subresource, or the object itself
+            there.patch(Widget.Status, "w", {"status": reported}, namespace=twin, patch_type=PatchType.MERGE)
+            there.patch(Gadget, "g", {"status": reported}, namespace=twin, patch_type=PatchType.MERGE)
+            with_status = lambda obj: obj.get("status") == reported  # noqa: E731
+            await decided(widgets, "foreign", namespace, f"{twin}/w", with_status)
+            await decided(gadgets, "foreign", namespace, f"{twin}/g", with_status)
+            assert home.get(Widget, "w", namespace=namespace).get("status") is None, "reflectStatus false"
+            assert home.get(Gadget, "g", namespace=namespace).get("status") is None, "no status subresource at home"
+            assert harness.writes("widgets", "status") == harness.writes("gadgets", "status") == 0
+            # asked for: the widget's status comes home
+            harness.settings(entry("widgets", reflectStatus=True), entry("gadgets", reflectStatus=True))
+            widgets.requeue_all()
+            gadgets.requeue_all()
+            await widgets.queue.wait_idle(30)
+            await gadgets.queue.wait_idle(30)
+            assert home.get(Widget, "w", namespace=namespace).get("status") == reported
+            assert home.get(Gadget, "g", namespace=namespace).get("status") is None
+            assert (harness.writes("widgets", "status"), harness.writes("gadgets", "status")) == (1, 0)
+        finally:
+            await harness.close()
+
+    asyncio.run(scenario())
+
+
+def test_workers_0_holds_a_type_back_and_removes_nothing_until_workers_come_back(
+    crds: None, dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    namespace, twin = namespaces
+    there = foreign["foreign-1"]
+    home.create(custom_object(Widget, "before", namespace, {"size": 1}, annotations=ALLOWED))
+
+    async def scenario() -> None:
+        harness = Harness(dev_env)
+        harness.settings(entry("widgets", workers=3))
+        try:
+            widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
+            await wait_until_async(lambda: get_or_none(there, Widget, "before", twin), what="reflected")
+            harness.settings(entry("widgets", workers=0))
+            home.create(custom_object(Widget, "held", namespace, {"size": 2}, annotations=ALLOWED))
+            await decided(widgets, "home", namespace, f"{namespace}/held")
+            home.delete(Widget, "before", namespace=namespace)
+            await wait_until_async(lambda: widgets.scopes[namespace]["home"].store.get(f"{namespace}/before") is None)
+            await widgets.queue.wait_idle(30)
+            assert get_or_none(there, Widget, "held", twin) is None, "workers 0: nothing reflected"
+            assert get_or_none(there, Widget, "before", twin) is not None, "workers 0: nothing removed"
+            harness.settings(entry("widgets", workers=2))
+            widgets.requeue_all()  # what CustomResources.on_settings does when a type's settings change
+            await wait_until_async(
+                lambda: get_or_none(there, Widget, "held", twin) and get_or_none(there, Widget, "before", twin) is None,
+                what="the held-back widget reflected and the deleted one's copy removed",
+            )
+        finally:
+            await harness.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_widget_the_twin_already_holds_that_is_not_ours_is_left_alone_and_reported(
+    crds: None, dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    namespace, twin = namespaces
+    there = foreign["foreign-1"]
+    there.create(custom_object(Widget, "theirs", twin, {"owner": "foreign team"}))
+    home.create(custom_object(Widget, "theirs", namespace, {"owner": "home"}, annotations=ALLOWED))
+
+    async def scenario() -> None:
+        harness = Harness(dev_env)
+        harness.settings(entry("widgets"))
+        try:
+            widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
+            await decided(widgets, "home", namespace, f"{namespace}/theirs")
+            assert harness.writes("widgets", "apply") == harness.writes("widgets", "delete") == 0
+        finally:
+            await harness.close()
+
+    asyncio.run(scenario())
+    untouched: Any = there.get(Widget, "theirs", namespace=twin)
+    assert untouched["spec"] == {"owner": "foreign team"}
+    assert names.ORIGIN_LABEL not in (untouched.metadata.labels or {})
+
+    def conflict() -> Any:
+        events: list[Any] = list(home.list(Event, namespace=namespace, fields={"involvedObject.name": "theirs"}))
+        return next((e for e in events if e.reason == "ReflectionConflict"), None)
+
+    event = wait_until(conflict, 30, "a ReflectionConflict event on the home widget")
+    assert event.type == "Warning" and event.involvedObject.kind == "Widget"
+    assert f"foreign-1 already holds a Widget {twin}/theirs that liqo did not create" in event.message

@@ -1,0 +1,34 @@
+"""`liqo-stack` as a user runs it in the tests: the installed command, against the home cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from liqo_stack.dev.clusters import DevEnvironment
+
+
+def liqo_stack_command(dev_env: DevEnvironment, *args: str) -> list[str]:
+    """`liqo-stack ARGS --kubeconfig <home>`, the console script of the tests' environment."""
+    return [str(Path(sys.executable).parent / "liqo-stack"), *args, "--kubeconfig", str(dev_env.kubeconfig("home"))]
+
+
+def run_liqo_stack(dev_env: DevEnvironment, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(liqo_stack_command(dev_env, *args), capture_output=True, text=True, timeout=120, check=False)
+
+
+def liqo_stack_output(dev_env: DevEnvironment, *args: str) -> str:
+    """What it printed; it must succeed."""
+    done = run_liqo_stack(dev_env, *args)
+    assert done.returncode == 0, f"{done.args}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def previewed(dev_env: DevEnvironment, *args: str) -> dict[str, dict[str, Any]]:
+    """`liqo-stack preview pod ARGS -o json`: its previews by cluster id (for a pod bound to a node, or a
+    cluster of one virtual node, there is one per cluster)."""
+    report = json.loads(liqo_stack_output(dev_env, "preview", "pod", *args, "-o", "json"))
+    return {c["cluster"]: c for c in report["clusters"]}
