@@ -22,13 +22,14 @@ import httpx2
 import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Namespace, Node
+from lightkube.types import PatchType
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
+from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource, VirtualNodeResource
 from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready, offload, wait_phase, wait_until
 
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
@@ -262,3 +263,26 @@ def offloaded(runtime: ExternalRuntime, home: Client, request: pytest.FixtureReq
     offload(home, namespace, {"podOffloadingStrategy": "Remote"})
     wait_phase(home, namespace, "Ready")
     return namespace
+
+
+@pytest.fixture
+def virtual_node_patched(home: Client) -> Iterator[Any]:
+    """Patch the VirtualNode spec of foreign-1 (or of `clusters`) for one test, as an administrator's
+    `kubectl patch` would; the patched keys are put back afterwards."""
+    before: dict[str, dict[str, Any]] = {}  # virtual node -> its spec before the first patch
+
+    def patch(spec: dict[str, Any], clusters: tuple[str, ...] = ("foreign-1",)) -> None:
+        for cluster_id in clusters:
+            name = names.virtual_node_name(cluster_id)
+            if name not in before:
+                before[name] = home.get(VirtualNodeResource, name, namespace=names.LIQO_NAMESPACE)["spec"]
+            home.patch(
+                VirtualNodeResource, name, {"spec": spec}, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE
+            )
+
+    yield patch
+    for name, spec in before.items():
+        restore = {key: spec.get(key) for key in ("offloadingPatch", "reflection")}
+        home.patch(
+            VirtualNodeResource, name, {"spec": restore}, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE
+        )

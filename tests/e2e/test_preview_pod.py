@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, Service, ServiceAccount
+from lightkube.resources.scheduling_v1 import PriorityClass
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import names
@@ -38,6 +40,9 @@ TOKEN_VOLUME = re.compile(r"kube-api-access-[a-z0-9]{5}")
 
 
 FROM_MANIFEST = ("scheduling", "runtime-class", "anti-soft")
+PRIORITY_CLASS = "preview-high"
+# seed 002's skip lists, set on both VirtualNodes for the test: the pods carry both
+SKIPPED_LABEL, SKIPPED_ANNOTATION = "release", "preview.example/owner"
 
 
 def container(**extra: Any) -> list[dict[str, Any]]:
@@ -56,7 +61,7 @@ def pods(namespace: str) -> dict[str, dict[str, Any]]:
                 "name": name,
                 "namespace": namespace,
                 "labels": {**app, "rule": name},
-                "annotations": annotations or {},
+                "annotations": {SKIPPED_ANNOTATION: "team-a", **(annotations or {})},
             },
             "spec": spec,
         }
@@ -125,6 +130,17 @@ def pods(namespace: str) -> dict[str, dict[str, Any]]:
             {"runtimeClassName": names.RUNTIME_CLASS_NAME, "serviceAccountName": "reader", "containers": container()},
         ),
         "no-token": pod("no-token", {"automountServiceAccountToken": False, "containers": container()}),
+        # a home PriorityClass (priority and preemptionPolicy resolved from it at home) and a home
+        # scheduler, which bound the pod itself: none of them exists there, all dropped
+        "home-scheduling": pod(
+            "home-scheduling",
+            {
+                "priorityClassName": PRIORITY_CLASS,
+                "schedulerName": "home-scheduler",
+                "nodeName": names.virtual_node_name("foreign-1"),
+                "containers": container(),
+            },
+        ),
     }
 
 
@@ -173,10 +189,40 @@ def any_token_volume_name(value: Any) -> Any:
     return json.loads(TOKEN_VOLUME.sub("kube-api-access-*", json.dumps(value)))
 
 
+@pytest.fixture
+def priority_class(home: Client) -> Iterator[str]:
+    body = {"metadata": {"name": PRIORITY_CLASS}, "value": 1000, "preemptionPolicy": "Never"}
+    home.create(PriorityClass.from_dict(body))  # type: ignore[call-overload]
+    yield PRIORITY_CLASS
+    home.delete(PriorityClass, PRIORITY_CLASS)
+
+
+def skip_lists_taken_up(home: Client, foreign: dict[str, Client], namespace: str, twin: str) -> None:
+    """Until each virtual kubelet reflects with the skip lists patched on its VirtualNode: a ConfigMap
+    carrying the skipped label has a copy without it in every twin."""
+    meta = {"name": "skip-probe", "namespace": namespace, "labels": {SKIPPED_LABEL: "r1"}}
+    home.create(ConfigMap.from_dict({"metadata": meta, "data": {"a": "1"}}))  # type: ignore[call-overload]
+
+    def without_label(client: Client) -> bool:
+        copy: Any = get_or_none(client, ConfigMap, "skip-probe", twin)
+        return copy is not None and SKIPPED_LABEL not in (copy.metadata.labels or {})
+
+    wait_until(lambda: all(without_label(c) for c in foreign.values()), 60, "the skip lists taken up")
+
+
 def test_the_preview_is_the_remote_pod_the_runtime_creates(
-    offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment, tmp_path: Path
+    offloaded: str,
+    home: Client,
+    foreign: dict[str, Client],
+    dev_env: DevEnvironment,
+    tmp_path: Path,
+    priority_class: str,
+    virtual_node_patched: Any,
 ) -> None:
     namespace, twin = offloaded, f"{offloaded}{TWIN_SUFFIX}"
+    skip_lists = {"labelsNotReflected": [SKIPPED_LABEL], "annotationsNotReflected": [SKIPPED_ANNOTATION]}
+    virtual_node_patched({"offloadingPatch": skip_lists}, clusters=tuple(foreign))
+    skip_lists_taken_up(home, foreign, namespace, twin)
     home.create(ServiceAccount.from_dict({"metadata": {"name": "reader", "namespace": namespace}}))  # type: ignore[call-overload]
     home.create(ConfigMap.from_dict({"metadata": {"name": "settings", "namespace": namespace}, "data": {"a": "1"}}))  # type: ignore[call-overload]
     hidden = {"name": "hidden", "namespace": namespace, "annotations": {names.SKIP_REFLECTION_ANNOTATION: "true"}}
@@ -228,6 +274,21 @@ def test_the_preview_is_the_remote_pod_the_runtime_creates(
         # the manifest's preview, before the pod existed: the same, but the token volume's random name
         early = before[name][cluster]["remotePod"]
         assert differences(any_token_volume_name(forged_view(early)), any_token_volume_name(forged_view(forged))) == []
+
+    # the rules the normalised comparison cannot see: the skip lists, and the home scheduling fields
+    # (the foreign API server defaults its own schedulerName and priority where they were dropped)
+    for name, (cluster, there) in running.items():
+        # the hard preset's anti-affinity selects on every label of the pod: those stay, skipped or not
+        kept = name == "anti-hard"
+        assert (SKIPPED_LABEL in there.metadata.labels) == kept, name
+        assert (SKIPPED_LABEL in live[name][cluster]["remotePod"]["metadata"]["labels"]) == kept, name
+        assert SKIPPED_ANNOTATION not in (there.metadata.annotations or {}), name
+    own = running["home-scheduling"][1]
+    assert (own.spec.schedulerName, own.spec.priorityClassName, own.spec.priority) == ("default-scheduler", None, 0)
+    assert own.spec.preemptionPolicy == "PreemptLowerPriority", "the home class's Never stays home"
+    dropped = liqo_stack_output(dev_env, "preview", "pod", "-n", namespace, "home-scheduling")
+    for field in ("priorityClassName", "priority", "preemptionPolicy", "schedulerName"):
+        assert f"  {field}: dropped (a scheduling constraint of the home cluster)" in dropped
 
     # what the preview says of the objects is what reflection did
     cluster = running["scheduling"][0]

@@ -8,8 +8,6 @@ import base64
 import ipaddress
 import json
 import subprocess
-import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -19,14 +17,12 @@ from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
 from lightkube.resources.networking_v1 import Ingress
-from lightkube.types import PatchType
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
-from runtime.api.resources import VirtualNodeResource
-from tests.support.kube import get_or_none, metric_samples, wait_until
+from tests.support.kube import get_or_none, metric_samples, queue_drained, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -221,24 +217,8 @@ def test_a_foreign_object_that_is_not_ours_is_left_alone_and_reported(
     assert find(client, ConfigMap, "theirs", twin_of(offloaded)) is not None, "never deleted: not ours"
 
 
-@pytest.fixture
-def virtual_node_patched(home: Client) -> Iterator[Any]:
-    """Patch foreign-1's VirtualNode spec for one test; its spec is put back afterwards."""
-    name = names.virtual_node_name("foreign-1")
-    before = home.get(VirtualNodeResource, name, namespace=names.LIQO_NAMESPACE)["spec"]
-
-    def patch(spec: dict[str, Any]) -> None:
-        home.patch(
-            VirtualNodeResource, name, {"spec": spec}, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE
-        )
-
-    yield patch
-    restore = {key: before.get(key) for key in ("offloadingPatch", "reflection")}
-    home.patch(VirtualNodeResource, name, {"spec": restore}, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE)
-
-
 def test_settings_patched_on_the_virtual_node_apply_live(
-    offloaded: str, home: Client, foreign: dict[str, Client], virtual_node_patched: Any
+    offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime, virtual_node_patched: Any
 ) -> None:
     client = foreign["foreign-1"]
     home.create(config_map("labelled", offloaded, {"a": "b"}, labels={"team": "ml", "app": "x"}))
@@ -256,11 +236,22 @@ def test_settings_patched_on_the_virtual_node_apply_live(
     virtual_node_patched({"reflection": {"configmap": {"type": "AllowList", "workers": 3}, "secret": {"workers": 0}}})
     gone(client, ConfigMap, "labelled", offloaded)  # AllowList: not annotated, not reflected
     assert reflected(client, ConfigMap, "allowed", offloaded)
+    url = cast(str, runtime.probes_url("kubelet-foreign-1"))
+
+    def secret_reconciles() -> float:
+        samples = metric_samples(url, "liqo_reconcile_seconds_count")
+        return sum(value for labels, value in samples.items() if dict(labels)["queue"] == "reflection-secret")
+
+    before = secret_reconciles()
     home.create(Secret(metadata=ObjectMeta(name="held-back", namespace=offloaded), stringData={"k": "v"}))
     reflected(foreign["foreign-2"], Secret, "held-back", offloaded)  # foreign-2 keeps its settings
-    # no sentinel can show foreign-1's Secret reflector past this object: with 0 workers it writes
-    # nothing and reports nothing, and its other kinds run on other queues fed by other watches
-    time.sleep(2)
+    # with 0 workers foreign-1's Secret reflector writes and reports nothing: what shows it decided is
+    # one more reconcile counted on its queue (at the end of each one), and none waiting
+    wait_until(
+        lambda: secret_reconciles() > before and queue_drained(url, "reflection-secret"),
+        30,
+        "foreign-1's Secret reflector past held-back",
+    )
     assert find(client, Secret, "held-back", twin_of(offloaded)) is None, "workers 0 disables secrets"
 
 
