@@ -63,6 +63,7 @@ from tests.bench.bench_offloading import (
 from tests.bench.pinning import add_pinning_option, cpu_plan, describe, pin, unpin
 from tests.bench.profiling import Profile, profiled
 from tests.bench.profiling import report as report_profile
+from tests.support.crds import open_crd
 
 TWIN = f"{OFFLOADED}-{HOME}"
 TARGET_RATIO = 1.2
@@ -88,29 +89,7 @@ def config_map(name: str, namespace: str, batch: str) -> Any:
 BENCH_GROUP = "bench.liqo-stack.dev"
 WIDGETS = {"group": BENCH_GROUP, "version": "v1", "resource": "widgets"}
 Widget = create_namespaced_resource(BENCH_GROUP, "v1", "Widget", "widgets")
-WIDGET_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"widgets.{BENCH_GROUP}"},
-    "spec": {
-        "group": BENCH_GROUP,
-        "scope": "Namespaced",
-        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }
-                },
-            }
-        ],
-    },
-}
+WIDGET_CRD = open_crd(BENCH_GROUP, "Widget", "widgets", status=False)
 
 
 def widget(name: str, namespace: str, batch: str) -> Any:

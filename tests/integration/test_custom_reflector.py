@@ -104,7 +104,10 @@ class Harness:
     def writes(self, plural: str, verb: str) -> float:
         return float(self.stats.writes.labels("foreign-1", f"{plural}.{GROUP}", verb)._value.get())
 
-    async def close(self) -> None:
+    async def __aenter__(self) -> Harness:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
         for reflector in self.reflectors:
             await reflector.stop()
         await self.home.close()
@@ -140,9 +143,8 @@ def test_status_comes_back_only_when_asked_and_the_home_crd_has_a_status_subreso
     reported = {"phase": "Ready"}
 
     async def scenario() -> None:
-        harness = Harness(dev_env)
-        harness.settings(entry("widgets", reflectStatus=False), entry("gadgets", reflectStatus=True))
-        try:
+        async with Harness(dev_env) as harness:
+            harness.settings(entry("widgets", reflectStatus=False), entry("gadgets", reflectStatus=True))
             widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
             gadgets = await harness.reflector("Gadget", "gadgets", status_subresource=False, twins={namespace: twin})
             await wait_until_async(
@@ -166,8 +168,6 @@ def test_status_comes_back_only_when_asked_and_the_home_crd_has_a_status_subreso
             assert home.get(Widget, "w", namespace=namespace).get("status") == reported
             assert home.get(Gadget, "g", namespace=namespace).get("status") is None
             assert (harness.writes("widgets", "status"), harness.writes("gadgets", "status")) == (1, 0)
-        finally:
-            await harness.close()
 
     asyncio.run(scenario())
 
@@ -180,9 +180,8 @@ def test_workers_0_holds_a_type_back_and_removes_nothing_until_workers_come_back
     home.create(custom_object(Widget, "before", namespace, {"size": 1}, annotations=ALLOWED))
 
     async def scenario() -> None:
-        harness = Harness(dev_env)
-        harness.settings(entry("widgets", workers=3))
-        try:
+        async with Harness(dev_env) as harness:
+            harness.settings(entry("widgets", workers=3))
             widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
             await wait_until_async(lambda: get_or_none(there, Widget, "before", twin), what="reflected")
             harness.settings(entry("widgets", workers=0))
@@ -199,8 +198,6 @@ def test_workers_0_holds_a_type_back_and_removes_nothing_until_workers_come_back
                 lambda: get_or_none(there, Widget, "held", twin) and get_or_none(there, Widget, "before", twin) is None,
                 what="the held-back widget reflected and the deleted one's copy removed",
             )
-        finally:
-            await harness.close()
 
     asyncio.run(scenario())
 
@@ -214,14 +211,11 @@ def test_a_widget_the_twin_already_holds_that_is_not_ours_is_left_alone_and_repo
     home.create(custom_object(Widget, "theirs", namespace, {"owner": "home"}, annotations=ALLOWED))
 
     async def scenario() -> None:
-        harness = Harness(dev_env)
-        harness.settings(entry("widgets"))
-        try:
+        async with Harness(dev_env) as harness:
+            harness.settings(entry("widgets"))
             widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
             await decided(widgets, "home", namespace, f"{namespace}/theirs")
             assert harness.writes("widgets", "apply") == harness.writes("widgets", "delete") == 0
-        finally:
-            await harness.close()
 
     asyncio.run(scenario())
     untouched: Any = there.get(Widget, "theirs", namespace=twin)
