@@ -20,8 +20,8 @@ from typing import Any
 
 from lightkube.utils.quantity import parse_quantity
 
-from liqo_stack.components.peering import virtual_node_spec
 from liqo_stack.config import StackConfig, VirtualNodeConfig
+from liqo_stack.plan import virtual_node_spec
 from liqo_stack.podpreview import references, selects
 from liqo_stack.policy import is_not_found
 from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names

@@ -14,52 +14,10 @@ from liqo_stack.components.credentials import home_identity_kubeconfig
 from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
 from liqo_stack.config import ForeignCluster, StackConfig, VirtualNodeConfig
-from runtime.api import ReflectorSettings, VirtualNodeSpec, names
-from runtime.api.virtualnode import HealthCheck, OffloadingPatch, RangeRemapping, SecretReference, StorageType
+from liqo_stack.plan import virtual_node_spec
+from runtime.api import names
 
 TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret
-
-
-def virtual_node_spec(
-    config: StackConfig, foreign: ForeignCluster, pool: VirtualNodeConfig | None = None
-) -> VirtualNodeSpec:
-    """The VirtualNode a foreign cluster gets, or one of its node pools, from the stack config alone
-    (also shown in the plan): a pool's labels, taints and share over the cluster's, and its selector."""
-    vk = config.virtual_kubelet
-    return VirtualNodeSpec(
-        cluster_id=foreign.cluster_id,
-        kubeconfig_secret_ref=SecretReference(name=names.credentials_secret_name(foreign.cluster_id)),
-        labels={**foreign.labels, **(pool.labels if pool else {})},
-        taints=[*foreign.taints, *(pool.taints if pool else [])],
-        sharing_percentage=(
-            pool.sharing_percentage if pool and pool.sharing_percentage is not None else config.sharing_of(foreign)
-        ),
-        fixed_resources=dict(foreign.fixed_resources),
-        offloading_patch=OffloadingPatch(
-            labels_not_reflected=config.reflection.skip_labels or None,
-            annotations_not_reflected=config.reflection.skip_annotations or None,
-            node_selector=dict(pool.node_selector) if pool else None,
-        ),
-        reflection={
-            name: ReflectorSettings(type=s.type, workers=s.workers) for name, s in config.reflection.settings().items()
-        },
-        custom_resources=config.reflection.custom_reflection(),
-        health_check=HealthCheck(
-            interval_seconds=vk.health_check_interval_seconds, failure_threshold=vk.failure_threshold
-        ),
-        api_server_token_support=vk.api_server_token_support,
-        home_api_server=config.home_api_server(),
-        pod_cidr=foreign.pod_cidr,
-        remapped_pod_cidr=config.remapped_pod_cidrs()[foreign.cluster_id],
-        endpoint_remappings=[
-            RangeRemapping(seen_at_home=home_range, seen_there=there)
-            for home_range, there in config.ranges_seen_by(foreign.cluster_id).values()
-            if home_range != there
-        ],
-        storage_classes=[
-            StorageType(storage_class_name=s.storage_class_name, default=s.default) for s in foreign.storage_classes
-        ],
-    )
 
 
 class Peering(pulumi.ComponentResource):

@@ -121,7 +121,7 @@ def with_reflection(reflection: dict[str, Any] | None = None) -> StackConfig:
 def running_with_objects() -> Snapshot:
     """Two pods of apps on foreign-2 using ConfigMap cfg (one also Secret creds), selected by Service web;
     the VirtualNodes as the current config (default reflection) made them."""
-    from liqo_stack.components.peering import virtual_node_spec
+    from liqo_stack.plan import virtual_node_spec
 
     current = with_reflection()
 

@@ -160,7 +160,7 @@ def stack(storage_classes: Any) -> dict[str, Any]:
 
 
 def test_storage_classes_in_the_stack_config_reach_the_virtual_node() -> None:
-    from liqo_stack.components.peering import virtual_node_spec
+    from liqo_stack.plan import virtual_node_spec
 
     config = parse(stack([{"storageClassName": "local"}, {"storageClassName": "ssd", "default": True}]))
     spec = virtual_node_spec(config, config.foreign_clusters[0])
