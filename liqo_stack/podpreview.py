@@ -39,10 +39,11 @@ class PreviewError(ValueError):
 
 @dataclass(frozen=True)
 class Cluster:
-    """A foreign cluster as the home cluster sees it: its VirtualNode's spec and its virtual node's
-    labels (what a cluster selector matches). `pools`: a cluster offered as node pools has a virtual
-    node per pool, by name, each with its VirtualNode's spec (its nodeSelector picks the foreign nodes
-    the pool's pods run on); empty: the cluster is one virtual node, `spec`."""
+    """A foreign cluster as the home cluster sees it: its VirtualNode's spec (with pools, its primary
+    one's: the cluster's settings) and its virtual node's labels (what a cluster selector matches).
+    `pools`: a cluster offered as node pools has a virtual node per pool, by name, each with its
+    VirtualNode's spec (its nodeSelector picks the foreign nodes the pool's pods run on); empty: the
+    cluster is one virtual node, `spec`."""
 
     cluster_id: str
     spec: VirtualNodeSpec
@@ -196,18 +197,17 @@ def preview_pod(pod: dict[str, Any], context: PodContext, source: str) -> PodPre
 
 def preview_in(pod: dict[str, Any], cluster: Cluster, context: PodContext, node_name: str) -> ClusterPreview:
     """The pod on virtual node `node_name` of `cluster`, forged as its virtual kubelet forges it: with the
-    VirtualNode's settings and the node's pool selector (runtime/virtualkubelet/pods.py)."""
+    cluster's settings (its primary VirtualNode's) and the node's pool selector (runtime/virtualkubelet/pods.py)."""
     twin = context.twin or ""
     result = ClusterPreview(cluster.cluster_id, twin, node_name)
-    node = cluster.virtual_nodes()[node_name]
     try:
         shadow = shadow_pod(
             pod,
             twin=twin,
             home_cluster_id=context.home_cluster_id,
             foreign_cluster_id=cluster.cluster_id,
-            node=node,
-            node_selector=node.offloading_patch.node_selector,
+            node=cluster.spec,
+            node_selector=cluster.virtual_nodes()[node_name].offloading_patch.node_selector,
         )
     except TranslationError as err:
         result.refused = f"stays Pending at home (reason OffloadingBackOff): {err}"

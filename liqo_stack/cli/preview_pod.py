@@ -62,7 +62,10 @@ def read_context(client: Client, namespace: str, home_id: str) -> PodContext:
         if whole is not None and len(own) == 1:
             clusters.append(Cluster(peer.cluster_id, whole, peer.labels))
         elif own:  # node pools (and, while the stack replaces it, the whole cluster's node)
-            clusters.append(Cluster(peer.cluster_id, next(iter(own.values())), peer.labels, pools=own))
+            # the cluster's settings are its primary node's, as its virtual kubelet takes them
+            # (runtime/virtualkubelet/kubelet.py, served_nodes): the whole cluster's, else the first pool
+            primary = whole if whole is not None else own[min(own)]
+            clusters.append(Cluster(peer.cluster_id, primary, peer.labels, pools=own))
     found = get_or_none(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace)
     offloading: dict[str, Any] | None = found.to_dict() if found is not None else None
     twin = None

@@ -208,6 +208,7 @@ class CustomResources:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._applied: dict[str, Any] = {}  # per type, the settings its reflector last reconciled with
+        self._status_asked: dict[str, bool] = {}  # per type, reflectStatus as the condition last told it
 
     # -- what the manager asks --------------------------------------------------------------------
     def entries(self) -> dict[str, CustomResourceReflection]:
@@ -234,11 +235,17 @@ class CustomResources:
             if self._applied.get(name) != chosen:
                 self._applied[name] = chosen
                 reflector.requeue_all()
-        if set(entries) != set(self.crds) or any(
-            entries[name].version != reflector.identity[0]
-            for name, reflector in self.reflectors.items()
-            if name in entries
+        status_asked = {name: entry.reflect_status for name, entry in entries.items()}
+        if (
+            set(entries) != set(self.crds)
+            or any(
+                entries[name].version != reflector.identity[0]
+                for name, reflector in self.reflectors.items()
+                if name in entries
+            )
+            or status_asked != self._status_asked  # the condition tells where reflectStatus cannot work
         ):
+            self._status_asked = status_asked
             self._changed.set()
 
     def status_source_changed(self, namespace: str) -> None:

@@ -268,7 +268,7 @@ def offloaded(runtime: ExternalRuntime, home: Client, request: pytest.FixtureReq
 @pytest.fixture
 def virtual_node_patched(home: Client) -> Iterator[Any]:
     """Patch the VirtualNode spec of foreign-1 (or of `clusters`) for one test, as an administrator's
-    `kubectl patch` would; the patched keys are put back afterwards."""
+    `kubectl patch` would; its offloadingPatch and reflection are put back as they were afterwards."""
     before: dict[str, dict[str, Any]] = {}  # virtual node -> its spec before the first patch
 
     def patch(spec: dict[str, Any], clusters: tuple[str, ...] = ("foreign-1",)) -> None:
@@ -282,7 +282,14 @@ def virtual_node_patched(home: Client) -> Iterator[Any]:
 
     yield patch
     for name, spec in before.items():
-        restore = {key: spec.get(key) for key in ("offloadingPatch", "reflection")}
-        home.patch(
-            VirtualNodeResource, name, {"spec": restore}, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE
-        )
+        now = home.get(VirtualNodeResource, name, namespace=names.LIQO_NAMESPACE)["spec"]
+        # each key set whole (a JSON patch's add replaces): merging the old value would keep what the test added
+        restore = [
+            {"op": "add", "path": f"/spec/{key}", "value": spec[key]}
+            if key in spec
+            else {"op": "remove", "path": f"/spec/{key}"}
+            for key in ("offloadingPatch", "reflection")
+            if now.get(key) != spec.get(key)
+        ]
+        if restore:
+            home.patch(VirtualNodeResource, name, restore, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.JSON)

@@ -242,6 +242,7 @@ def test_settings_patched_on_the_virtual_node_apply_live(
         samples = metric_samples(url, "liqo_reconcile_seconds_count")
         return sum(value for labels, value in samples.items() if dict(labels)["queue"] == "reflection-secret")
 
+    wait_until(lambda: queue_drained(url, "reflection-secret"), 30, "foreign-1's Secret reflector idle")
     before = secret_reconciles()
     home.create(Secret(metadata=ObjectMeta(name="held-back", namespace=offloaded), stringData={"k": "v"}))
     reflected(foreign["foreign-2"], Secret, "held-back", offloaded)  # foreign-2 keeps its settings

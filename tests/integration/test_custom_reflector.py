@@ -1,5 +1,5 @@
-"""The custom resource reflector (runtime/reflection/custom.py) against real API servers, driven by
-hand: its VirtualNode settings changed live, its queue waited on, so that what it does NOT do (bring a
+"""Custom resources (runtime/reflection/custom.py) against real API servers, driven by hand: the
+VirtualNode settings changed live, each type's reflector's queue waited on, so that what it does NOT do (bring a
 status home, reflect while disabled, touch a foreign object that is not ours) is shown after it
 decided, not after a while. The e2e tier (tests/e2e/test_custom_resources.py) runs it in the runtime."""
 
@@ -18,9 +18,9 @@ from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry
 
 from liqo_stack.dev.clusters import DevEnvironment
-from runtime.api import CustomResourceReflection, VirtualNodeSpec, names
+from runtime.api import VirtualNodeSpec, names
 from runtime.reflection import Peering
-from runtime.reflection.custom import CustomReflector
+from runtime.reflection.custom import CustomResources
 from runtime.reflection.reflector import ReflectionMetrics
 from tests.support.crds import open_crd
 from tests.support.kube import get_or_none, wait_until, wait_until_async
@@ -39,8 +39,8 @@ def crds(home: Client, foreign: dict[str, Client]) -> Iterator[None]:
     """Both CRDs at home and in foreign-1, Established; deleted (with their objects) afterwards."""
     clusters = [home, foreign["foreign-1"]]
     for client in clusters:
-        for body in CRDS:
-            client.create(CustomResourceDefinition.from_dict(body))  # type: ignore[call-overload]
+        for body in CRDS:  # applied: a run cut short may have left them
+            client.apply(CustomResourceDefinition.from_dict(body), field_manager="tests")  # type: ignore[call-overload]
     for client in clusters:
         for body in CRDS:
             name = body["metadata"]["name"]
@@ -69,47 +69,40 @@ def custom_object(resource: Any, name: str, namespace: str, spec: dict[str, Any]
 
 
 class Harness:
-    """Peering of home and foreign-1 whose VirtualNode spec the test sets (`settings`), a reflector per
-    custom type, and what each wrote."""
+    """Peering of home and foreign-1 whose VirtualNode spec the test sets (`settings`), and the
+    `CustomResources` of that peering, which runs a reflector per opted-in type its CRDs allow, as a
+    virtual kubelet does, for one home namespace and its twin."""
 
-    def __init__(self, dev_env: DevEnvironment) -> None:
+    def __init__(self, dev_env: DevEnvironment, namespace: str, twin: str) -> None:
         self.home = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
         self.foreign = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
         self.spec = VirtualNodeSpec.model_validate({"clusterID": "foreign-1"})
         self.peering = Peering(self.home, self.foreign, "home", "foreign-1", node_spec=lambda: self.spec)
         self.stats = ReflectionMetrics(CollectorRegistry())
-        self.reflectors: list[CustomReflector] = []
+        self.resources = CustomResources(self.peering, status_source=lambda _: True, reflection_metrics=self.stats)
+        self.twins = {namespace: twin}
 
     def settings(self, *entries: dict[str, Any]) -> None:
-        """The VirtualNode's spec.customResources now, taken up live as the runtime does (on_settings)."""
+        """The VirtualNode's spec.customResources now, taken up live as the virtual kubelet does."""
         self.spec = VirtualNodeSpec.model_validate({"clusterID": "foreign-1", "customResources": list(entries)})
-        for reflector in self.reflectors:
-            reflector.on_settings()
+        self.resources.on_settings()
 
-    async def reflector(self, kind: str, plural: str, *, status_subresource: bool, twins: dict[str, str]) -> Any:
-        entry = CustomResourceReflection.model_validate({"group": GROUP, "version": "v1", "resource": plural})
-        reflector = CustomReflector(
-            entry,
-            kind,
-            self.peering,
-            status_subresource=status_subresource,
-            status_source=lambda _: True,
-            reflection_metrics=self.stats,
+    async def reflector(self, plural: str) -> Any:
+        """The type's reflector, once both CRDs are known and allow it."""
+        return await wait_until_async(
+            lambda: self.resources.reflectors.get(f"{plural}.{GROUP}"), what=f"{plural} reflected"
         )
-        self.reflectors.append(reflector)
-        await reflector.start()
-        reflector.follow(twins)
-        return reflector
 
     def writes(self, plural: str, verb: str) -> float:
         return float(self.stats.writes.labels("foreign-1", f"{plural}.{GROUP}", verb)._value.get())
 
     async def __aenter__(self) -> Harness:
+        await self.resources.start()
+        self.resources.follow(self.twins)
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        for reflector in self.reflectors:
-            await reflector.stop()
+        await self.resources.stop()
         await self.home.close()
         await self.foreign.close()
 
@@ -143,10 +136,10 @@ def test_status_comes_back_only_when_asked_and_the_home_crd_has_a_status_subreso
     reported = {"phase": "Ready"}
 
     async def scenario() -> None:
-        async with Harness(dev_env) as harness:
+        async with Harness(dev_env, namespace, twin) as harness:
             harness.settings(entry("widgets", reflectStatus=False), entry("gadgets", reflectStatus=True))
-            widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
-            gadgets = await harness.reflector("Gadget", "gadgets", status_subresource=False, twins={namespace: twin})
+            widgets = await harness.reflector("widgets")
+            gadgets = await harness.reflector("gadgets")
             await wait_until_async(
                 lambda: get_or_none(there, Widget, "w", twin) and get_or_none(there, Gadget, "g", twin)
             )
@@ -159,10 +152,8 @@ def test_status_comes_back_only_when_asked_and_the_home_crd_has_a_status_subreso
             assert home.get(Widget, "w", namespace=namespace).get("status") is None, "reflectStatus false"
             assert home.get(Gadget, "g", namespace=namespace).get("status") is None, "no status subresource at home"
             assert harness.writes("widgets", "status") == harness.writes("gadgets", "status") == 0
-            # asked for: the widget's status comes home
+            # asked for: the widget's status comes home (the changed setting requeues its objects)
             harness.settings(entry("widgets", reflectStatus=True), entry("gadgets", reflectStatus=True))
-            widgets.requeue_all()
-            gadgets.requeue_all()
             await widgets.queue.wait_idle(30)
             await gadgets.queue.wait_idle(30)
             assert home.get(Widget, "w", namespace=namespace).get("status") == reported
@@ -180,9 +171,9 @@ def test_workers_0_holds_a_type_back_and_removes_nothing_until_workers_come_back
     home.create(custom_object(Widget, "before", namespace, {"size": 1}, annotations=ALLOWED))
 
     async def scenario() -> None:
-        async with Harness(dev_env) as harness:
+        async with Harness(dev_env, namespace, twin) as harness:
             harness.settings(entry("widgets", workers=3))
-            widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
+            widgets = await harness.reflector("widgets")
             await wait_until_async(lambda: get_or_none(there, Widget, "before", twin), what="reflected")
             harness.settings(entry("widgets", workers=0))
             home.create(custom_object(Widget, "held", namespace, {"size": 2}, annotations=ALLOWED))
@@ -192,8 +183,7 @@ def test_workers_0_holds_a_type_back_and_removes_nothing_until_workers_come_back
             await widgets.queue.wait_idle(30)
             assert get_or_none(there, Widget, "held", twin) is None, "workers 0: nothing reflected"
             assert get_or_none(there, Widget, "before", twin) is not None, "workers 0: nothing removed"
-            harness.settings(entry("widgets", workers=2))
-            widgets.requeue_all()  # what CustomResources.on_settings does when a type's settings change
+            harness.settings(entry("widgets", workers=2))  # a type's changed settings requeue its objects
             await wait_until_async(
                 lambda: get_or_none(there, Widget, "held", twin) and get_or_none(there, Widget, "before", twin) is None,
                 what="the held-back widget reflected and the deleted one's copy removed",
@@ -211,9 +201,9 @@ def test_a_widget_the_twin_already_holds_that_is_not_ours_is_left_alone_and_repo
     home.create(custom_object(Widget, "theirs", namespace, {"owner": "home"}, annotations=ALLOWED))
 
     async def scenario() -> None:
-        async with Harness(dev_env) as harness:
+        async with Harness(dev_env, namespace, twin) as harness:
             harness.settings(entry("widgets"))
-            widgets = await harness.reflector("Widget", "widgets", status_subresource=True, twins={namespace: twin})
+            widgets = await harness.reflector("widgets")
             await decided(widgets, "home", namespace, f"{namespace}/theirs")
             assert harness.writes("widgets", "apply") == harness.writes("widgets", "delete") == 0
 

@@ -4,7 +4,7 @@ policy pack's view of it, and the pure parts of their reflection (runtime/reflec
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pytest
@@ -13,7 +13,14 @@ from liqo_stack import manifests, policy
 from liqo_stack.config import ConfigError, parse
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
 from runtime.forging.objects import settings_from
-from runtime.reflection.custom import crd_problem, custom_content, has_status_subresource, reflected_condition
+from runtime.reflection import Peering
+from runtime.reflection.custom import (
+    CustomResources,
+    crd_problem,
+    custom_content,
+    has_status_subresource,
+    reflected_condition,
+)
 from tests.unit.test_components import RecordingMocks, mocks, run_program
 from tests.unit.test_config import config, problem_at
 
@@ -118,6 +125,24 @@ def test_the_condition_names_missing_crds_and_a_reflect_status_that_cannot_work(
     )
     unasked = {e.crd_name: e for e in entries(GADGETS)}  # no reflectStatus: nothing to say
     assert reflected_condition(unasked, {}, ["gadgets.example.io"]) == reflected_condition(unasked, {}, [])
+
+
+def test_a_changed_reflect_status_wakes_the_loop_that_writes_the_condition() -> None:
+    """The condition tells where reflectStatus cannot work: a flip of it alone must reach `_report`,
+    which only the loop runs (woken by `_changed`), not only the types' reflectors."""
+    spec = {"now": VirtualNodeSpec.model_validate({"clusterID": "foreign-1", "customResources": [GADGETS]})}
+    peering = Peering(cast(Any, None), cast(Any, None), "home", "foreign-1", node_spec=lambda: spec["now"])
+    resources = CustomResources(peering, status_source=lambda _: True)
+    resources.crds = {"gadgets.example.io": cast(Any, None)}  # watched already: no type opted in or out
+    resources.on_settings()
+    resources._changed.clear()
+    resources.on_settings()
+    assert not resources._changed.is_set(), "nothing changed: the loop sleeps"
+    spec["now"] = VirtualNodeSpec.model_validate(
+        {"clusterID": "foreign-1", "customResources": [{**GADGETS, "reflectStatus": True}]}
+    )
+    resources.on_settings()
+    assert resources._changed.is_set()
 
 
 def test_the_virtual_kubelet_reads_them_and_writes_status_only_where_it_comes_back() -> None:
