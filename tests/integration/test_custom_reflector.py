@@ -79,7 +79,10 @@ class Harness:
         self.spec = VirtualNodeSpec.model_validate({"clusterID": "foreign-1"})
         self.peering = Peering(self.home, self.foreign, "home", "foreign-1", node_spec=lambda: self.spec)
         self.stats = ReflectionMetrics(CollectorRegistry())
-        self.resources = CustomResources(self.peering, status_source=lambda _: True, reflection_metrics=self.stats)
+        self.status_source = True  # foreign-1 gives the namespace's custom objects their status
+        self.resources = CustomResources(
+            self.peering, status_source=lambda _: self.status_source, reflection_metrics=self.stats
+        )
         self.twins = {namespace: twin}
 
     def settings(self, *entries: dict[str, Any]) -> None:
@@ -159,6 +162,33 @@ def test_status_comes_back_only_when_asked_and_the_home_crd_has_a_status_subreso
             assert home.get(Widget, "w", namespace=namespace).get("status") == reported
             assert home.get(Gadget, "g", namespace=namespace).get("status") is None
             assert (harness.writes("widgets", "status"), harness.writes("gadgets", "status")) == (1, 0)
+
+    asyncio.run(scenario())
+
+
+def test_only_the_namespaces_status_source_brings_the_status_home(
+    crds: None, dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    """With several clusters, one gives the status (the manager's `status_source`); when that changes
+    (an offloading changed), the types whose status comes back look again."""
+    namespace, twin = namespaces
+    there = foreign["foreign-1"]
+    home.create(custom_object(Widget, "sourced", namespace, {"size": 1}, annotations=ALLOWED))
+    reported = {"phase": "Ready"}
+
+    async def scenario() -> None:
+        async with Harness(dev_env, namespace, twin) as harness:
+            harness.status_source = False  # another cluster gives it
+            harness.settings(entry("widgets", reflectStatus=True))
+            widgets = await harness.reflector("widgets")
+            await wait_until_async(lambda: get_or_none(there, Widget, "sourced", twin))
+            there.patch(Widget.Status, "sourced", {"status": reported}, namespace=twin, patch_type=PatchType.MERGE)
+            await decided(widgets, "foreign", namespace, f"{twin}/sourced", lambda obj: obj.get("status") == reported)
+            assert home.get(Widget, "sourced", namespace=namespace).get("status") is None, "not the source"
+            harness.status_source = True
+            harness.resources.status_source_changed(namespace)
+            await widgets.queue.wait_idle(30)
+            assert home.get(Widget, "sourced", namespace=namespace).get("status") == reported
 
     asyncio.run(scenario())
 
