@@ -1,8 +1,9 @@
 """`liqo-stack preview pod` against what the runtime really does (issue 39, part 2).
 
 For a set of pods that together exercise every translation rule of seed 002 (scheduling constraints
-dropped, host namespaces off, the three anti-affinity presets, RuntimeClass `liqo`, tolerations, the
-ServiceAccount token and the home API server, no token at all), the remote pod the CLI previews,
+dropped, a home PriorityClass and scheduler among them, host namespaces off, the three anti-affinity
+presets, RuntimeClass `liqo`, tolerations, the ServiceAccount token and the home API server, no token
+at all, the VirtualNodes' label and annotation skip lists), the remote pod the CLI previews,
 from the manifest before it is applied and from the live pod after, is the one the foreign agent
 created, field for field once what the API server defaults there is set aside. The objects the
 preview says follow the pod are in the twin; the one it says is skipped is not.
