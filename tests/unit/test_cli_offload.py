@@ -9,6 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from liqo_stack.cli import main
+from tests.support.kubeconfigs import one_cluster_kubeconfig
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -194,17 +195,7 @@ def test_the_readmes_selectors_select_dev_clusters() -> None:
 
 def test_a_kubeconfig_the_cli_cannot_use_is_named_with_what_to_do(tmp_path: Any) -> None:
     no_user = tmp_path / "no-user.yaml"
-    no_user.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c"}}],
-                "current-context": "x",
-            }
-        )
-    )
+    no_user.write_text(yaml.safe_dump(one_cluster_kubeconfig("https://127.0.0.1:1", user=False)))
     for args, says in (
         (["--kubeconfig", str(no_user)], "no current context with a user"),
         (["--kubeconfig", str(no_user), "--context", "nope"], "Context 'nope' not found"),

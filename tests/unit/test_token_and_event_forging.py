@@ -27,6 +27,7 @@ from runtime.forging.tokens import (
     tokens_wanted,
 )
 from runtime.reflection.events import event_allowed, home_event, needs_write, occurrences
+from tests.support.kubeconfigs import one_cluster_kubeconfig
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -228,18 +229,7 @@ def test_bad_api_server_addresses_are_refused(text: str) -> None:
 
 def stack(tmp_path: Path, **virtual_kubelet: Any) -> StackConfig:
     kubeconfig = tmp_path / "home.yaml"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:32001"}}],
-                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "ctx",
-                "users": [{"name": "u", "user": {}}],
-            }
-        )
-    )
+    kubeconfig.write_text(json.dumps(one_cluster_kubeconfig("https://127.0.0.1:32001")))
     return StackConfig.model_validate(
         {
             "home": {"clusterId": "home", "kubeconfigPath": str(kubeconfig)},
