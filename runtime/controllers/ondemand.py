@@ -46,6 +46,7 @@ from runtime.api.resources import NamespaceOffloadingResource
 from runtime.api.selectors import format_selector
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.controlling import run_controller
+from runtime.kube.packing import unpacked
 from runtime.kube.warnings import Warnings
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,8 @@ class OnDemandController:
         self.offloadings = offloadings
         self.namespaces = namespaces
         self.virtual_nodes = virtual_nodes
-        self.pods = Informer(home, Pod, trim=as_the_trigger_reads)
+        # every pod at home, so packed: a trimmed pod decoded is about 5 KB, packed 0.13 KB
+        self.pods = Informer(home, Pod, trim=as_the_trigger_reads, packed=True)
         self.claims = Informer(home, PersistentVolumeClaim)
         self.events = Warnings(home, names.CONTROLLER_MANAGER)
         self.queue = WorkQueue(self.reconcile, workers=workers, name="ondemand")
@@ -150,9 +152,10 @@ class OnDemandController:
             elif starved_at_home(wire):
                 starved.append((pod, wire))
         if starved:
-            free = free_on_virtual_nodes(self.virtual_nodes.store.values(), self.pods.store.values())
+            stored = (unpacked(pod) for pod in self.pods.store.values())  # each decoded once, read twice
+            free = free_on_virtual_nodes(self.virtual_nodes.store.values(), stored)
             for pod, wire in starved:
-                node = virtual_node_fitting(pod, self.virtual_nodes.store, free)
+                node = virtual_node_fitting(unpacked(pod), self.virtual_nodes.store, free)
                 if node is not None:
                     conditions = (wire.get("status") or {}).get("conditions") or []
                     message = next((c.get("message") for c in conditions if c.get("type") == "PodScheduled"), "")
