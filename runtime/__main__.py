@@ -202,7 +202,9 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
     defaults = OnDemandDefaults(
         args.on_demand_pod_offloading_strategy, args.on_demand_cluster_selector, args.on_demand_grace_period
     )
-    on_demand = OnDemandController(home, offloading.offloadings, selectors.namespaces, offloading.nodes, defaults)
+    on_demand = OnDemandController(
+        home, offloading.offloadings, selectors.namespaces, offloading.nodes, defaults, metrics=probes.metrics
+    )
     service = f"{names.WEBHOOK_SERVICE}.{names.LIQO_NAMESPACE}.svc"
     # one CA for every replica: the webhook Service may reach any of them (not only the leader)
     certificate = await issue_with(await shared_ca(home), [args.webhook_address, "127.0.0.1", "localhost", service])

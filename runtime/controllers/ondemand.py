@@ -13,10 +13,15 @@
   virtual node, no claim of it has been reflected and no pod waits for it; never while one is.
   The idle time counts from this process's start at most, so a restart delays a removal, never hastens it.
 Each step is an Event on the namespace that says why.
+
+The pods and claims at home are watched only while some namespace is opted in or holds an offloading
+of ours (gauge liqo_on_demand_pods_watched): a cluster that offloads no namespace on demand does not
+pay, in this process, for every pod event it has.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +31,7 @@ from lightkube import AsyncClient
 from lightkube.models.core_v1 import Container, PodSpec, PodStatus
 from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
 from lightkube.types import PatchType
+from prometheus_client import Gauge
 
 from runtime.api import OffloadingPhase, PodOffloadingStrategy, names
 from runtime.api.namespaceoffloading import namespace_reference, owned_offloading
@@ -45,13 +51,16 @@ from runtime.api.ondemand import (
 from runtime.api.resources import NamespaceOffloadingResource
 from runtime.api.selectors import format_selector
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
-from runtime.kube.controlling import run_controller
+from runtime.kube.controlling import leading
+from runtime.kube.informing import call_when_synced
 from runtime.kube.packing import unpacked
+from runtime.kube.serving import EngineMetrics
 from runtime.kube.warnings import Warnings
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "liqo-on-demand-offloading"
+WATCHED_METRIC = "liqo_on_demand_pods_watched"
 
 
 def _requests_only(container: Container) -> Container:
@@ -91,6 +100,7 @@ class OnDemandController:
         defaults: OnDemandDefaults,
         *,
         workers: int = 2,
+        metrics: EngineMetrics | None = None,
     ) -> None:
         """`offloadings`, `namespaces`, `virtual_nodes` (the virtual Nodes): informers other controllers run."""
         self.home = home
@@ -98,18 +108,61 @@ class OnDemandController:
         self.offloadings = offloadings
         self.namespaces = namespaces
         self.virtual_nodes = virtual_nodes
-        # every pod at home, so packed: a trimmed pod decoded is about 5 KB, packed 0.13 KB
-        self.pods = Informer(home, Pod, trim=as_the_trigger_reads, packed=True)
-        self.claims = Informer(home, PersistentVolumeClaim)
         self.events = Warnings(home, names.CONTROLLER_MANAGER)
         self.queue = WorkQueue(self.reconcile, workers=workers, name="ondemand")
         self.last_used: dict[str, float] = {}  # namespace -> when it last needed its offloading (monotonic)
+        # The namespaces opted in, and those holding an offloading of ours: while there are none, the
+        # pods and claims at home are not watched (every pod event of the cluster decoded for nothing).
+        self.opted_in: set[str] = set()
+        self.offloaded_by_us: set[str] = set()
+        self.pods, self.claims = self._new_watches()
+        self._watches: list[asyncio.Task[None]] = []  # while running: the two informers and their sync
+        self._running = False
+        self._watched = (
+            Gauge(
+                WATCHED_METRIC,
+                "1 while the pods and claims at home are watched (a namespace is on demand)",
+                registry=metrics.registry,
+            )
+            if metrics
+            else None
+        )
+        self.offloadings.add_handler(self._on_offloading)
+        self.namespaces.add_handler(self._on_namespace)
+
+    def _new_watches(self) -> tuple[Informer, Informer]:
+        # every pod at home, so packed: a trimmed pod decoded is about 5 KB, packed 0.13 KB
+        pods = Informer(self.home, Pod, trim=as_the_trigger_reads, packed=True)
+        claims = Informer(self.home, PersistentVolumeClaim)
         # namespace -> keys of its pods, claims: a reconcile reads its namespace's, not every store entry
-        self.index: dict[Informer, dict[str, set[str]]] = {self.pods: {}, self.claims: {}}
-        for informer in (self.pods, self.claims):
+        self.index: dict[Informer, dict[str, set[str]]] = {pods: {}, claims: {}}
+        for informer in (pods, claims):
             informer.add_handler(self._indexing(informer))
-        self.offloadings.add_handler(self._on_namespaced)
-        self.namespaces.add_handler(lambda event: self.queue.add(event.key))
+        return pods, claims
+
+    def watching(self) -> bool:
+        """Whether the pods and claims at home are watched and their stores synced."""
+        return bool(self._watches) and self.pods.synced.is_set() and self.claims.synced.is_set()
+
+    def _follow_need(self) -> None:
+        """Watch the pods and claims while a namespace is on demand; stop, and drop their stores, once none is."""
+        if not self._running:
+            return
+        needed = bool(self.opted_in or self.offloaded_by_us)
+        if needed and not self._watches:
+            self._watches = [asyncio.create_task(informer.run()) for informer in (self.pods, self.claims)]
+            self._watches.append(asyncio.create_task(call_when_synced([self.pods, self.claims], self._requeue_all)))
+        elif not needed and self._watches:
+            for task in self._watches:
+                task.cancel()
+            self._watches = []
+            self.pods, self.claims = self._new_watches()
+        if self._watched is not None:
+            self._watched.set(1 if self._watches else 0)
+
+    def _requeue_all(self) -> None:
+        for namespace in self.opted_in | self.offloaded_by_us:
+            self.queue.add(namespace)
 
     def _indexing(self, informer: Informer) -> Callable[[Event], None]:
         index = self.index[informer]
@@ -127,13 +180,35 @@ class OnDemandController:
 
         return on_event
 
-    def _on_namespaced(self, event: Event) -> None:
-        self.queue.add(event.key.partition("/")[0])
+    def _on_namespace(self, event: Event) -> None:
+        opted_in = event.type != "DELETED" and _labels(event.obj).get(names.ON_DEMAND_LABEL) == "true"
+        (self.opted_in.add if opted_in else self.opted_in.discard)(event.key)
+        self._follow_need()
+        self.queue.add(event.key)
+
+    def _on_offloading(self, event: Event) -> None:
+        namespace = event.key.partition("/")[0]
+        ours = event.type != "DELETED" and names.OFFLOADED_ON_DEMAND_LABEL in _labels(event.obj)
+        (self.offloaded_by_us.add if ours else self.offloaded_by_us.discard)(namespace)
+        self._follow_need()
+        self.queue.add(namespace)
 
     async def run(self) -> None:
-        await run_controller(
-            [self.pods, self.claims], self.queue, shared=[self.offloadings, self.namespaces, self.virtual_nodes]
-        )
+        """The pods' and claims' watches follow the need from the start (a stand-by replica's too, so a
+        takeover starts warm); reconciling once this process leads. Cancel to stop."""
+        for informer in (self.offloadings, self.namespaces, self.virtual_nodes):
+            await informer.synced.wait()
+        self._running = True
+        self._follow_need()
+        try:
+            await leading()
+            self.queue.start()
+            await asyncio.Event().wait()
+        finally:
+            self._running = False
+            for task in self._watches:
+                task.cancel()
+            await self.queue.shutdown()
 
     def _in_namespace(self, informer: Informer, namespace: str) -> list[Any]:
         store = informer.store
@@ -175,6 +250,8 @@ class OnDemandController:
         if (offloading is not None and not ours) or (offloading is None and not opted_in):
             self.last_used.pop(namespace, None)
             return
+        if not self.watching():
+            return  # once the pods and claims are synced, every namespace on demand is queued again
         virtual = set(self.virtual_nodes.store)
         pods = [pod.to_dict() for pod in self._in_namespace(self.pods, namespace)]
         waiting = self._waiting(self._in_namespace(self.pods, namespace), virtual)

@@ -22,7 +22,8 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.api.advertisement import available_by_node, loads_of
 from runtime.api.resources import NamespaceOffloadingResource
-from tests.support.kube import create_namespace, get_or_none, remote_pod, twin_gone, wait_until
+from runtime.controllers.ondemand import WATCHED_METRIC
+from tests.support.kube import create_namespace, get_or_none, metric_samples, remote_pod, twin_gone, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -151,6 +152,26 @@ def test_a_pod_with_no_room_at_home_offloads_its_namespace_when_a_virtual_node_f
     finally:
         kubectl(dev_env, "delete", "namespace", fillers, "--wait=false")
         opt_out(dev_env, namespace)
+
+
+def test_the_pods_at_home_are_watched_only_while_a_namespace_is_on_demand(
+    runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment, unique_name: str
+) -> None:
+    """The controller-manager decodes no pod event of the cluster for on-demand offloading while no
+    namespace is opted in and no offloading of its own remains (this module's tests leave neither)."""
+    url = wait_until(lambda: runtime.probes_url("controller-manager"), 60, "the controller-manager's probes")
+
+    def watched() -> float | None:
+        return metric_samples(url, WATCHED_METRIC).get(())
+
+    wait_until(lambda: watched() == 0, 60, "no namespace on demand: the pods at home not watched")
+    namespace = unique_name[:40]
+    on_demand_namespace(home, dev_env, namespace)
+    try:
+        wait_until(lambda: watched() == 1, 30, "a namespace opted in: the pods at home watched")
+    finally:
+        opt_out(dev_env, namespace)
+    wait_until(lambda: watched() == 0, 30, "the namespace opted out: the watches stopped")
 
 
 def all_running(home: Client, namespace: str, count: int) -> bool:
