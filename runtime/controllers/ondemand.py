@@ -140,6 +140,10 @@ class OnDemandController:
             informer.add_handler(self._indexing(informer))
         return pods, claims
 
+    def watches_needed(self) -> bool:
+        """Whether some namespace is on demand: labelled, or holding an offloading of ours."""
+        return bool(self.opted_in or self.offloaded_by_us)
+
     def watching(self) -> bool:
         """Whether the pods and claims at home are watched and their stores synced."""
         return bool(self._watches) and self.pods.synced.is_set() and self.claims.synced.is_set()
@@ -148,7 +152,7 @@ class OnDemandController:
         """Watch the pods and claims while a namespace is on demand; stop, and drop their stores, once none is."""
         if not self._running:
             return
-        needed = bool(self.opted_in or self.offloaded_by_us)
+        needed = self.watches_needed()
         if needed and not self._watches:
             self._watches = [asyncio.create_task(informer.run()) for informer in (self.pods, self.claims)]
             self._watches.append(asyncio.create_task(call_when_synced([self.pods, self.claims], self._requeue_all)))
@@ -187,7 +191,9 @@ class OnDemandController:
         self.queue.add(event.key)
 
     def _on_offloading(self, event: Event) -> None:
-        namespace = event.key.partition("/")[0]
+        namespace, _, name = event.key.partition("/")
+        if name != names.NAMESPACE_OFFLOADING_NAME:
+            return  # not the one a namespace is offloaded by (made before the webhook refused others)
         ours = event.type != "DELETED" and names.OFFLOADED_ON_DEMAND_LABEL in _labels(event.obj)
         (self.offloaded_by_us.add if ours else self.offloaded_by_us.discard)(namespace)
         self._follow_need()
@@ -208,6 +214,10 @@ class OnDemandController:
             self._running = False
             for task in self._watches:
                 task.cancel()
+            self._watches = []
+            self.pods, self.claims = self._new_watches()
+            if self._watched is not None:
+                self._watched.set(0)
             await self.queue.shutdown()
 
     def _in_namespace(self, informer: Informer, namespace: str) -> list[Any]:
@@ -227,8 +237,15 @@ class OnDemandController:
             elif starved_at_home(wire):
                 starved.append((pod, wire))
         if starved:
-            stored = (unpacked(pod) for pod in self.pods.store.values())  # each decoded once, read twice
-            free = free_on_virtual_nodes(self.virtual_nodes.store.values(), stored)
+            # only pods bound to a virtual node take from its room: those alone decoded whole (each
+            # attribute read of a packed pod decodes it), the others read as plain JSON
+            virtual_nodes = self.virtual_nodes.store
+            bound = (
+                unpacked(pod)
+                for pod in self.pods.store.values()
+                if (pod.to_dict().get("spec") or {}).get("nodeName") in virtual_nodes
+            )
+            free = free_on_virtual_nodes(virtual_nodes.values(), bound)
             for pod, wire in starved:
                 node = virtual_node_fitting(unpacked(pod), self.virtual_nodes.store, free)
                 if node is not None:
@@ -252,8 +269,12 @@ class OnDemandController:
             return
         if not self.watching():
             return  # once the pods and claims are synced, every namespace on demand is queued again
+        watched = (self.pods, self.claims)  # replaced if the watches stop during an await below
         virtual = set(self.virtual_nodes.store)
         pods = [pod.to_dict() for pod in self._in_namespace(self.pods, namespace)]
+        claims = [
+            c.metadata.name for c in self._in_namespace(self.claims, namespace) if claim_is_remote(c.to_dict(), virtual)
+        ]
         waiting = self._waiting(self._in_namespace(self.pods, namespace), virtual)
         event_object = namespace_reference(namespace, ns.metadata.uid)
         if offloading is None:
@@ -267,9 +288,6 @@ class OnDemandController:
         if phase == OffloadingPhase.READY.value:
             await self._place(namespace, offloading, waiting, event_object)
         remote = [p["metadata"]["name"] for p in pods if runs_on_virtual_node(p, virtual)]
-        claims = [
-            c.metadata.name for c in self._in_namespace(self.claims, namespace) if claim_is_remote(c.to_dict(), virtual)
-        ]
         if (offloading.get("spec") or {}).get("podOffloadingStrategy") == PodOffloadingStrategy.LOCAL.value:
             # Local places only `runtimeClassName: liqo` pods on virtual nodes: the others wait in vain
             waiting = [(pod, why) for pod, why in waiting if asks_for_virtual_node(pod) and not lacks_toleration(pod)]
@@ -283,6 +301,8 @@ class OnDemandController:
         if now - idle_since < grace:
             self.queue.add_after(namespace, grace - (now - idle_since))
             return
+        if (self.pods, self.claims) != watched or not self.watching():
+            return  # what was read is no longer watched: decided again once it is
         with unless_gone():
             await self.home.delete(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace=namespace)
         self.last_used.pop(namespace, None)

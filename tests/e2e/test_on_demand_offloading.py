@@ -72,6 +72,27 @@ def opt_out(dev_env: DevEnvironment, *namespaces: str) -> None:
         kubectl(dev_env, "label", "namespace", namespace, f"{names.ON_DEMAND_LABEL}-")
 
 
+def test_the_pods_at_home_are_watched_only_while_a_namespace_is_on_demand(
+    runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment, unique_name: str
+) -> None:
+    """The controller-manager decodes no pod event of the cluster for on-demand offloading while no
+    namespace is opted in and no offloading of its own remains (first in the module: the others leave
+    their namespaces opted out, but a failed one may leave an offloading in use)."""
+    url = wait_until(lambda: runtime.probes_url("controller-manager"), 60, "the controller-manager's probes")
+
+    def watched() -> float | None:
+        return metric_samples(url, WATCHED_METRIC).get(())
+
+    wait_until(lambda: watched() == 0, 60, "no namespace on demand: the pods at home not watched")
+    namespace = unique_name[:40]
+    on_demand_namespace(home, dev_env, namespace)
+    try:
+        wait_until(lambda: watched() == 1, 30, "a namespace opted in: the pods at home watched")
+    finally:
+        opt_out(dev_env, namespace)
+    wait_until(lambda: watched() == 0, 30, "the namespace opted out: the watches stopped")
+
+
 def test_a_pod_asking_for_a_virtual_node_offloads_its_namespace_until_unused(
     runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment, unique_name: str
 ) -> None:
@@ -152,26 +173,6 @@ def test_a_pod_with_no_room_at_home_offloads_its_namespace_when_a_virtual_node_f
     finally:
         kubectl(dev_env, "delete", "namespace", fillers, "--wait=false")
         opt_out(dev_env, namespace)
-
-
-def test_the_pods_at_home_are_watched_only_while_a_namespace_is_on_demand(
-    runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment, unique_name: str
-) -> None:
-    """The controller-manager decodes no pod event of the cluster for on-demand offloading while no
-    namespace is opted in and no offloading of its own remains (this module's tests leave neither)."""
-    url = wait_until(lambda: runtime.probes_url("controller-manager"), 60, "the controller-manager's probes")
-
-    def watched() -> float | None:
-        return metric_samples(url, WATCHED_METRIC).get(())
-
-    wait_until(lambda: watched() == 0, 60, "no namespace on demand: the pods at home not watched")
-    namespace = unique_name[:40]
-    on_demand_namespace(home, dev_env, namespace)
-    try:
-        wait_until(lambda: watched() == 1, 30, "a namespace opted in: the pods at home watched")
-    finally:
-        opt_out(dev_env, namespace)
-    wait_until(lambda: watched() == 0, 30, "the namespace opted out: the watches stopped")
 
 
 def all_running(home: Client, namespace: str, count: int) -> bool:
