@@ -406,7 +406,12 @@ def test_a_hard_anti_affinity_preset_puts_each_remote_pod_on_its_own_foreign_nod
         conditions = cast(Any, home.get(Pod, name, namespace=offloaded)).status.conditions or []
         return any(c.type == "PodScheduled" and c.status == "False" for c in conditions)
 
-    wait_until(unschedulable_at_home, 30, "the remote scheduler's verdict shown at home")
+    try:
+        wait_until(unschedulable_at_home, 30, "the remote scheduler's verdict shown at home")
+    except TimeoutError as err:  # what each side shows, for a failure to be read from its report alone
+        home_status = cast(Any, home.get(Pod, name, namespace=offloaded)).status
+        remote_status = cast(Any, client.get(Pod, name, namespace=twin)).status
+        raise AssertionError(f"{err}; home: {home_status.to_dict()}; remote: {remote_status.to_dict()}") from err
 
 
 def test_a_soft_anti_affinity_preset_spreads_remote_pods(
