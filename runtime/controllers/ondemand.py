@@ -156,13 +156,19 @@ class OnDemandController:
         if needed and not self._watches:
             self._watches = [asyncio.create_task(informer.run()) for informer in (self.pods, self.claims)]
             self._watches.append(asyncio.create_task(call_when_synced([self.pods, self.claims], self._requeue_all)))
+            if self._watched is not None:
+                self._watched.set(1)
         elif not needed and self._watches:
-            for task in self._watches:
-                task.cancel()
-            self._watches = []
-            self.pods, self.claims = self._new_watches()
+            self._stop_watches()
+
+    def _stop_watches(self) -> None:
+        """Cancel the watches and drop what they held: a later start lists afresh."""
+        for task in self._watches:
+            task.cancel()
+        self._watches = []
+        self.pods, self.claims = self._new_watches()
         if self._watched is not None:
-            self._watched.set(1 if self._watches else 0)
+            self._watched.set(0)
 
     def _requeue_all(self) -> None:
         for namespace in self.opted_in | self.offloaded_by_us:
@@ -212,12 +218,7 @@ class OnDemandController:
             await asyncio.Event().wait()
         finally:
             self._running = False
-            for task in self._watches:
-                task.cancel()
-            self._watches = []
-            self.pods, self.claims = self._new_watches()
-            if self._watched is not None:
-                self._watched.set(0)
+            self._stop_watches()
             await self.queue.shutdown()
 
     def _in_namespace(self, informer: Informer, namespace: str) -> list[Any]:
