@@ -170,13 +170,17 @@ class ShadowPodController:
 
     async def _create_pod(self, shadow: Any) -> None:
         body = pod_of_shadow(shadow.to_dict())
+        key = f"{shadow.metadata.namespace}/{shadow.metadata.name}"
         try:
             created = await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]
-            self.pod_writes.record(f"{created.metadata.namespace}/{created.metadata.name}", created)
+            self.pod_writes.record(key, created)
         except ApiError as err:
             if err.status.code != 409:
                 raise
-            # 409: ours already, not yet in the informer; its event brings us back
+            # ours already, not yet in the informer: its echo brings the key back; else the
+            # informer shows it now, or its event (not ours) is still to come
+            if not self.pod_writes.await_echo(key) and key in self.pods.store:
+                self.queue.add(key)
 
     async def _patch_status(self, shadow: Any, update: dict[str, Any]) -> None:
         with unless_gone():

@@ -7,6 +7,9 @@ reconciled as usual. An echo that arrives before the write's response is simply 
 Until its echo arrives, the store still shows the object as it was before the write: a reconcile of
 the same key in that window (the key added again while the write was in flight) would write the
 same thing again. `in_flight` tells it what it wrote, as client-go controllers' expectations do.
+A reconcile that finds the store behind its write and so decides nothing (a create answered 409
+AlreadyExists: ours, not in the store yet) must be brought back by the echo: `await_echo` makes the
+echo count as news, else the key would wait for a change that may never come.
 Every event of a key ends its record, so this holds only while the store sees every event: a store
 that relisted (its watch down meanwhile) or was started anew must `clear()` what it may have missed.
 """
@@ -21,6 +24,7 @@ from runtime.kube.informing import Event
 class _Write(NamedTuple):
     version: str  # the resourceVersion the write produced
     tag: str  # what the writer wrote, in its own terms (e.g. a content hash)
+    awaited: bool = False  # a reconcile decided nothing until the store shows this write
 
 
 class OwnWrites:
@@ -37,7 +41,19 @@ class OwnWrites:
         """The event shows exactly what our last write made (each recorded write is matched once).
         Any event of the key ends the record: the store now holds what the server has."""
         written = self._writes.pop(event.key, None)
-        return event.type != "DELETED" and written is not None and written.version == event.obj.metadata.resourceVersion
+        if written is None or written.awaited or event.type == "DELETED":
+            return False
+        return bool(written.version == event.obj.metadata.resourceVersion)
+
+    def await_echo(self, key: str) -> bool:
+        """A reconcile found the store without our last write of `key` and decided nothing: that
+        write's echo is to be reconciled like any event. False when no write of `key` awaits its
+        echo (it came already, or none was recorded): the store shows what the server has."""
+        written = self._writes.get(key)
+        if written is None:
+            return False
+        self._writes[key] = written._replace(awaited=True)
+        return True
 
     def in_flight(self, key: str, stored_version: str | None) -> str | None:
         """The tag of our last write of `key` when the store (at `stored_version`, None: absent) does

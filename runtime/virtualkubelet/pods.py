@@ -325,12 +325,18 @@ class PodOffloader(TwinFollower):
         except TranslationError as err:
             await self._back_off(pod, str(err), warn=True)
             return
+        shadow_key = f"{twin}/{pod.metadata.name}"
         try:
             created = await self.peering.foreign.create(ShadowPodResource.from_dict(body))
-            scope.own_writes.record(f"{twin}/{pod.metadata.name}", created)
+            scope.own_writes.record(shadow_key, created)
         except ApiError as err:
             if err.status.code != 409:
                 raise
+            # there already: our create whose echo the store has not shown yet, and that echo is
+            # what brings this pod back (a pod the foreign scheduler cannot place gets no other
+            # event); else the store shows it now, or its event (not ours) is still to come
+            if not scope.own_writes.await_echo(shadow_key) and shadow_key in scope["shadows"].store:
+                self.queue.add(f"{pod.metadata.namespace}/{pod.metadata.name}")
 
     async def _update_shadow(self, pod: Any, shadow: Any, scope: TwinScope) -> None:
         """Carry what changed on the live home pod to the ShadowPod (the agent updates the remote pod)."""
@@ -338,6 +344,11 @@ class PodOffloader(TwinFollower):
         versions = (pod.metadata.resourceVersion, shadow.metadata.resourceVersion)
         if self._shadow_checked.get(key) == versions:
             return  # neither changed since the last comparison: the remote pod's own events bring most keys back
+        shadow_key = f"{shadow.metadata.namespace}/{shadow.metadata.name}"
+        if scope.write_in_flight(shadow_key, versions[1]) is not None:
+            # the store is behind our last patch: compared with what it made once its echo is in
+            scope.own_writes.await_echo(shadow_key)
+            return
         home_pod = pod.to_dict()
         ids = {"home_cluster_id": self.peering.home_cluster_id, "foreign_cluster_id": self.peering.foreign_cluster_id}
         current = shadow.to_dict()

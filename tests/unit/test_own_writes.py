@@ -63,3 +63,12 @@ def test_cleared_writes_are_not_in_flight() -> None:
     own.record("ns/a", config_map("7"), "hash-1")
     own.clear()
     assert own.in_flight("ns/a", None) is None
+
+
+def test_an_echo_a_reconcile_waits_for_is_news() -> None:
+    own = OwnWrites()
+    assert not own.await_echo("ns/a"), "nothing recorded: nothing to wait for"
+    own.record("ns/a", config_map("7"))
+    assert own.await_echo("ns/a")
+    assert not own.is_echo(Event("ADDED", "ns/a", config_map("7")))  # the reconcile that waited runs
+    assert len(own) == 0

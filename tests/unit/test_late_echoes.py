@@ -1,0 +1,149 @@
+"""A reconcile that finds the store behind our own write decides nothing (a create answered 409
+AlreadyExists, a ShadowPod not yet showing our patch), so the echo of that write must bring the
+key back, not be dropped as an echo. A remote pod the foreign scheduler cannot place gets no later
+event that would (seen in CI: the home pod never showed PodScheduled=False)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
+from lightkube.resources.core_v1 import Pod
+
+from runtime.api import VirtualNodeSpec
+from runtime.api.resources import NamespaceOffloadingResource, ShadowPodResource
+from runtime.controllers.shadowpod import ShadowPodController
+from runtime.kube import Event, Informer
+from runtime.kube.twins import TwinScope
+from runtime.reflection import Peering
+from runtime.virtualkubelet.pods import PodOffloader
+
+NAMESPACE, TWIN, NODE = "ns", "ns-twin", "liqo-foreign-1"
+
+
+class ForeignCreates:
+    """Answers creates as an API server does: the first gets a resourceVersion, any next one 409.
+    (The stores are what this test drives; this stands only for the writes' answers.)"""
+
+    def __init__(self) -> None:
+        self.created: list[Any] = []
+        self.patches: list[Any] = []
+
+    async def patch(self, resource: Any, name: str, patch: Any, **_: Any) -> Any:
+        self.patches.append(patch)
+        raise AssertionError("a patch computed from a store behind our last one")
+
+    async def create(self, obj: Any) -> Any:
+        if any(o.metadata.name == obj.metadata.name for o in self.created):
+            raise ApiError(status=Status(code=409, reason="AlreadyExists", message="already exists"))
+        body = obj.to_dict()
+        body["metadata"]["resourceVersion"] = str(100 + len(self.created))
+        self.created.append(type(obj).from_dict(body))
+        return self.created[-1]
+
+
+def home_pod() -> Any:
+    return Pod.from_dict(
+        {
+            "metadata": {"name": "p", "namespace": NAMESPACE, "uid": "u-1", "resourceVersion": "7"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]},
+        }
+    )
+
+
+def offloader(foreign: ForeignCreates) -> tuple[PodOffloader, TwinScope]:
+    peering = Peering(
+        cast(Any, None),
+        cast(Any, foreign),
+        "home",
+        "foreign-1",
+        node_names=(NODE,),
+        spec_of=lambda _: VirtualNodeSpec.model_validate({"clusterID": "foreign-1"}),
+    )
+    pods = PodOffloader(peering, Informer(cast(Any, None), NamespaceOffloadingResource))
+    scope = TwinScope(NAMESPACE, TWIN, pods.open_scope(NAMESPACE, TWIN), pods.written)
+    for name, informer in scope.informers.items():  # as scope.start wires them, without the watches
+        informer.add_handler(lambda event, name=name: pods.on_event(scope, name, event))  # type: ignore[misc]
+    pods.scopes[NAMESPACE] = scope
+    return pods, scope
+
+
+def deliver(informer: Any, event_type: str, obj: Any) -> None:
+    """The event as the informer's watch hands it over: stored first, then dispatched."""
+    key = f"{obj.metadata.namespace}/{obj.metadata.name}"
+    informer.store[key] = informer._stored(obj)
+    informer._dispatch([Event(cast(Any, event_type), key, informer.store[key])])
+
+
+def test_the_echo_of_a_shadowpod_create_the_store_had_not_shown_brings_the_pod_back() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        foreign = ForeignCreates()
+        pods, scope = offloader(foreign)
+        await pods._create_shadow(home_pod(), scope)  # the first reconcile: created
+        # the remote pod's event came first and queued the pod again; its shadow not in the store
+        await pods._create_shadow(home_pod(), scope)  # 409: ours, not shown yet
+        queued_at_once = f"{NAMESPACE}/p" in pods.queue._queued
+        deliver(scope["shadows"], "ADDED", ShadowPodResource.from_dict(foreign.created[0].to_dict()))
+        return queued_at_once, f"{NAMESPACE}/p" in pods.queue._queued
+
+    queued_at_once, queued_by_the_echo = asyncio.run(scenario())
+    assert not queued_at_once, "nothing to decide until the store shows the ShadowPod"
+    assert queued_by_the_echo, "the echo of the create brings the pod back"
+
+
+def test_a_shadowpod_create_echoed_while_the_409_was_on_its_way_brings_the_pod_back_at_once() -> None:
+    async def scenario() -> bool:
+        foreign = ForeignCreates()
+        pods, scope = offloader(foreign)
+        await pods._create_shadow(home_pod(), scope)
+        deliver(scope["shadows"], "ADDED", ShadowPodResource.from_dict(foreign.created[0].to_dict()))
+        assert f"{NAMESPACE}/p" not in pods.queue._queued, "an echo, with nothing waiting on it"
+        await pods._create_shadow(home_pod(), scope)  # a reconcile that read the store just before
+        return f"{NAMESPACE}/p" in pods.queue._queued
+
+    assert asyncio.run(scenario())
+
+
+def test_the_agent_is_brought_back_by_the_echo_of_a_pod_create_the_store_had_not_shown() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        foreign = ForeignCreates()
+        agent = ShadowPodController(cast(Any, foreign), "foreign-1")
+        shadow = ShadowPodResource.from_dict(
+            {
+                "metadata": {"name": "p", "namespace": TWIN, "uid": "s-1"},
+                "spec": {"pod": {"containers": [{"name": "c", "image": "i"}]}},
+            }
+        )
+        await agent._create_pod(shadow)
+        await agent._create_pod(shadow)  # 409: ours, the pod informer behind
+        queued_at_once = f"{TWIN}/p" in agent.queue._queued
+        deliver(agent.pods, "ADDED", Pod.from_dict(foreign.created[0].to_dict()))
+        return queued_at_once, f"{TWIN}/p" in agent.queue._queued
+
+    queued_at_once, queued_by_the_echo = asyncio.run(scenario())
+    assert not queued_at_once
+    assert queued_by_the_echo
+
+
+def test_a_shadowpod_the_store_shows_before_our_patch_is_compared_once_the_patch_is_in() -> None:
+    async def scenario() -> tuple[list[Any], bool]:
+        foreign = ForeignCreates()
+        pods, scope = offloader(foreign)
+        await pods._create_shadow(home_pod(), scope)
+        shadow = ShadowPodResource.from_dict(foreign.created[0].to_dict())
+        deliver(scope["shadows"], "ADDED", shadow)
+        patched = shadow.to_dict()
+        patched["metadata"]["resourceVersion"] = "150"
+        scope.own_writes.record(f"{TWIN}/p", ShadowPodResource.from_dict(patched))  # our patch, in flight
+        relabelled = home_pod()
+        relabelled.metadata.labels = {"tier": "web"}
+        await pods._update_shadow(relabelled, scope["shadows"].store[f"{TWIN}/p"], scope)
+        deliver(scope["shadows"], "MODIFIED", ShadowPodResource.from_dict(patched))
+        return foreign.patches, f"{NAMESPACE}/p" in pods.queue._queued
+
+    patches, queued_by_the_echo = asyncio.run(scenario())
+    assert patches == []
+    assert queued_by_the_echo, "compared again once the store shows our patch"
