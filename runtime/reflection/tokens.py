@@ -143,7 +143,12 @@ class TokenReflector(TwinFollower):
                 await peering.foreign.apply(body, field_manager=FIELD_MANAGER, force=True)
         except ApiError as err:
             if err.status.code == 409 and remote is None:
-                await self._conflict(pod, twin, secret_name)
+                # the store shows no Secret of that name: ours not shown yet (its event brings the
+                # pod back), or another's in the way
+                with unless_gone():
+                    existing = await peering.foreign.get(Secret, secret_name, namespace=twin)
+                    if not is_owned(existing.to_dict(), peering.home_cluster_id, peering.foreign_cluster_id):
+                        await self._conflict(pod, twin, secret_name)
                 return
             raise
         if renew is not None:

@@ -1,6 +1,7 @@
 """The token reflector against real API servers: a pod's token Secret is renewed when its time comes
 (80% of the shortest token's life; made seconds here), with new tokens the home API server
-issued, and deleted when the home pod goes."""
+issued, and deleted when the home pod goes; a Secret of ours that its store has not shown yet is no
+conflict."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authentication_v1 import TokenReview
-from lightkube.resources.core_v1 import Pod, Secret, ServiceAccount
+from lightkube.resources.core_v1 import Event, Pod, Secret, ServiceAccount
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.api import VirtualNodeSpec, names
@@ -20,6 +21,7 @@ from runtime.forging import tokens
 from runtime.kube import Informer
 from runtime.reflection import Peering
 from runtime.reflection.tokens import TokenReflector
+from tests.support.kube import get_or_none, wait_until_async
 
 pytestmark = pytest.mark.clusters
 
@@ -106,3 +108,47 @@ def review(home: Client, token: str) -> Any:
     spec = {"token": token, "audiences": ["vault"]}
     body: Any = TokenReview.from_dict({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec})
     return cast(Any, home.create(body)).status
+
+
+def test_a_secret_of_ours_the_store_has_not_shown_yet_is_no_conflict(
+    dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    namespace, twin = namespaces
+    home.create(ServiceAccount(metadata=ObjectMeta(name="robot", namespace=namespace)))
+    name = names.token_secret_name("renewed")
+
+    async def scenario() -> None:
+        home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
+        pods = Informer(home_client, Pod, namespace=namespace)
+        spec = VirtualNodeSpec(clusterID="foreign-1")
+        peering = Peering(home_client, foreign_client, "home", "foreign-1", node_spec=lambda: spec)
+        reflector = TokenReflector(peering, pods)
+        task = asyncio.create_task(pods.run())
+        await pods.synced.wait()
+        await reflector.start()
+        reflector.follow({namespace: twin})
+        try:
+            await wait_until_async(lambda: reflector.synced_scope(namespace), what="the twin's Secrets known")
+            # the Secrets' store stops seeing events: the Secret about to be written is never shown
+            reflector.scopes[namespace].tasks["secrets"].cancel()
+            home.create(pod(namespace))
+            there = foreign["foreign-1"]
+            await wait_until_async(lambda: get_or_none(there, Secret, name, twin), what="the token Secret written")
+            queue = reflector.queue  # its renewal stays scheduled: done when the reconciles are
+            await wait_until_async(
+                lambda: queue.depth == 0 and not queue._processing, what="the write's reconcile done"
+            )
+            done = queue.stats.reconciles
+            queue.add(f"{namespace}/renewed")  # decided again, the store still without it: 409
+            await wait_until_async(lambda: queue.stats.reconciles > done, what="the pod decided again")
+        finally:
+            task.cancel()
+            await reflector.stop()
+            await home_client.close()
+            await foreign_client.close()
+
+    asyncio.run(scenario())
+    events = list(home.list(Event, namespace=namespace, fields={"involvedObject.name": "renewed"}))
+    assert [e.message for e in events if e.reason == "ReflectionConflict"] == []
+    assert get_or_none(foreign["foreign-1"], Secret, name, twin) is not None
