@@ -14,7 +14,7 @@ restarted for them. `pytest_collection_modifyitems` in tests/conftest.py orders 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,39 @@ STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local
 SHARED_STACK = "offloading"
 # issue 39: the custom resource type the shared stack opts in (test_custom_resources.py installs its CRDs)
 WIDGETS = {"group": "e2e.liqo-stack.dev", "version": "v1", "resource": "widgets", "reflectStatus": True}
+# A failed test's report carries what each runtime component logged while it ran (its last lines):
+# a CI log then tells what the runtime did, after the clone it ran in is gone.
+RUNTIME_LOG_LINES = 60
+_LOG_OFFSETS = pytest.StashKey[dict[Path, int]]()
+
+
+def _runtime_logs(item: pytest.Item) -> list[Path]:
+    """The logs of the runtimes the test uses (through its fixtures)."""
+    runtimes = [value for value in getattr(item, "funcargs", {}).values() if isinstance(value, ExternalRuntime)]
+    return [runtime.log(component) for runtime in runtimes for component in runtime.components]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    item.stash[_LOG_OFFSETS] = {log: log.stat().st_size if log.exists() else 0 for log in _runtime_logs(item)}
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    if report.when == "call" and report.failed:
+        for log, start in item.stash.get(_LOG_OFFSETS, {}).items():
+            try:
+                with log.open("rb") as stream:
+                    stream.seek(start)
+                    lines = stream.read().decode(errors="replace").splitlines()
+            except OSError:
+                continue
+            if lines:
+                shown = "\n".join(lines[-RUNTIME_LOG_LINES:])
+                report.sections.append((f"{log.name} while the test ran (last {RUNTIME_LOG_LINES} lines)", shown))
+    return report
 
 
 @pytest.fixture(scope="session")
