@@ -14,11 +14,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pydantic
 import yaml
 
-from runtime.api import NodeSelector, PodOffloadingStrategy, VirtualNodeSpec, names
+from runtime.api import NodeSelector, NodeSelectorRequirement, PodOffloadingStrategy, VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import effective_strategy
-from runtime.api.selectors import selector_matches
+from runtime.api.selectors import requirement_matches, selector_matches
 from runtime.forging.objects import settings_from, why_not_reflected
 from runtime.forging.pods import (
     HOME_SCHEDULING_FIELDS,
@@ -49,6 +50,9 @@ class Cluster:
     spec: VirtualNodeSpec
     labels: dict[str, str]
     pools: dict[str, VirtualNodeSpec] = field(default_factory=dict)
+    # its virtual Nodes at home by name, as the home scheduler sees them: {"labels": ..., "taints": [...]}
+    # (wire format); a node missing here is not checked against the pod's own constraints
+    live_nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def virtual_nodes(self) -> dict[str, VirtualNodeSpec]:
         """Its virtual nodes by name, each with its VirtualNode's spec."""
@@ -87,6 +91,7 @@ class ClusterPreview:
     changes: list[str] = field(default_factory=list)
     remote_pod: dict[str, Any] | None = None
     refused: str | None = None  # the runtime would not offload the pod (OffloadingBackOff): why
+    unplaced: str | None = None  # the home scheduler never binds the pod to this virtual node: why
     objects: list[Follower] = field(default_factory=list)
 
 
@@ -117,6 +122,7 @@ class PodPreview:
                     "twin": c.twin,
                     "changes": c.changes,
                     "refused": c.refused,
+                    "unplaced": c.unplaced,
                     "remotePod": c.remote_pod,
                     "objects": [asdict(o) for o in c.objects],
                 }
@@ -189,10 +195,65 @@ def preview_pod(pod: dict[str, Any], context: PodContext, source: str) -> PodPre
     for cluster in clusters:
         nodes = cluster.virtual_nodes()
         # a pod bound to a pool's virtual node runs on that pool's nodes there; one not yet bound may
-        # go to any pool the home scheduler picks: each is shown
+        # go to any pool the home scheduler picks, as its own constraints allow: each is shown
         for node_name in [bound] if bound in nodes else sorted(nodes):
-            preview.clusters.append(preview_in(pod, cluster, context, node_name))
+            live = cluster.live_nodes.get(node_name)
+            why = None if bound in nodes or live is None else unplaced_on(pod.get("spec") or {}, node_name, live)
+            if why is not None:
+                preview.clusters.append(ClusterPreview(cluster.cluster_id, context.twin or "", node_name, unplaced=why))
+            else:
+                preview.clusters.append(preview_in(pod, cluster, context, node_name))
     return preview
+
+
+def unplaced_on(spec: Mapping[str, Any], node_name: str, live: Mapping[str, Any]) -> str | None:
+    """Why the home scheduler never binds a pod of this spec to the virtual node (its nodeSelector, its
+    required node affinity, a taint it does not tolerate); None: it may. The virtual node's own taint is
+    left out: the pod webhook adds its toleration to every pod that may be offloaded."""
+    labels: Mapping[str, str] = live.get("labels") or {}
+    unmatched = [f"{k}={v}" for k, v in (spec.get("nodeSelector") or {}).items() if labels.get(k) != v]
+    if unmatched:
+        return f"its nodeSelector {', '.join(unmatched)} is not among the labels of {node_name}"
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    terms = (required or {}).get("nodeSelectorTerms") or []
+    if required is not None and not any(_term_matches(t, node_name, labels) for t in terms):
+        return f"its required node affinity matches no label of {node_name}"
+    tolerations = spec.get("tolerations") or []
+    for taint in live.get("taints") or []:
+        if taint.get("key") == names.VIRTUAL_NODE_TAINT_KEY or taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(t, taint) for t in tolerations):
+            shown = f"{taint.get('key')}={taint.get('value') or ''}:{taint.get('effect')}"
+            return f"it does not tolerate the taint {shown} of {node_name}"
+    return None
+
+
+def _term_matches(term: Mapping[str, Any], node_name: str, labels: Mapping[str, str]) -> bool:
+    """A pod's node selector term: its expressions on the node's labels, its fields on its name; one
+    with neither matches no node."""
+    try:
+        expressions = [NodeSelectorRequirement.model_validate(r) for r in term.get("matchExpressions") or []]
+        fields = [NodeSelectorRequirement.model_validate(r) for r in term.get("matchFields") or []]
+    except pydantic.ValidationError as err:
+        raise PreviewError(f"spec.affinity.nodeAffinity: a node selector term the API server refuses: {err}") from None
+    if not expressions and not fields:
+        return False
+    node_fields = {"metadata.name": node_name}
+    return all(requirement_matches(r, labels) for r in expressions) and all(
+        requirement_matches(r, node_fields) for r in fields
+    )
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """The scheduler's rule: the effect (empty: any), then Exists on the key (empty: any key) or Equal
+    on key and value."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration.get("key") == taint.get("key")
+    return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def preview_in(pod: dict[str, Any], cluster: Cluster, context: PodContext, node_name: str) -> ClusterPreview:
@@ -471,15 +532,19 @@ def render(preview: PodPreview, output: str) -> str:
     if preview.stays_home:
         lines.append(f"stays in the home cluster: {preview.stays_home}")
     elif preview.strategy:
+        placed = ", ".join(dict.fromkeys(c.cluster for c in preview.clusters if c.unplaced is None))
         lines.append(
             f"podOffloadingStrategy {preview.strategy}: may run in "
-            + ", ".join(dict.fromkeys(c.cluster for c in preview.clusters))
+            + (placed or "no foreign cluster (its own constraints leave out every virtual node)")
             + (" or at home" if preview.strategy == PodOffloadingStrategy.LOCAL_AND_REMOTE.value else "")
         )
     for cluster in preview.clusters:
         here = " (the pod runs here now)" if cluster.cluster == preview.running_in else ""
         pool = f", virtual node {cluster.node}" if cluster.node != names.virtual_node_name(cluster.cluster) else ""
         lines += ["", f"== {cluster.cluster} (twin namespace {cluster.twin}{pool}){here} =="]
+        if cluster.unplaced:
+            lines.append(f"not placed here by the home scheduler: {cluster.unplaced}")
+            continue
         if cluster.refused:
             lines.append(f"not offloaded: {cluster.refused}")
             continue

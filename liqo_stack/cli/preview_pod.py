@@ -11,7 +11,7 @@ import click
 import yaml
 from lightkube import ApiError, Client
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service
 
 from liqo_stack.cli.offload import home_client, read_peers, with_cluster
 from liqo_stack.kube import get_or_none
@@ -55,17 +55,26 @@ def read_context(client: Client, namespace: str, home_id: str) -> PodContext:
     for found_node in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
         declared = VirtualNodeSpec.model_validate(found_node["spec"])
         nodes.setdefault(declared.cluster_id, {})[str(found_node["metadata"]["name"])] = declared
+    live = {  # what the home scheduler matches a pod's own constraints against
+        str(n.metadata.name): {
+            "labels": dict(n.metadata.labels or {}),
+            "taints": [t.to_dict() for t in (n.spec.taints if n.spec else None) or []],
+        }
+        for n in client.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
+        if n.metadata is not None
+    }
     clusters = []
     for peer in read_peers(client):
         own = nodes.get(peer.cluster_id) or {}
         whole = own.get(names.virtual_node_name(peer.cluster_id))
+        live_nodes = {name: live[name] for name in own if name in live}
         if whole is not None and len(own) == 1:
-            clusters.append(Cluster(peer.cluster_id, whole, peer.labels))
+            clusters.append(Cluster(peer.cluster_id, whole, peer.labels, live_nodes=live_nodes))
         elif own:  # node pools (and, while the stack replaces it, the whole cluster's node)
             # the cluster's settings are its primary node's, as its virtual kubelet takes them
             # (runtime/virtualkubelet/kubelet.py, served_nodes): the whole cluster's, else the first pool
             primary = whole if whole is not None else own[min(own)]
-            clusters.append(Cluster(peer.cluster_id, primary, peer.labels, pools=own))
+            clusters.append(Cluster(peer.cluster_id, primary, peer.labels, pools=own, live_nodes=live_nodes))
     found = get_or_none(client, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace)
     offloading: dict[str, Any] | None = found.to_dict() if found is not None else None
     twin = None

@@ -332,3 +332,22 @@ def test_the_docs_example_deployment_previews_before_it_is_applied(
         verdicts = {(o["kind"], o["name"]): o["reflected"] for o in cluster["objects"]}
         assert verdicts[("ConfigMap", "web-settings")] is False  # not created: missing at home
     assert not list(home.list(Pod, namespace=offloaded, labels={"app": "web"})), "a dry run stores nothing"
+
+
+def test_an_unbound_pod_is_previewed_only_on_the_virtual_nodes_its_own_constraints_allow(
+    offloaded: str, dev_env: DevEnvironment, tmp_path: Path
+) -> None:
+    """The home scheduler binds a pod only to a virtual node its nodeSelector matches (read from the
+    live Nodes): the other cluster says why, and shows no remote pod."""
+    manifest = tmp_path / "pinned.yaml"
+    spec = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: "foreign-1"}, "containers": container()}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pinned", "namespace": offloaded}, "spec": spec}
+    manifest.write_text(yaml.safe_dump(pod))
+    clusters = previewed(dev_env, "--file", str(manifest))
+    assert clusters["foreign-1"]["unplaced"] is None and clusters["foreign-1"]["remotePod"] is not None
+    unplaced = clusters["foreign-2"]["unplaced"]
+    assert f"its nodeSelector {names.REMOTE_CLUSTER_ID_LABEL}=foreign-1 is not among the labels of" in unplaced
+    assert clusters["foreign-2"]["remotePod"] is None
+    text = liqo_stack_output(dev_env, "preview", "pod", "--file", str(manifest))
+    assert "may run in foreign-1\n" in text
+    assert "not placed here by the home scheduler: its nodeSelector" in text

@@ -167,6 +167,47 @@ def test_a_cluster_of_node_pools_shows_the_pool_a_bound_pod_is_on_and_every_pool
     assert "may run in foreign-1\n" in render(unbound, "text")
 
 
+def live(*taints: dict[str, str], **labels: str) -> dict[str, Any]:
+    """A virtual Node as the home scheduler sees it."""
+    return {"labels": labels, "taints": list(taints)}
+
+
+def test_an_unbound_pod_goes_only_where_its_own_constraints_let_the_home_scheduler_bind_it() -> None:
+    liqo_taint = {"key": names.VIRTUAL_NODE_TAINT_KEY, "value": "true", "effect": "NoExecute"}
+    gpu_taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    one, two = names.virtual_node_name("foreign-1"), names.virtual_node_name("foreign-2")
+    clusters = [
+        Cluster("foreign-1", node(), {}, live_nodes={one: live(liqo_taint, region="europe")}),
+        Cluster("foreign-2", node(), {}, live_nodes={two: live(liqo_taint, gpu_taint, region="us-west")}),
+    ]
+
+    def unplaced(**spec: Any) -> dict[str, str | None]:
+        return {c.cluster: c.unplaced for c in preview_pod(home_pod(**spec), context(clusters), "x").clusters}
+
+    pinned = unplaced(nodeSelector={"region": "europe"})
+    assert pinned["foreign-1"] is None
+    assert pinned["foreign-2"] == f"its nodeSelector region=europe is not among the labels of {two}"
+    west = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "In", "values": ["us-west"]}]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": west}}
+    untolerated = unplaced(affinity=affinity)
+    assert untolerated["foreign-1"] == f"its required node affinity matches no label of {one}"
+    assert untolerated["foreign-2"] == f"it does not tolerate the taint dedicated=gpu:NoSchedule of {two}"
+    tolerated = unplaced(affinity=affinity, tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    assert tolerated["foreign-2"] is None, "the virtual node's own taint is the webhook's to tolerate"
+    by_name = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [one]}]}]}
+    named = unplaced(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": by_name}})
+    assert named["foreign-1"] is None and named["foreign-2"] is not None
+    bound = unplaced(nodeName=two, nodeSelector={"region": "europe"})  # bound before a label changed
+    assert bound["foreign-2"] is None, "a bound pod is where it is"
+    nowhere = preview_pod(home_pod(nodeSelector={"region": "mars"}), context(clusters), "x")
+    text = render(nowhere, "text")
+    assert "may run in no foreign cluster (its own constraints leave out every virtual node)" in text
+    assert (
+        f"not placed here by the home scheduler: its nodeSelector region=mars is not among the labels of {one}" in text
+    )
+    assert all(c.remote_pod is None for c in nowhere.clusters)
+
+
 # -- the remote pod, and why it differs -------------------------------------------------------------------
 
 
