@@ -78,6 +78,8 @@ class Snapshot:
     home_objects: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     # home namespace -> its labels (what the stack's namespaceSelectors match)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    # custom resource type (its CRD's name) -> offloaded namespace -> its objects at home (wire format)
+    custom_objects: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     # home namespace -> the NamespaceOffloadingSelector that made its offloading
     selector_owned: dict[str, str] = field(default_factory=dict)
     # the NamespaceOffloadingSelectors the stack declared (the others, made with the CLI, are not its to remove)
@@ -101,6 +103,9 @@ class Effects:
     policy_violations: list[dict[str, str]] = field(default_factory=list)
     # per namespace and cluster: running pods whose remote labels or objects a reflection change touches
     running_pods_reflection: list[dict[str, Any]] = field(default_factory=list)
+    # custom objects in twinned namespaces whose copy a change of liqo:reflection.customResources makes,
+    # freezes or deletes
+    custom_objects_reflection: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def any(self) -> bool:
@@ -114,13 +119,16 @@ class Effects:
                 self.naming_conflicts,
                 self.policy_violations,
                 self.running_pods_reflection,
+                self.custom_objects_reflection,
             )
         )
 
     def needs_approval(self) -> bool:
         """Effects a human should see before `up`: anything destructive, failing or denied (a copy that
         running pods use deleted from their twin is)."""
-        copies_deleted = any(o["after"] == DELETED for e in self.running_pods_reflection for o in e["objects"])
+        copies_deleted = any(o["after"] == DELETED for e in self.running_pods_reflection for o in e["objects"]) or any(
+            o["after"] == DELETED for o in self.custom_objects_reflection
+        )
         return bool(
             self.twins_deleted or self.pods_losing_node or self.nodes_shrunk or self.naming_conflicts or copies_deleted
         ) or any(v.get("enforcement") == "mandatory" for v in self.policy_violations)
@@ -342,6 +350,25 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
             )
             if entry is not None:
                 found.running_pods_reflection.append({"namespace": namespace, **entry})
+
+    # -- custom objects under new liqo:reflection.customResources (every object of a type is reflected
+    # into each twin of its namespace, whether or not a pod uses it)
+    going = {(t["namespace"], t["cluster"]) for t in found.twins_deleted}
+    for foreign in config.foreign_clusters:
+        old = snapshot.node_specs.get(foreign.cluster_id)
+        if old is None:
+            continue
+        new = virtual_node_spec(config, foreign)
+        if old.custom_resources == new.custom_resources:
+            continue
+        twinned = [
+            namespace
+            for namespace, (_, clusters, _) in sorted(snapshot.offloadings.items())
+            if foreign.cluster_id in clusters and (namespace, foreign.cluster_id) not in going
+        ]
+        found.custom_objects_reflection += custom_reflection_change(
+            foreign.cluster_id, twinned, snapshot.custom_objects, old, new
+        )
     return found
 
 
@@ -426,6 +453,45 @@ def reflection_change(
     return {"cluster": cluster_id, "pods": len(running), "relabelled": sorted(relabelled), "objects": changed}
 
 
+def custom_reflection_change(
+    cluster_id: str,
+    namespaces: list[str],
+    objects: dict[str, dict[str, list[dict[str, Any]]]],
+    old: VirtualNodeSpec,
+    new: VirtualNodeSpec,
+) -> list[dict[str, Any]]:
+    """The custom objects of `namespaces` whose copy in `cluster_id` new custom resource settings make,
+    freeze or delete. A type opted out, or turned off (workers 0), leaves its copies as they are
+    (runtime/reflection/custom.py); a policy that no longer allows an object deletes its copy."""
+    changed = []
+    for crd_name in sorted({c.crd_name for c in old.custom_resources} | {c.crd_name for c in new.custom_resources}):
+        before, after = old.custom_resource(crd_name), new.custom_resource(crd_name)
+        for namespace in namespaces:
+            for obj in objects.get(crd_name, {}).get(namespace, []):
+                was = before is not None and why_not_reflected(crd_name, obj, settings_from(old, crd_name)) is None
+                why = (
+                    "no longer in liqo:reflection.customResources"
+                    if after is None
+                    else why_not_reflected(crd_name, obj, settings_from(new, crd_name))
+                )
+                if was == (why is None):
+                    continue
+                frozen = after is None or after.workers == 0
+                outcome = REFLECTED if why is None else (FROZEN if frozen else DELETED)
+                name = str((obj.get("metadata") or {}).get("name") or "")
+                changed.append(
+                    {
+                        "namespace": namespace,
+                        "cluster": cluster_id,
+                        "kind": crd_name,
+                        "name": name,
+                        "after": outcome,
+                        "why": why or "",
+                    }
+                )
+    return changed
+
+
 # -- reading the live clusters ----------------------------------------------------------------------
 
 
@@ -506,6 +572,8 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
             for kind, resource in (("configmap", ConfigMap), ("secret", Secret), ("service", Service))
         }
 
+    snapshot.custom_objects = _custom_objects(home, config, snapshot)
+
     wanted = {twin for clusters_twin in planned_selection(config, snapshot).values() for twin in [clusters_twin[1]]}
     wanted |= {twin for _, _, twin in snapshot.offloadings.values() if twin}
     for cluster_id, client in clients.items():
@@ -529,6 +597,31 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
             pods, objects = count_twin(client, twin)
             snapshot.twins[(cluster_id, twin)] = TwinState(exists=True, ours=ours, pods=pods, objects=objects)
     return snapshot
+
+
+def _custom_objects(home: Any, config: StackConfig, snapshot: Snapshot) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The objects at home, in the namespaces offloaded now, of every custom resource type reflected now or
+    by the new config (a type whose CRD the home cluster lacks has none)."""
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+    types = {c.crd_name: c for spec in snapshot.node_specs.values() for c in spec.custom_resources}
+    types |= {c.crd_name: c for c in config.reflection.custom_reflection()}  # the version to come wins
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for crd_name, custom in sorted(types.items()):
+        try:
+            crd = home.get(CustomResourceDefinition, crd_name)
+        except Exception as err:
+            if is_not_found(err):
+                continue
+            raise
+        kind = str(crd.spec.names.kind)
+        resource = create_namespaced_resource(custom.group, custom.version, kind, custom.resource)
+        for obj in _listed(home, resource, namespace="*"):
+            namespace = str(obj.metadata.namespace or "")
+            if namespace in snapshot.offloadings:
+                found.setdefault(crd_name, {}).setdefault(namespace, []).append(obj.to_dict())
+    return found
 
 
 def _built_in(kind: str, obj: Any) -> bool:

@@ -194,6 +194,17 @@ def lines_of(report: PreviewReport) -> list[tuple[str, list[str]]]:
                 [reflection_line(entry) for entry in e.running_pods_reflection],
             )
         )
+    if e.custom_objects_reflection:
+        sections.append(
+            (
+                "Custom objects under new reflection settings",
+                [
+                    f"{o['kind']} {o['namespace']}/{o['name']} in {o['cluster']}: {o['after']}"
+                    + (f" ({o['why']})" if o["why"] else "")
+                    for o in e.custom_objects_reflection
+                ],
+            )
+        )
     if e.twins_created:
         sections.append(
             (

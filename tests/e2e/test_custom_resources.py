@@ -17,12 +17,15 @@ from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Event, Secret
 from lightkube.types import PatchType
+from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
 from tests.e2e.conftest import WIDGETS
+from tests.support.cli import run_preview
 from tests.support.crds import open_crd
 from tests.support.kube import get_or_none, wait_until
 
@@ -239,3 +242,25 @@ def test_a_crd_deleted_in_one_cluster_stops_reflection_there_only(
     home.create(widget("later", offloaded, {"size": 5}, annotations=ALLOWED))
     assert copy_in(foreign["foreign-1"], "later", offloaded)["spec"] == {"size": 5}
     assert condition(home, "foreign-1")["status"] == "True"
+
+
+def test_the_stack_preview_tells_which_widgets_a_policy_change_reflects(
+    crds: None, offloaded: str, home: Client, installed: auto.Stack, pulumi_env: PulumiEnvironment
+) -> None:
+    """`liqo-stack preview` reads the custom objects of the offloaded namespaces: DenyList instead of
+    AllowList reflects the widgets with no annotation, into every cluster of their namespace."""
+    home.create(widget("unannotated", offloaded, {"size": 1}))
+    home.create(widget("kept-home", offloaded, {"size": 1}, annotations={names.SKIP_REFLECTION_ANNOTATION: "true"}))
+    config = PulumiEnvironment.liqo_config(installed)
+    original = json.loads(json.dumps(config))
+    for custom in config["reflection"]["customResources"]:
+        custom["type"] = "DenyList"
+    PulumiEnvironment.set_liqo_config(installed, config)
+    try:
+        code, output = run_preview(installed, pulumi_env, "text")
+    finally:
+        PulumiEnvironment.set_liqo_config(installed, original)
+    assert code == 2, "an effect to look at"
+    for cluster_id in ("foreign-1", "foreign-2"):
+        assert f"widgets.{GROUP} {offloaded}/unannotated in {cluster_id}: now reflected" in output
+    assert "kept-home" not in output

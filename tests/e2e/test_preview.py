@@ -8,14 +8,13 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
-from click.testing import CliRunner
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod, Service
 from pulumi import automation as auto
 
-from liqo_stack.cli import main as cli
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from tests.support.cli import run_preview
 from tests.support.kube import VIRTUAL_NODES, deploy_running, node_ready, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -40,18 +39,6 @@ def on_foreign_2(installed: auto.Stack, runtime: ExternalRuntime, home: Client) 
         yield config
     finally:
         PulumiEnvironment.set_liqo_config(installed, original)  # the conftest puts the stack back
-
-
-def run_preview(stack: auto.Stack, pulumi_env: PulumiEnvironment, output: str) -> tuple[int, str]:
-    env = {k: v for k, v in pulumi_env.env_vars().items() if k != "PATH"}
-    result = CliRunner().invoke(
-        cli,
-        ["preview", "--stack", stack.name, "--work-dir", stack.workspace.work_dir, "--output", output],
-        env=env,
-        catch_exceptions=False,
-    )
-    print(result.output)
-    return result.exit_code, result.output
 
 
 def test_selector_change_that_drops_a_cluster_reports_its_twin_and_pods(

@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+from pulumi import automation as auto
+
+from liqo_stack.cli import main as cli
 from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 
 
 def liqo_stack_command(dev_env: DevEnvironment, *args: str) -> list[str]:
@@ -32,3 +37,16 @@ def previewed(dev_env: DevEnvironment, *args: str) -> dict[str, dict[str, Any]]:
     cluster of one virtual node, there is one per cluster)."""
     report = json.loads(liqo_stack_output(dev_env, "preview", "pod", *args, "-o", "json"))
     return {c["cluster"]: c for c in report["clusters"]}
+
+
+def run_preview(stack: auto.Stack, pulumi_env: PulumiEnvironment, output: str) -> tuple[int, str]:
+    """`liqo-stack preview --stack` of the stack as its config stands: exit code and output."""
+    env = {k: v for k, v in pulumi_env.env_vars().items() if k != "PATH"}
+    result = CliRunner().invoke(
+        cli,
+        ["preview", "--stack", stack.name, "--work-dir", stack.workspace.work_dir, "--output", output],
+        env=env,
+        catch_exceptions=False,
+    )
+    print(result.output)
+    return result.exit_code, result.output

@@ -237,3 +237,77 @@ def test_a_pod_that_fits_the_sum_but_no_single_foreign_node_is_reported() -> Non
     without_per_node_figures = {"resources": advertisement["resources"]}
     older = snapshot(advertisements={"foreign-2": without_per_node_figures}, pods_on_node={"foreign-2": [too_big]})
     assert effects(config, older).pods_no_foreign_node_fits == [], "an older agent: nothing known per node"
+
+
+WIDGETS = {"group": "example.com", "version": "v1", "resource": "widgets"}
+
+
+def with_widgets(current: dict[str, Any] | None, change: dict[str, Any] | None) -> tuple[StackConfig, Snapshot]:
+    """Widgets reflected now as `current` (None: not at all) and by the config as `change`; three of
+    them in apps at home: one annotated to be reflected, one to be skipped, one neither."""
+    from liqo_stack.plan import virtual_node_spec
+
+    def reflection(custom: dict[str, Any] | None) -> dict[str, Any]:
+        return {"customResources": [{**WIDGETS, **custom}]} if custom is not None else {}
+
+    now = with_reflection(reflection(current))
+
+    def widget(name: str, **annotations: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "apps", "annotations": annotations}, "spec": {}}
+
+    widgets = [
+        widget("allowed", **{"liqo.io/allow-reflection": "true"}),
+        widget("skipped", **{"liqo.io/skip-reflection": "true"}),
+        widget("plain"),
+    ]
+    state = running_with_objects()
+    state.node_specs = {f.cluster_id: virtual_node_spec(now, f) for f in now.foreign_clusters}
+    state.custom_objects = {"widgets.example.com": {"apps": widgets}}
+    return with_reflection(reflection(change)), state
+
+
+def custom_outcomes(found: Any) -> list[tuple[str, str]]:
+    return [(o["name"], o["after"]) for o in found.custom_objects_reflection]
+
+
+def test_a_custom_type_whose_policy_turns_to_allow_list_deletes_the_copies_it_no_longer_allows() -> None:
+    found = effects(*with_widgets({"type": "DenyList"}, {"type": "AllowList"}))
+    assert found.custom_objects_reflection == [
+        {
+            "namespace": "apps",
+            "cluster": "foreign-2",
+            "kind": "widgets.example.com",
+            "name": "plain",
+            "after": "copy deleted",
+            "why": "policy AllowList and no liqo.io/allow-reflection annotation",
+        }
+    ]
+    assert found.needs_approval()
+
+
+def test_a_custom_type_opted_in_is_reflected_and_one_opted_out_or_off_keeps_its_copies() -> None:
+    opted_in = effects(*with_widgets(None, {"type": "DenyList"}))
+    assert custom_outcomes(opted_in) == [("allowed", "now reflected"), ("plain", "now reflected")]
+    assert opted_in.any() and not opted_in.needs_approval()
+    opted_out = effects(*with_widgets({"type": "DenyList"}, None))
+    assert custom_outcomes(opted_out) == [
+        ("allowed", "copy kept, no longer updated"),
+        ("plain", "copy kept, no longer updated"),
+    ]
+    assert not opted_out.needs_approval()
+    turned_off = effects(*with_widgets({}, {"workers": 0}))
+    assert custom_outcomes(turned_off) == [("allowed", "copy kept, no longer updated")]
+    assert effects(*with_widgets({"type": "DenyList"}, {"type": "DenyList"})).custom_objects_reflection == []
+
+
+def test_the_text_report_lists_each_custom_object_whose_copy_changes() -> None:
+    from liqo_stack.cli.preview import PreviewReport, render
+
+    report = PreviewReport(
+        stack="dev", effects=effects(*with_widgets({"type": "DenyList"}, {})), preview_failed=None, changes={}
+    )
+    assert render(report, "text").splitlines()[1:] == [
+        "Custom objects under new reflection settings:",
+        "  widgets.example.com apps/plain in foreign-2: copy deleted (policy AllowList and no "
+        "liqo.io/allow-reflection annotation)",
+    ]
