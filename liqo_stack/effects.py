@@ -6,7 +6,8 @@ fit its sum but no single foreign node behind it), which
 twins are new and which of those will fail on a name conflict, and, per namespace, what a changed
 reflection policy or offloading patch does to the pods running remotely (their labels and annotations
 there, the objects they use that stop or start following them; runtime.forging decides, as at run
-time). The new state comes from the stack config through the same plan functions the runtime uses
+time), and which custom objects a change of the custom resource types starts, stops or stops updating
+the copies of. The new state comes from the stack config through the same plan functions the runtime uses
 (liqo_stack/plan.py, runtime/api/plan.py); the current state is read from the live clusters
 (`Snapshot.read`), so the computation itself is pure (`effects`).
 """
