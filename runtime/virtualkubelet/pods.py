@@ -345,8 +345,10 @@ class PodOffloader(TwinFollower):
         if self._shadow_checked.get(key) == versions:
             return  # neither changed since the last comparison: the remote pod's own events bring most keys back
         shadow_key = f"{shadow.metadata.namespace}/{shadow.metadata.name}"
-        if scope.write_in_flight(shadow_key, versions[1]) is not None:
-            # the store is behind our last patch: compared with what it made once its echo is in
+        if versions[1] is not None and scope.write_in_flight(shadow_key, versions[1]) == versions[1]:
+            # the store still shows the ShadowPod our last patch was made from: compared with what the
+            # patch made once its echo is in (any other version, even with the record left behind by an
+            # echo that came before the patch's answer, is compared now)
             scope.own_writes.await_echo(shadow_key)
             return
         home_pod = pod.to_dict()
@@ -371,7 +373,7 @@ class PodOffloader(TwinFollower):
                 namespace=shadow.metadata.namespace,
                 patch_type=PatchType.MERGE,
             )
-            scope.own_writes.record(f"{shadow.metadata.namespace}/{shadow.metadata.name}", patched)
+            scope.own_writes.record(shadow_key, patched, tag=versions[1] or "")  # tag: the version patched
             self._shadow_checked[key] = (versions[0], patched.metadata.resourceVersion)
 
     async def _report_failure(self, pod: Any, shadow: Any) -> None:

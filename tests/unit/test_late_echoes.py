@@ -6,6 +6,8 @@ event that would (seen in CI: the home pod never showed PodScheduled=False)."""
 from __future__ import annotations
 
 import asyncio
+import copy
+from collections.abc import Callable
 from typing import Any, cast
 
 from lightkube import ApiError
@@ -24,16 +26,23 @@ NAMESPACE, TWIN, NODE = "ns", "ns-twin", "liqo-foreign-1"
 
 
 class ForeignCreates:
-    """Answers creates as an API server does: the first gets a resourceVersion, any next one 409.
-    (The stores are what this test drives; this stands only for the writes' answers.)"""
+    """Answers creates as an API server does: the first gets a resourceVersion, any next one 409; and
+    patches, each a new resourceVersion from 150 up (`before_answer`: what happens between the
+    patch and its answer). The stores are what this test drives; this stands only for the answers."""
 
     def __init__(self) -> None:
         self.created: list[Any] = []
         self.patches: list[Any] = []
+        self.before_answer: Callable[[Any], None] = lambda patched: None
 
     async def patch(self, resource: Any, name: str, patch: Any, **_: Any) -> Any:
+        body = copy.deepcopy(self.created[0].to_dict())
+        body["metadata"]["labels"] = {**body["metadata"].get("labels", {}), **patch["metadata"]["labels"]}
+        body["metadata"]["resourceVersion"] = str(150 + len(self.patches))
         self.patches.append(patch)
-        raise AssertionError("a patch computed from a store behind our last one")
+        patched = resource.from_dict(body)
+        self.before_answer(patched)
+        return patched
 
     async def create(self, obj: Any) -> Any:
         if any(o.metadata.name == obj.metadata.name for o in self.created):
@@ -129,21 +138,61 @@ def test_the_agent_is_brought_back_by_the_echo_of_a_pod_create_the_store_had_not
 
 
 def test_a_shadowpod_the_store_shows_before_our_patch_is_compared_once_the_patch_is_in() -> None:
-    async def scenario() -> tuple[list[Any], bool]:
+    async def scenario() -> tuple[int, bool, int]:
         foreign = ForeignCreates()
         pods, scope = offloader(foreign)
         await pods._create_shadow(home_pod(), scope)
-        shadow = ShadowPodResource.from_dict(foreign.created[0].to_dict())
-        deliver(scope["shadows"], "ADDED", shadow)
-        patched = shadow.to_dict()
-        patched["metadata"]["resourceVersion"] = "150"
-        scope.own_writes.record(f"{TWIN}/p", ShadowPodResource.from_dict(patched))  # our patch, in flight
-        relabelled = home_pod()
-        relabelled.metadata.labels = {"tier": "web"}
-        await pods._update_shadow(relabelled, scope["shadows"].store[f"{TWIN}/p"], scope)
-        deliver(scope["shadows"], "MODIFIED", ShadowPodResource.from_dict(patched))
-        return foreign.patches, f"{NAMESPACE}/p" in pods.queue._queued
+        deliver(scope["shadows"], "ADDED", ShadowPodResource.from_dict(foreign.created[0].to_dict()))
+        await pods._update_shadow(relabelled("web"), scope["shadows"].store[f"{TWIN}/p"], scope)  # patched
+        # relabelled again before the store shows the patch: nothing to compare it with yet
+        await pods._update_shadow(relabelled("db"), scope["shadows"].store[f"{TWIN}/p"], scope)
+        patched_early = len(foreign.patches)
+        deliver(scope["shadows"], "MODIFIED", ShadowPodResource.from_dict(patched_body(foreign, "web", "150")))
+        queued = f"{NAMESPACE}/p" in pods.queue._queued
+        await pods._update_shadow(relabelled("db"), scope["shadows"].store[f"{TWIN}/p"], scope)
+        return patched_early, queued, len(foreign.patches)
 
-    patches, queued_by_the_echo = asyncio.run(scenario())
-    assert patches == []
+    patched_early, queued_by_the_echo, patches = asyncio.run(scenario())
+    assert patched_early == 1, "no patch made from a store behind the last one"
     assert queued_by_the_echo, "compared again once the store shows our patch"
+    assert patches == 2, "then the second change is carried"
+
+
+def test_a_patch_whose_echo_came_before_its_answer_holds_nothing_back() -> None:
+    """The record is made after the echo (and the agent's status write after it) came: it matches no
+    event to come, and a later change of the home pod is compared at once all the same."""
+
+    async def scenario() -> int:
+        foreign = ForeignCreates()
+        pods, scope = offloader(foreign)
+        await pods._create_shadow(home_pod(), scope)
+        shadows = scope["shadows"]
+        deliver(shadows, "ADDED", ShadowPodResource.from_dict(foreign.created[0].to_dict()))
+
+        def echoed_first(patched: Any) -> None:
+            deliver(shadows, "MODIFIED", patched)
+            by_the_agent = copy.deepcopy(patched.to_dict())
+            by_the_agent["metadata"]["resourceVersion"] = "199"
+            deliver(shadows, "MODIFIED", ShadowPodResource.from_dict(by_the_agent))
+
+        foreign.before_answer = echoed_first
+        await pods._update_shadow(relabelled("web"), shadows.store[f"{TWIN}/p"], scope)
+        foreign.before_answer = lambda patched: None
+        await pods._update_shadow(relabelled("db"), shadows.store[f"{TWIN}/p"], scope)
+        return len(foreign.patches)
+
+    assert asyncio.run(scenario()) == 2
+
+
+def relabelled(tier: str) -> Any:
+    pod = home_pod()
+    pod.metadata.labels = {"tier": tier}
+    pod.metadata.resourceVersion = f"7-{tier}"
+    return pod
+
+
+def patched_body(foreign: ForeignCreates, tier: str, version: str) -> dict[str, Any]:
+    body = copy.deepcopy(foreign.created[0].to_dict())
+    body["metadata"]["labels"] = {**body["metadata"].get("labels", {}), "tier": tier}
+    body["metadata"]["resourceVersion"] = version
+    return body
