@@ -192,7 +192,7 @@ def relabelled(tier: str) -> Any:
 
 
 def patched_body(foreign: ForeignCreates, tier: str, version: str) -> dict[str, Any]:
-    body = copy.deepcopy(foreign.created[0].to_dict())
+    body: dict[str, Any] = copy.deepcopy(foreign.created[0].to_dict())
     body["metadata"]["labels"] = {**body["metadata"].get("labels", {}), "tier": tier}
     body["metadata"]["resourceVersion"] = version
     return body
