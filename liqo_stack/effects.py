@@ -15,7 +15,7 @@ the copies of. The new state comes from the stack config through the same plan f
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -29,7 +29,7 @@ from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names
 from runtime.api.advertisement import LARGEST_POD_LABELS, as_quantity, largest_pod_labels, pool_offer
 from runtime.api.namespaceselector import is_system_namespace, label_selector_matches
 from runtime.api.plan import selected_clusters, shared_resources, twin_namespace_name, virtual_node_labels
-from runtime.forging.objects import settings_from, why_not_reflected
+from runtime.forging.objects import ReflectionSettings, settings_from, why_not_reflected
 from runtime.forging.pods import remote_pod_metadata, skip_lists
 
 # Kinds counted in a twin namespace that is about to be deleted (besides its pods): what reflection put
@@ -407,6 +407,7 @@ def pods_no_foreign_node_fits(config: StackConfig, snapshot: Snapshot) -> list[d
 
 
 REFLECTED, DELETED, FROZEN = "now reflected", "copy deleted", "copy kept, no longer updated"
+NOT_OPTED_IN = "no longer in liqo:reflection.customResources"
 
 
 def reflection_change(
@@ -442,13 +443,10 @@ def reflection_change(
         obj = objects.get(kind, {}).get(name)
         if obj is None or kind not in ("configmap", "secret", "service"):
             continue  # missing at home, or a claim (not configurable: seed 002)
-        was = why_not_reflected(kind, obj, settings_from(old, kind))
-        now = why_not_reflected(kind, obj, settings_from(new, kind))
-        if (was is None) == (now is None):
-            continue
-        frozen = settings_from(new, kind).workers == 0  # a disabled kind removes no copy (runtime/reflection)
-        after = REFLECTED if now is None else (FROZEN if frozen else DELETED)
-        changed.append({"kind": kind, "name": name, "after": after, "why": now or "", "usedBy": sorted(pods)})
+        outcome = copy_outcome(kind, obj, settings_from(old, kind), settings_from(new, kind))
+        if outcome is not None:
+            after, why = outcome
+            changed.append({"kind": kind, "name": name, "after": after, "why": why, "usedBy": sorted(pods)})
     if not relabelled and not changed:
         return None
     return {"cluster": cluster_id, "pods": len(running), "relabelled": sorted(relabelled), "objects": changed}
@@ -466,31 +464,33 @@ def custom_reflection_change(
     (runtime/reflection/custom.py); a policy that no longer allows an object deletes its copy."""
     changed = []
     for crd_name in sorted({c.crd_name for c in old.custom_resources} | {c.crd_name for c in new.custom_resources}):
-        before, after = old.custom_resource(crd_name), new.custom_resource(crd_name)
+        before = settings_from(old, crd_name) if old.custom_resource(crd_name) else None
+        after = settings_from(new, crd_name) if new.custom_resource(crd_name) else None
         for namespace in namespaces:
             for obj in objects.get(crd_name, {}).get(namespace, []):
-                was = before is not None and why_not_reflected(crd_name, obj, settings_from(old, crd_name)) is None
-                why = (
-                    "no longer in liqo:reflection.customResources"
-                    if after is None
-                    else why_not_reflected(crd_name, obj, settings_from(new, crd_name))
-                )
-                if was == (why is None):
-                    continue
-                frozen = after is None or after.workers == 0
-                outcome = REFLECTED if why is None else (FROZEN if frozen else DELETED)
-                name = str((obj.get("metadata") or {}).get("name") or "")
-                changed.append(
-                    {
-                        "namespace": namespace,
-                        "cluster": cluster_id,
-                        "kind": crd_name,
-                        "name": name,
-                        "after": outcome,
-                        "why": why or "",
-                    }
-                )
+                outcome = copy_outcome(crd_name, obj, before, after)
+                if outcome is not None:
+                    name = str((obj.get("metadata") or {}).get("name") or "")
+                    entry = {"namespace": namespace, "cluster": cluster_id, "kind": crd_name, "name": name}
+                    changed.append({**entry, "after": outcome[0], "why": outcome[1]})
     return changed
+
+
+def copy_outcome(
+    kind: str, obj: dict[str, Any], old: ReflectionSettings | None, new: ReflectionSettings | None
+) -> tuple[str, str] | None:
+    """What new settings do to the copy of one home object: None when nothing changes, else (what
+    happens, why). None settings: the kind is not reflected at all (a custom type opted out leaves its
+    copies as they are). A kind turned off (workers 0) left the copies it had made: one the new
+    settings no longer allow is deleted once it is turned on again."""
+    was = old is not None and why_not_reflected(kind, obj, old) is None
+    left_frozen = old is not None and old.workers == 0 and why_not_reflected(kind, obj, replace(old, workers=1)) is None
+    why = NOT_OPTED_IN if new is None else why_not_reflected(kind, obj, new)
+    if why is None:
+        return None if was else (REFLECTED, "")  # a frozen copy is updated again
+    if new is None or new.workers == 0:  # a disabled kind removes no copy (runtime/reflection)
+        return (FROZEN, why) if was else None
+    return (DELETED, why) if was or left_frozen else None
 
 
 # -- reading the live clusters ----------------------------------------------------------------------

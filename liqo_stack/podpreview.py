@@ -17,9 +17,10 @@ from typing import Any
 import pydantic
 import yaml
 
-from runtime.api import NodeSelector, NodeSelectorRequirement, PodOffloadingStrategy, VirtualNodeSpec, names
+from runtime.api import NodeSelector, PodOffloadingStrategy, VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import effective_strategy
-from runtime.api.selectors import requirement_matches, selector_matches
+from runtime.api.scheduling import affinity_mismatch, untolerated_taint
+from runtime.api.selectors import selector_matches
 from runtime.forging.objects import settings_from, why_not_reflected
 from runtime.forging.pods import (
     HOME_SCHEDULING_FIELDS,
@@ -208,52 +209,18 @@ def preview_pod(pod: dict[str, Any], context: PodContext, source: str) -> PodPre
 
 def unplaced_on(spec: Mapping[str, Any], node_name: str, live: Mapping[str, Any]) -> str | None:
     """Why the home scheduler never binds a pod of this spec to the virtual node (its nodeSelector, its
-    required node affinity, a taint it does not tolerate); None: it may. The virtual node's own taint is
-    left out: the pod webhook adds its toleration to every pod that may be offloaded."""
-    labels: Mapping[str, str] = live.get("labels") or {}
-    unmatched = [f"{k}={v}" for k, v in (spec.get("nodeSelector") or {}).items() if labels.get(k) != v]
-    if unmatched:
-        return f"its nodeSelector {', '.join(unmatched)} is not among the labels of {node_name}"
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    terms = (required or {}).get("nodeSelectorTerms") or []
-    if required is not None and not any(_term_matches(t, node_name, labels) for t in terms):
-        return f"its required node affinity matches no label of {node_name}"
-    tolerations = spec.get("tolerations") or []
-    for taint in live.get("taints") or []:
-        if taint.get("key") == names.VIRTUAL_NODE_TAINT_KEY or taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(_tolerates(t, taint) for t in tolerations):
-            shown = f"{taint.get('key')}={taint.get('value') or ''}:{taint.get('effect')}"
-            return f"it does not tolerate the taint {shown} of {node_name}"
-    return None
-
-
-def _term_matches(term: Mapping[str, Any], node_name: str, labels: Mapping[str, str]) -> bool:
-    """A pod's node selector term: its expressions on the node's labels, its fields on its name; one
-    with neither matches no node."""
+    required node affinity, a taint it does not tolerate); None: it may."""
     try:
-        expressions = [NodeSelectorRequirement.model_validate(r) for r in term.get("matchExpressions") or []]
-        fields = [NodeSelectorRequirement.model_validate(r) for r in term.get("matchFields") or []]
+        why = affinity_mismatch(spec, node_name, live.get("labels") or {})
     except pydantic.ValidationError as err:
         raise PreviewError(f"spec.affinity.nodeAffinity: a node selector term the API server refuses: {err}") from None
-    if not expressions and not fields:
-        return False
-    node_fields = {"metadata.name": node_name}
-    return all(requirement_matches(r, labels) for r in expressions) and all(
-        requirement_matches(r, node_fields) for r in fields
-    )
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """The scheduler's rule: the effect (empty: any), then Exists on the key (empty: any key) or Equal
-    on key and value."""
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration.get("key") == taint.get("key")
-    return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+    if why is not None:
+        return why
+    taint = untolerated_taint(spec.get("tolerations") or [], live.get("taints") or [])
+    if taint is not None:
+        shown = f"{taint.get('key')}={taint.get('value') or ''}:{taint.get('effect')}"
+        return f"it does not tolerate the taint {shown} of {node_name}"
+    return None
 
 
 def preview_in(pod: dict[str, Any], cluster: Cluster, context: PodContext, node_name: str) -> ClusterPreview:

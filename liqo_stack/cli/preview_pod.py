@@ -50,19 +50,31 @@ def discover_home_cluster_id(client: Client) -> str:
     )
 
 
+def virtual_nodes_as_scheduled(client: Client) -> dict[str, dict[str, Any]]:
+    """The virtual Nodes' labels and taints by name, what the home scheduler matches a pod's own
+    constraints against; none when this identity may not list Nodes (the pods are then not checked)."""
+    try:
+        nodes = list(client.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}))
+    except ApiError as err:
+        if err.status.code == 403:
+            return {}
+        raise
+    return {
+        str(n.metadata.name): {
+            "labels": dict(n.metadata.labels or {}),
+            "taints": [t.to_dict() for t in (n.spec.taints if n.spec else None) or []],
+        }
+        for n in nodes
+        if n.metadata is not None
+    }
+
+
 def read_context(client: Client, namespace: str, home_id: str) -> PodContext:
     nodes: dict[str, dict[str, VirtualNodeSpec]] = {}  # cluster id -> its virtual nodes' specs by name
     for found_node in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
         declared = VirtualNodeSpec.model_validate(found_node["spec"])
         nodes.setdefault(declared.cluster_id, {})[str(found_node["metadata"]["name"])] = declared
-    live = {  # what the home scheduler matches a pod's own constraints against
-        str(n.metadata.name): {
-            "labels": dict(n.metadata.labels or {}),
-            "taints": [t.to_dict() for t in (n.spec.taints if n.spec else None) or []],
-        }
-        for n in client.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
-        if n.metadata is not None
-    }
+    live = virtual_nodes_as_scheduled(client)
     clusters = []
     for peer in read_peers(client):
         own = nodes.get(peer.cluster_id) or {}
@@ -191,5 +203,9 @@ def preview_pod_command(
         source = "home cluster"
     home_id = home_cluster_id or discover_home_cluster_id(client)
     context_read = read_context(client, pod["metadata"]["namespace"], home_id)
-    click.echo(render(preview_pod(pod, context_read, source), output), nl=False)
+    try:
+        preview = preview_pod(pod, context_read, source)
+    except PreviewError as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(render(preview, output), nl=False)
     sys.exit(0)

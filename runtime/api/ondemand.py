@@ -17,7 +17,8 @@ from runtime.api.core import NodeSelector
 from runtime.api.durations import DurationError, parse_duration
 from runtime.api.namespaceoffloading import NamespaceOffloadingSpec, PodOffloadingStrategy
 from runtime.api.quantities import parse_quantity
-from runtime.api.selectors import SelectorSyntaxError, parse_selector, selector_matches
+from runtime.api.scheduling import affinity_mismatch
+from runtime.api.selectors import SelectorSyntaxError, parse_selector
 
 DEFAULT_GRACE_PERIOD_SECONDS = 300.0
 MAX_GRACE_PERIOD_SECONDS = 7 * 24 * 3600.0
@@ -113,15 +114,8 @@ def virtual_node_fitting(pod: Any, nodes: Mapping[str, Any], free: Mapping[str, 
     wire = pod.to_dict()
     spec = wire.get("spec") or {}
     requests = pod_requests(pod)
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    affinity = NodeSelector.model_validate(required) if required else NodeSelector()
     for name in sorted(free):
-        labels = nodes[name].metadata.labels or {}
-        if any(labels.get(key) != value for key, value in (spec.get("nodeSelector") or {}).items()):
-            continue
-        if not selector_matches(affinity, labels):
+        if affinity_mismatch(spec, name, nodes[name].metadata.labels or {}) is not None:
             continue
         if all(free[name].get(resource, Decimal(0)) >= amount for resource, amount in requests.items()):
             return name

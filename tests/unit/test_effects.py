@@ -311,3 +311,21 @@ def test_the_text_report_lists_each_custom_object_whose_copy_changes() -> None:
         "  widgets.example.com apps/plain in foreign-2: copy deleted (policy AllowList and no "
         "liqo.io/allow-reflection annotation)",
     ]
+
+
+def test_a_custom_type_turned_on_again_under_a_narrower_policy_deletes_the_copies_it_left() -> None:
+    found = effects(*with_widgets({"type": "DenyList", "workers": 0}, {"type": "AllowList"}))
+    assert custom_outcomes(found) == [("allowed", "now reflected"), ("plain", "copy deleted")]
+    assert found.needs_approval()
+
+
+def test_a_kind_turned_on_again_under_a_narrower_policy_deletes_the_copy_running_pods_use() -> None:
+    from liqo_stack.plan import virtual_node_spec
+
+    state = running_with_objects()
+    off = with_reflection({"resources": {"configmap": {"workers": 0}}})
+    state.node_specs = {f.cluster_id: virtual_node_spec(off, f) for f in off.foreign_clusters}
+    found = effects(with_reflection({"resources": {"configmap": {"type": "AllowList"}}}), state)
+    assert [(o["name"], o["after"]) for e in found.running_pods_reflection for o in e["objects"]] == [
+        ("cfg", "copy deleted")
+    ]

@@ -22,6 +22,7 @@ from liqo_stack.podpreview import (
     render,
 )
 from runtime.api import VirtualNodeSpec, names
+from runtime.api.ondemand import VIRTUAL_NODE_TOLERATION
 from runtime.forging.objects import ReflectionSettings, never_reflected, settings_from, why_not_reflected
 from runtime.forging.pods import pod_of_shadow, shadow_pod
 
@@ -181,7 +182,10 @@ def test_an_unbound_pod_goes_only_where_its_own_constraints_let_the_home_schedul
         Cluster("foreign-2", node(), {}, live_nodes={two: live(liqo_taint, gpu_taint, region="us-west")}),
     ]
 
+    admitted = [VIRTUAL_NODE_TOLERATION]  # what the webhook adds to a pod that may go to a virtual node
+
     def unplaced(**spec: Any) -> dict[str, str | None]:
+        spec["tolerations"] = [*admitted, *spec.get("tolerations", [])]
         return {c.cluster: c.unplaced for c in preview_pod(home_pod(**spec), context(clusters), "x").clusters}
 
     pinned = unplaced(nodeSelector={"region": "europe"})
@@ -193,7 +197,19 @@ def test_an_unbound_pod_goes_only_where_its_own_constraints_let_the_home_schedul
     assert untolerated["foreign-1"] == f"its required node affinity matches no label of {one}"
     assert untolerated["foreign-2"] == f"it does not tolerate the taint dedicated=gpu:NoSchedule of {two}"
     tolerated = unplaced(affinity=affinity, tolerations=[{"key": "dedicated", "operator": "Exists"}])
-    assert tolerated["foreign-2"] is None, "the virtual node's own taint is the webhook's to tolerate"
+    assert tolerated["foreign-2"] is None
+    for toleration in (
+        {"key": "dedicated", "value": "cpu"},  # Equal, the default operator: another value
+        {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"},  # another effect
+        {"key": "dedicated", "operator": "Matches"},  # an operator there is not
+    ):
+        assert unplaced(affinity=affinity, tolerations=[toleration])["foreign-2"] is not None, toleration
+    assert unplaced(affinity=affinity, tolerations=[{"operator": "Exists"}])["foreign-2"] is None, "every taint"
+    admitted = []  # admitted before its namespace was offloaded: the virtual nodes' taint keeps it off
+    assert unplaced(nodeSelector={"region": "europe"})["foreign-1"] == (
+        f"it does not tolerate the taint {names.VIRTUAL_NODE_TAINT_KEY}=true:NoExecute of {one}"
+    )
+    admitted = [VIRTUAL_NODE_TOLERATION]
     by_name = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [one]}]}]}
     named = unplaced(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": by_name}})
     assert named["foreign-1"] is None and named["foreign-2"] is not None
