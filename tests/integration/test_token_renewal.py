@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
@@ -46,6 +48,28 @@ def decoded(secret: Any) -> dict[str, str]:
     return {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
 
 
+@contextlib.asynccontextmanager
+async def token_reflector(dev_env: DevEnvironment, namespace: str, twin: str) -> AsyncIterator[TokenReflector]:
+    """The token reflector of foreign-1 following `namespace` into `twin`, with token support on."""
+    home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+    foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
+    pods = Informer(home_client, Pod, namespace=namespace)
+    spec = VirtualNodeSpec(clusterID="foreign-1")
+    peering = Peering(home_client, foreign_client, "home", "foreign-1", node_spec=lambda: spec)
+    reflector = TokenReflector(peering, pods)
+    task = asyncio.create_task(pods.run())
+    try:
+        await pods.synced.wait()
+        await reflector.start()
+        reflector.follow({namespace: twin})
+        yield reflector
+    finally:
+        task.cancel()
+        await reflector.stop()
+        await home_client.close()
+        await foreign_client.close()
+
+
 def test_a_token_secret_is_renewed_when_due_and_deleted_with_the_pod(
     dev_env: DevEnvironment,
     home: Client,
@@ -62,17 +86,6 @@ def test_a_token_secret_is_renewed_when_due_and_deleted_with_the_pod(
     seen: list[Any] = []
 
     async def scenario() -> None:
-        home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
-        foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
-        pods = Informer(home_client, Pod, namespace=namespace)
-        spec = VirtualNodeSpec(clusterID="foreign-1")
-        peering = Peering(home_client, foreign_client, "home", "foreign-1", node_spec=lambda: spec)
-        reflector = TokenReflector(peering, pods)
-        task = asyncio.create_task(pods.run())
-        await pods.synced.wait()
-        await reflector.start()
-        reflector.follow({namespace: twin})
-
         async def secret_where(condition: Any, timeout: float) -> Any:
             deadline = asyncio.get_running_loop().time() + timeout
             while asyncio.get_running_loop().time() < deadline:
@@ -83,17 +96,12 @@ def test_a_token_secret_is_renewed_when_due_and_deleted_with_the_pod(
                 await asyncio.sleep(0.2)
             raise TimeoutError(f"Secret {twin}/{name}: condition not met after {timeout:.0f}s")
 
-        try:
+        async with token_reflector(dev_env, namespace, twin):
             seen.append(await secret_where(lambda s: s is not None, 30))
             seen.append(await secret_where(lambda s: s is not None and decoded(s) != decoded(seen[0]), 30))
             seen.append(review(home, decoded(seen[1])["v.token"]))
             home.delete(Pod, "renewed", namespace=namespace, grace_period=0)
             await secret_where(lambda s: s is None, 30)
-        finally:
-            task.cancel()
-            await reflector.stop()
-            await home_client.close()
-            await foreign_client.close()
 
     asyncio.run(scenario())
     first, renewed = decoded(seen[0]), decoded(seen[1])
@@ -118,17 +126,7 @@ def test_a_secret_of_ours_the_store_has_not_shown_yet_is_no_conflict(
     name = names.token_secret_name("renewed")
 
     async def scenario() -> None:
-        home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
-        foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
-        pods = Informer(home_client, Pod, namespace=namespace)
-        spec = VirtualNodeSpec(clusterID="foreign-1")
-        peering = Peering(home_client, foreign_client, "home", "foreign-1", node_spec=lambda: spec)
-        reflector = TokenReflector(peering, pods)
-        task = asyncio.create_task(pods.run())
-        await pods.synced.wait()
-        await reflector.start()
-        reflector.follow({namespace: twin})
-        try:
+        async with token_reflector(dev_env, namespace, twin) as reflector:
             await wait_until_async(lambda: reflector.synced_scope(namespace), what="the twin's Secrets known")
             # the Secrets' store stops seeing events: the Secret about to be written is never shown
             reflector.scopes[namespace].tasks["secrets"].cancel()
@@ -142,11 +140,6 @@ def test_a_secret_of_ours_the_store_has_not_shown_yet_is_no_conflict(
             done = queue.stats.reconciles
             queue.add(f"{namespace}/renewed")  # decided again, the store still without it: 409
             await wait_until_async(lambda: queue.stats.reconciles > done, what="the pod decided again")
-        finally:
-            task.cancel()
-            await reflector.stop()
-            await home_client.close()
-            await foreign_client.close()
 
     asyncio.run(scenario())
     events = list(home.list(Event, namespace=namespace, fields={"involvedObject.name": "renewed"}))
