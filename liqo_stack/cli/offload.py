@@ -145,10 +145,13 @@ class Peer:
         return names.virtual_node_name(self.cluster_id)
 
 
-def read_peers(client: Client) -> list[Peer]:
+def read_peers(client: Client, virtual_nodes: list[Node] | None = None) -> list[Peer]:
+    """The peered clusters; `virtual_nodes`: the virtual Nodes at home when the caller listed them already."""
     specs = [vn.get("spec") or {} for vn in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE)]
     node_labels: dict[str, dict[str, str]] = {}
-    for node in client.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}):
+    if virtual_nodes is None:
+        virtual_nodes = list(client.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}))
+    for node in virtual_nodes:
         labels = dict((node.metadata.labels if node.metadata else None) or {})
         if names.REMOTE_CLUSTER_ID_LABEL in labels:
             node_labels[labels[names.REMOTE_CLUSTER_ID_LABEL]] = labels

@@ -50,21 +50,15 @@ def discover_home_cluster_id(client: Client) -> str:
     )
 
 
-def virtual_nodes_as_scheduled(client: Client) -> dict[str, dict[str, Any]]:
-    """The virtual Nodes' labels and taints by name, what the home scheduler matches a pod's own
-    constraints against; none when this identity may not list Nodes (the pods are then not checked)."""
-    try:
-        nodes = list(client.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}))
-    except ApiError as err:
-        if err.status.code == 403:
-            return {}
-        raise
+def as_scheduled(virtual_nodes: list[Node]) -> dict[str, dict[str, Any]]:
+    """The virtual Nodes' labels and taints by name: what the home scheduler matches a pod's own
+    constraints against."""
     return {
         str(n.metadata.name): {
             "labels": dict(n.metadata.labels or {}),
             "taints": [t.to_dict() for t in (n.spec.taints if n.spec else None) or []],
         }
-        for n in nodes
+        for n in virtual_nodes
         if n.metadata is not None
     }
 
@@ -74,9 +68,10 @@ def read_context(client: Client, namespace: str, home_id: str) -> PodContext:
     for found_node in client.list(VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
         declared = VirtualNodeSpec.model_validate(found_node["spec"])
         nodes.setdefault(declared.cluster_id, {})[str(found_node["metadata"]["name"])] = declared
-    live = virtual_nodes_as_scheduled(client)
+    virtual_nodes = list(client.list(Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}))
+    live = as_scheduled(virtual_nodes)
     clusters = []
-    for peer in read_peers(client):
+    for peer in read_peers(client, virtual_nodes):
         own = nodes.get(peer.cluster_id) or {}
         whole = own.get(names.virtual_node_name(peer.cluster_id))
         live_nodes = {name: live[name] for name in own if name in live}
