@@ -177,9 +177,7 @@ class ShadowPodController:
         except ApiError as err:
             if err.status.code != 409:
                 raise
-            # ours already, not yet in the informer: its echo brings the key back; else the
-            # informer shows it now, or its event (not ours) is still to come
-            if not self.pod_writes.await_echo(key) and key in self.pods.store:
+            if self.pod_writes.create_conflicted(key, self.pods.store):
                 self.queue.add(key)
 
     async def _patch_status(self, shadow: Any, update: dict[str, Any]) -> None:

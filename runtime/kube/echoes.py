@@ -16,6 +16,7 @@ that relisted (its watch down meanwhile) or was started anew must `clear()` what
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any, NamedTuple
 
 from runtime.kube.informing import Event
@@ -54,6 +55,14 @@ class OwnWrites:
             return False
         self._writes[key] = written._replace(awaited=True)
         return True
+
+    def create_conflicted(self, key: str, stored: Container[str]) -> bool:
+        """A create of `key`, made because the store (`stored`: its keys) showed none, was answered 409
+        AlreadyExists: whether to reconcile the key again at once. Ours not shown yet: no, its echo
+        brings the key back (`await_echo`). The store shows it now (its event came during the call):
+        yes. Another's not shown yet: no, its event is still to come; and a name held by an object
+        the store never shows is never retried in a loop."""
+        return not self.await_echo(key) and key in stored
 
     def in_flight(self, key: str, stored_version: str | None) -> str | None:
         """The tag of our last write of `key` when the store (at `stored_version`, None: absent) does

@@ -332,10 +332,8 @@ class PodOffloader(TwinFollower):
         except ApiError as err:
             if err.status.code != 409:
                 raise
-            # there already: our create whose echo the store has not shown yet, and that echo is
-            # what brings this pod back (a pod the foreign scheduler cannot place gets no other
-            # event); else the store shows it now, or its event (not ours) is still to come
-            if not scope.own_writes.await_echo(shadow_key) and shadow_key in scope["shadows"].store:
+            # a pod the foreign scheduler cannot place gets no later event: the echo must bring it back
+            if scope.own_writes.create_conflicted(shadow_key, scope["shadows"].store):
                 self.queue.add(f"{pod.metadata.namespace}/{pod.metadata.name}")
 
     async def _update_shadow(self, pod: Any, shadow: Any, scope: TwinScope) -> None:

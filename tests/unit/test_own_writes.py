@@ -72,3 +72,12 @@ def test_an_echo_a_reconcile_waits_for_is_news() -> None:
     assert own.await_echo("ns/a")
     assert not own.is_echo(Event("ADDED", "ns/a", config_map("7")))  # the reconcile that waited runs
     assert len(own) == 0
+
+
+def test_a_create_answered_409_is_decided_again_at_once_only_when_the_store_shows_it() -> None:
+    own = OwnWrites()
+    own.record("ns/a", config_map("7"))
+    assert not own.create_conflicted("ns/a", stored={}), "ours, not shown yet: its echo brings the key back"
+    assert not own.is_echo(Event("ADDED", "ns/a", config_map("7")))
+    assert own.create_conflicted("ns/a", stored={"ns/a"}), "nothing awaited, the store shows it: at once"
+    assert not own.create_conflicted("ns/b", stored={}), "another's, not shown yet: its event comes"
