@@ -216,6 +216,7 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
         certificate.ssl_context(),
         home_cluster_id=args.home_cluster_id,
         stack_unfit_policy=lambda: stack_move_unfit_after(offloading.virtual_nodes.store.values()),
+        registry=probes.metrics.registry,
     )
     probes.add_readiness("informers synced", offloading.offloadings.synced.is_set)
     probes.add_readiness("webhook CA in the webhook configurations", ca_bundle.synced)

@@ -18,7 +18,7 @@ from lightkube.types import PatchType
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names, parse_selector
 from runtime.api.resources import NamespaceOffloadingResource
-from tests.support.kube import create_namespace, offload, status_of, wait_phase, wait_until
+from tests.support.kube import create_namespace, metric_samples, offload, status_of, wait_phase, wait_until
 from tests.support.placement import EXPECTED, SELECTORS, schedulable
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -40,6 +40,12 @@ def rejection(error: ApiError) -> str:
     return str(error.status.message)
 
 
+def admissions_timed(metrics_url: str) -> float:
+    """How many pod admissions the controller-manager's webhook histogram has counted."""
+    counts = metric_samples(metrics_url, "liqo_webhook_admission_seconds_count")
+    return sum(value for labels, value in counts.items() if dict(labels)["path"] == names.POD_MUTATION_PATH)
+
+
 def test_pods_get_their_strategys_constraints(runtime: ExternalRuntime, home: Client) -> None:
     for strategy in ("LocalAndRemote", "Local", "Remote"):
         for selector, expressions in SELECTORS.items():
@@ -59,10 +65,15 @@ def test_every_pod_of_a_burst_is_admitted_with_its_constraints(runtime: External
     namespace = "wh-burst"
     offload(home, namespace, {"podOffloadingStrategy": "Remote"})
     wait_until(lambda: offloaded(home, namespace), 40, f"{namespace} offloaded")
+    metrics = cast(str, runtime.probes_url("controller-manager"))
+    before = admissions_timed(metrics)
     with ThreadPoolExecutor(max_workers=20) as creators:
         pods = list(creators.map(lambda index: create_pod(home, namespace, f"burst-{index}"), range(40)))
     wrong = {pod["metadata"]["name"]: schedulable(pod) for pod in pods}
     assert {name: nodes for name, nodes in wrong.items() if nodes != EXPECTED[("Remote", False, "empty")]} == {}
+    # the webhook's own latency histogram saw each admission once (the API server calls it only for
+    # these creates here: no other pod is made in an offloaded namespace meanwhile)
+    assert admissions_timed(metrics) - before == 40
 
 
 def test_pods_are_rejected_until_the_offloading_is_ready(runtime: ExternalRuntime, home: Client) -> None:

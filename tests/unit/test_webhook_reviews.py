@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import ssl
 from typing import Any
 
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
 from runtime.api import names
-from runtime.webhooks import admit_offloading, admit_pod
+from runtime.webhooks import WebhookServer, admit_offloading, admit_pod
 
 READY: dict[str, Any] = {
     "metadata": {"name": "offloading", "namespace": "apps", "generation": 2},
@@ -63,3 +68,27 @@ def test_offloading_updates_are_checked_against_the_old_object_and_deletes_pass(
     assert denied["allowed"] is False and "namespaceMappingStrategy is immutable" in denied["status"]["message"]
     assert admit_offloading(request(new, operation="DELETE", oldObject=old))["response"]["allowed"] is True
     assert admit_offloading(request(old))["response"]["allowed"] is True
+
+
+def test_the_server_times_each_review_it_answers_even_a_malformed_one() -> None:
+    """`liqo_webhook_admission_seconds`: one observation per request, per path, bad ones included
+    (a caller waits on those too)."""
+    registry = CollectorRegistry()
+    server = WebhookServer({"apps": READY}.get, "127.0.0.1", 0, ssl.create_default_context(), registry=registry)
+
+    async def send() -> tuple[int, int]:
+        async with TestClient(TestServer(server.app)) as client:
+            review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request(pod())}
+            good = await client.post(names.POD_MUTATION_PATH, json=review)
+            bad = await client.post(names.POD_MUTATION_PATH, data=b"not json")
+            return good.status, bad.status
+
+    assert asyncio.run(send()) == (200, 400)
+    timed = registry.get_sample_value("liqo_webhook_admission_seconds_count", {"path": names.POD_MUTATION_PATH})
+    assert timed == 2
+    within = registry.get_sample_value(
+        "liqo_webhook_admission_seconds_bucket", {"path": names.POD_MUTATION_PATH, "le": "10.0"}
+    )
+    assert within == 2
+    untouched = {"path": names.OFFLOADING_VALIDATION_PATH}
+    assert registry.get_sample_value("liqo_webhook_admission_seconds_count", untouched) in (None, 0)
