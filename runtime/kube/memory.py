@@ -13,7 +13,11 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import time
 from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
 
 log = logging.getLogger(__name__)
 
@@ -50,3 +54,36 @@ async def release_free_memory_every(interval: float = TRIM_INTERVAL) -> None:
     while True:
         await asyncio.sleep(interval)
         release_free_memory()
+
+
+# A collection of the oldest generation stops every coroutine of the process while it runs: its
+# length is latency for whatever waits on the loop meanwhile (an admission, a pod's pick-up).
+GC_PAUSE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+
+GcCallback = Callable[[str, dict[str, Any]], None]
+
+
+def gc_pause_histogram(registry: CollectorRegistry) -> Histogram:
+    """`liqo_gc_pause_seconds{generation}`: Python's own metrics count collections, not their length."""
+    return Histogram(
+        "liqo_gc_pause_seconds",
+        "how long one garbage collection stopped the process, by generation",
+        ["generation"],
+        buckets=GC_PAUSE_BUCKETS,
+        registry=registry,
+    )
+
+
+def gc_pause_timer(pauses: Histogram) -> GcCallback:
+    """A `gc.callbacks` entry observing each collection's length in `pauses`."""
+    children = [pauses.labels(str(generation)) for generation in range(3)]
+    started = 0.0
+
+    def timing(phase: str, info: dict[str, Any]) -> None:
+        nonlocal started  # collections never overlap: the interpreter runs one at a time
+        if phase == "start":
+            started = time.perf_counter()
+        else:
+            children[info["generation"]].observe(time.perf_counter() - started)
+
+    return timing

@@ -3,12 +3,14 @@ process of its own so that nothing else the test session holds moves its RSS."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from runtime.kube.memory import release_free_memory
+from runtime.kube.memory import gc_pause_histogram, gc_pause_timer, release_free_memory
 
 FRAGMENTED_THEN_RELEASED = """
 import sys
@@ -39,3 +41,19 @@ def test_the_memory_a_burst_freed_goes_back_to_the_os() -> None:
     before, after, _ = (float(figure) for figure in run.stdout.split())
     # 50,000 blocks of ~4 KB: ~200 MB allocated, ~175 MB of it freed but still resident before the trim
     assert before - after > 100, (before, after)
+
+
+def test_each_collection_is_timed_in_its_generation() -> None:
+    registry = CollectorRegistry()
+    timer = gc_pause_timer(gc_pause_histogram(registry))
+    gc.callbacks.append(timer)
+    try:
+        counted = [registry.get_sample_value("liqo_gc_pause_seconds_count", {"generation": g}) for g in "012"]
+        gc.collect(2)
+        gc.collect(1)
+        after = [registry.get_sample_value("liqo_gc_pause_seconds_count", {"generation": g}) for g in "012"]
+    finally:
+        gc.callbacks.remove(timer)
+    # the test's own allocations may trigger young collections meanwhile, never a full one
+    assert after[2] == counted[2] + 1 and after[1] >= counted[1] + 1  # type: ignore[operator]
+    assert registry.get_sample_value("liqo_gc_pause_seconds_sum", {"generation": "2"}) > 0  # type: ignore[operator]
