@@ -25,7 +25,7 @@ from liqo_stack.config import StackConfig, VirtualNodeConfig
 from liqo_stack.plan import virtual_node_spec
 from liqo_stack.podpreview import references, selects
 from liqo_stack.policy import is_not_found
-from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names
+from runtime.api import CustomResourceReflection, NamespaceMappingStrategy, VirtualNodeSpec, names
 from runtime.api.advertisement import LARGEST_POD_LABELS, as_quantity, largest_pod_labels, pool_offer
 from runtime.api.namespaceselector import is_system_namespace, label_selector_matches
 from runtime.api.plan import selected_clusters, shared_resources, twin_namespace_name, virtual_node_labels
@@ -81,6 +81,8 @@ class Snapshot:
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     # custom resource type (its CRD's name) -> offloaded namespace -> its objects at home (wire format)
     custom_objects: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    # foreign cluster id -> custom resource type -> why its CRD there cannot take copies (only those that cannot)
+    foreign_crd_problems: dict[str, dict[str, str]] = field(default_factory=dict)
     # home namespace -> the NamespaceOffloadingSelector that made its offloading
     selector_owned: dict[str, str] = field(default_factory=dict)
     # the NamespaceOffloadingSelectors the stack declared (the others, made with the CLI, are not its to remove)
@@ -368,7 +370,12 @@ def effects(config: StackConfig, snapshot: Snapshot) -> Effects:
             if foreign.cluster_id in clusters and (namespace, foreign.cluster_id) not in going
         ]
         found.custom_objects_reflection += custom_reflection_change(
-            foreign.cluster_id, twinned, snapshot.custom_objects, old, new
+            foreign.cluster_id,
+            twinned,
+            snapshot.custom_objects,
+            old,
+            new,
+            snapshot.foreign_crd_problems.get(foreign.cluster_id, {}),
         )
     return found
 
@@ -407,6 +414,7 @@ def pods_no_foreign_node_fits(config: StackConfig, snapshot: Snapshot) -> list[d
 
 
 REFLECTED, DELETED, FROZEN = "now reflected", "copy deleted", "copy kept, no longer updated"
+NOT_YET = "not reflected until its CRD can take it"  # what the runtime's Reflected=False condition says
 NOT_OPTED_IN = "no longer in liqo:reflection.customResources"
 
 
@@ -458,10 +466,13 @@ def custom_reflection_change(
     objects: dict[str, dict[str, list[dict[str, Any]]]],
     old: VirtualNodeSpec,
     new: VirtualNodeSpec,
+    crd_problems: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The custom objects of `namespaces` whose copy in `cluster_id` new custom resource settings make,
     freeze or delete. A type opted out, or turned off (workers 0), leaves its copies as they are
-    (runtime/reflection/custom.py); a policy that no longer allows an object deletes its copy."""
+    (runtime/reflection/custom.py); a policy that no longer allows an object deletes its copy.
+    `crd_problems`: type -> why its CRD in `cluster_id` cannot take copies; none of that type is made
+    there until it can (a copy to freeze or delete exists only where it could)."""
     changed = []
     for crd_name in sorted({c.crd_name for c in old.custom_resources} | {c.crd_name for c in new.custom_resources}):
         before = settings_from(old, crd_name) if old.custom_resource(crd_name) else None
@@ -469,6 +480,9 @@ def custom_reflection_change(
         for namespace in namespaces:
             for obj in objects.get(crd_name, {}).get(namespace, []):
                 outcome = copy_outcome(crd_name, obj, before, after)
+                problem = (crd_problems or {}).get(crd_name)
+                if outcome is not None and outcome[0] == REFLECTED and problem is not None:
+                    outcome = (NOT_YET, f"in {cluster_id}: {problem}")
                 if outcome is not None:
                     name = str((obj.get("metadata") or {}).get("name") or "")
                     entry = {"namespace": namespace, "cluster": cluster_id, "kind": crd_name, "name": name}
@@ -574,6 +588,8 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
         }
 
     snapshot.custom_objects = _custom_objects(home, config, snapshot)
+    foreign_clients = {cluster_id: client for cluster_id, client in clients.items() if cluster_id != home_id}
+    snapshot.foreign_crd_problems = _foreign_crd_problems(foreign_clients, config, snapshot)
 
     wanted = {twin for clusters_twin in planned_selection(config, snapshot).values() for twin in [clusters_twin[1]]}
     wanted |= {twin for _, _, twin in snapshot.offloadings.values() if twin}
@@ -600,14 +616,47 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
     return snapshot
 
 
+def _custom_types(config: StackConfig, snapshot: Snapshot) -> dict[str, CustomResourceReflection]:
+    """Every custom resource type reflected now or by the new config: its CRD's name -> its settings."""
+    types = {c.crd_name: c for spec in snapshot.node_specs.values() for c in spec.custom_resources}
+    return types | {c.crd_name: c for c in config.reflection.custom_reflection()}  # the version to come wins
+
+
+def _foreign_crd_problems(
+    clients: dict[str, Any], config: StackConfig, snapshot: Snapshot
+) -> dict[str, dict[str, str]]:
+    """Per foreign cluster, the custom types whose CRD there cannot take copies, and why (the rule the
+    runtime follows: runtime.api.crds.crd_problem). A CRD the caller may not read is not judged."""
+    from lightkube import ApiError
+    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+    from runtime.api.crds import crd_problem
+
+    types = _custom_types(config, snapshot)
+    found: dict[str, dict[str, str]] = {}
+    for cluster_id, client in sorted(clients.items()):
+        for crd_name, custom in sorted(types.items()):
+            try:
+                crd: dict[str, Any] | None = client.get(CustomResourceDefinition, crd_name).to_dict()
+            except ApiError as err:
+                if err.status.code == 403:
+                    continue
+                if err.status.code != 404:
+                    raise
+                crd = None
+            problem = crd_problem(crd, custom.version)
+            if problem is not None:
+                found.setdefault(cluster_id, {})[crd_name] = problem
+    return found
+
+
 def _custom_objects(home: Any, config: StackConfig, snapshot: Snapshot) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """The objects at home, in the namespaces offloaded now, of every custom resource type reflected now or
     by the new config (a type whose CRD the home cluster lacks has none)."""
     from lightkube.generic_resource import create_namespaced_resource
     from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-    types = {c.crd_name: c for spec in snapshot.node_specs.values() for c in spec.custom_resources}
-    types |= {c.crd_name: c for c in config.reflection.custom_reflection()}  # the version to come wins
+    types = _custom_types(config, snapshot)
     found: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for crd_name, custom in sorted(types.items()):
         try:

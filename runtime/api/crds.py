@@ -6,6 +6,7 @@ pydantic emits JSON Schema; Kubernetes wants a *structural* OpenAPI v3 schema: n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from runtime.api import names
@@ -132,3 +133,21 @@ def home_crd_manifests() -> list[dict[str, Any]]:
 
 def foreign_crd_manifests() -> list[dict[str, Any]]:
     return [crd_manifest(kind) for kind in FOREIGN_KINDS]
+
+
+# -- any type's CRD as a cluster serves it (custom objects' reflection, and its preview) -----------
+
+
+def crd_problem(crd: Mapping[str, Any] | None, version: str) -> str | None:
+    """Why this CRD cannot carry objects of `version` (None: it can)."""
+    if crd is None:
+        return "no CustomResourceDefinition"
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+        return "its CustomResourceDefinition is not Established yet"
+    if crd.get("metadata", {}).get("deletionTimestamp"):
+        return "its CustomResourceDefinition is being deleted"
+    served = [v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")]
+    if version not in served:
+        return f"its CustomResourceDefinition does not serve {version} (serves {', '.join(served) or 'none'})"
+    return None

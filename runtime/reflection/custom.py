@@ -28,6 +28,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 
 from runtime.api import names
+from runtime.api.crds import crd_problem
 from runtime.api.resources import VirtualNodeResource
 from runtime.api.virtualnode import CustomResourceReflection
 from runtime.forging.objects import is_owned
@@ -48,21 +49,6 @@ NOT_REFLECTED_FIELDS = ("apiVersion", "kind", "metadata", "status")
 def custom_content(obj: Mapping[str, Any], _: str = "") -> dict[str, Any]:
     """Every field but status (and metadata, which the copy forges): spec and whatever else the type has."""
     return {key: copy.deepcopy(value) for key, value in obj.items() if key not in NOT_REFLECTED_FIELDS}
-
-
-def crd_problem(crd: Mapping[str, Any] | None, version: str) -> str | None:
-    """Why this CRD cannot carry objects of `version` (None: it can)."""
-    if crd is None:
-        return "no CustomResourceDefinition"
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-        return "its CustomResourceDefinition is not Established yet"
-    if crd.get("metadata", {}).get("deletionTimestamp"):
-        return "its CustomResourceDefinition is being deleted"
-    served = [v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")]
-    if version not in served:
-        return f"its CustomResourceDefinition does not serve {version} (serves {', '.join(served) or 'none'})"
-    return None
 
 
 def crd_kind(crd: Mapping[str, Any]) -> str:

@@ -245,10 +245,17 @@ def test_a_crd_deleted_in_one_cluster_stops_reflection_there_only(
 
 
 def test_the_stack_preview_tells_which_widgets_a_policy_change_reflects(
-    crds: None, offloaded: str, home: Client, installed: auto.Stack, pulumi_env: PulumiEnvironment
+    crds: None,
+    offloaded: str,
+    home: Client,
+    installed: auto.Stack,
+    pulumi_env: PulumiEnvironment,
+    dev_env: DevEnvironment,
 ) -> None:
     """`liqo-stack preview` reads the custom objects of the offloaded namespaces: DenyList instead of
-    AllowList reflects the widgets with no annotation, into every cluster of their namespace."""
+    AllowList reflects the widgets with no annotation, into each cluster of their namespace whose
+    widgets CRD can take them (foreign-2 has none: it says so instead)."""
+    kubectl(dev_env, "foreign-2", "delete", "crd", "--ignore-not-found", f"widgets.{GROUP}")
     home.create(widget("unannotated", offloaded, {"size": 1}))
     home.create(widget("kept-home", offloaded, {"size": 1}, annotations={names.SKIP_REFLECTION_ANNOTATION: "true"}))
     config = PulumiEnvironment.liqo_config(installed)
@@ -261,6 +268,7 @@ def test_the_stack_preview_tells_which_widgets_a_policy_change_reflects(
     finally:
         PulumiEnvironment.set_liqo_config(installed, original)
     assert code == 2, "an effect to look at"
-    for cluster_id in ("foreign-1", "foreign-2"):
-        assert f"widgets.{GROUP} {offloaded}/unannotated in {cluster_id}: now reflected" in output
+    assert f"widgets.{GROUP} {offloaded}/unannotated in foreign-1: now reflected\n" in output
+    waiting = "not reflected until its CRD can take it (in foreign-2: no CustomResourceDefinition)"
+    assert f"widgets.{GROUP} {offloaded}/unannotated in foreign-2: {waiting}" in output
     assert "kept-home" not in output

@@ -12,11 +12,11 @@ import pytest
 from liqo_stack import manifests, policy
 from liqo_stack.config import ConfigError, parse
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
+from runtime.api.crds import crd_problem
 from runtime.forging.objects import settings_from
 from runtime.reflection import Peering
 from runtime.reflection.custom import (
     CustomResources,
-    crd_problem,
     custom_content,
     has_status_subresource,
     reflected_condition,
