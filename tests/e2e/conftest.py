@@ -41,11 +41,16 @@ WIDGETS = {"group": "e2e.liqo-stack.dev", "version": "v1", "resource": "widgets"
 # a CI log then tells what the runtime did, after the clone it ran in is gone.
 RUNTIME_LOG_LINES = 60
 _LOG_OFFSETS = pytest.StashKey[dict[Path, int]]()
+_RUNTIME_SLOT = pytest.StashKey["RuntimeSlot"]()
 
 
 def _runtime_logs(item: pytest.Item) -> list[Path]:
-    """The logs of the runtimes the test uses (through its fixtures)."""
+    """The logs of the runtimes the test uses (through its fixtures); before its fixtures are all
+    there (a failed set-up), those of the runtime the clusters have now."""
     runtimes = [value for value in getattr(item, "funcargs", {}).values() if isinstance(value, ExternalRuntime)]
+    slot = item.session.stash.get(_RUNTIME_SLOT, None)
+    if not runtimes and slot is not None and slot.current is not None:
+        runtimes = [slot.current]
     return [runtime.log(component) for runtime in runtimes for component in runtime.components]
 
 
@@ -58,8 +63,11 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
-    if report.when == "call" and report.failed:
-        for log, start in item.stash.get(_LOG_OFFSETS, {}).items():
+    if report.failed and report.when in ("setup", "call"):
+        # a failed set-up has no window of its own: the logs' ends, of the runtimes set up by then
+        starts = item.stash.get(_LOG_OFFSETS, {}) if report.when == "call" else dict.fromkeys(_runtime_logs(item), 0)
+        while_ = "while the test ran" if report.when == "call" else "up to the failed set-up"
+        for log, start in starts.items():
             try:
                 with log.open("rb") as stream:
                     stream.seek(start)
@@ -68,7 +76,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 continue
             if lines:
                 shown = "\n".join(lines[-RUNTIME_LOG_LINES:])
-                report.sections.append((f"{log.name} while the test ran (last {RUNTIME_LOG_LINES} lines)", shown))
+                report.sections.append((f"{log.name} {while_} (last {RUNTIME_LOG_LINES} lines)", shown))
     return report
 
 
@@ -247,9 +255,14 @@ def _listed_or_none(home: Client, kind: Any) -> list[Any]:
 
 @pytest.fixture(scope="session")
 def runtime_slot(
-    dev_env: DevEnvironment, foreign_ids: list[str], webhook_port: int, tmp_path_factory: pytest.TempPathFactory
+    dev_env: DevEnvironment,
+    foreign_ids: list[str],
+    webhook_port: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[RuntimeSlot]:
     slot = RuntimeSlot(dev_env, foreign_ids, webhook_port, tmp_path_factory.mktemp("runtimes"))
+    request.session.stash[_RUNTIME_SLOT] = slot  # a failed set-up's report shows its runtime's logs
     try:
         yield slot
     finally:
