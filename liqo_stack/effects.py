@@ -81,7 +81,7 @@ class Snapshot:
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     # custom resource type (its CRD's name) -> offloaded namespace -> its objects at home (wire format)
     custom_objects: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
-    # foreign cluster id -> custom resource type -> why its CRD there cannot take copies (only those that cannot)
+    # foreign cluster id -> custom resource type -> why the CRDs keep it from there (only those that do)
     foreign_crd_problems: dict[str, dict[str, str]] = field(default_factory=dict)
     # home namespace -> the NamespaceOffloadingSelector that made its offloading
     selector_owned: dict[str, str] = field(default_factory=dict)
@@ -471,8 +471,8 @@ def custom_reflection_change(
     """The custom objects of `namespaces` whose copy in `cluster_id` new custom resource settings make,
     freeze or delete. A type opted out, or turned off (workers 0), leaves its copies as they are
     (runtime/reflection/custom.py); a policy that no longer allows an object deletes its copy.
-    `crd_problems`: type -> why its CRD in `cluster_id` cannot take copies; none of that type is made
-    there until it can (a copy to freeze or delete exists only where it could)."""
+    `crd_problems`: type -> why its CRDs keep it from `cluster_id` (runtime.api.crds.reflection_problem):
+    until they allow it the runtime makes, freezes and deletes no copy of that type there."""
     changed = []
     for crd_name in sorted({c.crd_name for c in old.custom_resources} | {c.crd_name for c in new.custom_resources}):
         before = settings_from(old, crd_name) if old.custom_resource(crd_name) else None
@@ -481,8 +481,8 @@ def custom_reflection_change(
             for obj in objects.get(crd_name, {}).get(namespace, []):
                 outcome = copy_outcome(crd_name, obj, before, after)
                 problem = (crd_problems or {}).get(crd_name)
-                if outcome is not None and outcome[0] == REFLECTED and problem is not None:
-                    outcome = (NOT_YET, f"in {cluster_id}: {problem}")
+                if outcome is not None and problem is not None:
+                    outcome = (NOT_YET, problem) if outcome[0] == REFLECTED else None
                 if outcome is not None:
                     name = str((obj.get("metadata") or {}).get("name") or "")
                     entry = {"namespace": namespace, "cluster": cluster_id, "kind": crd_name, "name": name}
@@ -589,7 +589,7 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
 
     snapshot.custom_objects = _custom_objects(home, config, snapshot)
     foreign_clients = {cluster_id: client for cluster_id, client in clients.items() if cluster_id != home_id}
-    snapshot.foreign_crd_problems = _foreign_crd_problems(foreign_clients, config, snapshot)
+    snapshot.foreign_crd_problems = _foreign_crd_problems(foreign_clients, home, config, snapshot)
 
     wanted = {twin for clusters_twin in planned_selection(config, snapshot).values() for twin in [clusters_twin[1]]}
     wanted |= {twin for _, _, twin in snapshot.offloadings.values() if twin}
@@ -623,30 +623,31 @@ def _custom_types(config: StackConfig, snapshot: Snapshot) -> dict[str, CustomRe
 
 
 def _foreign_crd_problems(
-    clients: dict[str, Any], config: StackConfig, snapshot: Snapshot
+    clients: dict[str, Any], home: Any, config: StackConfig, snapshot: Snapshot
 ) -> dict[str, dict[str, str]]:
-    """Per foreign cluster, the custom types whose CRD there cannot take copies, and why (the rule the
-    runtime follows: runtime.api.crds.crd_problem). A CRD the caller may not read is not judged."""
-    from lightkube import ApiError
+    """Per foreign cluster, the custom types its CRD or the home one keep from it, and why: the rule
+    the runtime follows (runtime.api.crds.reflection_problem)."""
     from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-    from runtime.api.crds import crd_problem
+    from runtime.api.crds import reflection_problem
 
-    types = _custom_types(config, snapshot)
+    def crd_in(client: Any, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = client.get(CustomResourceDefinition, name).to_dict()
+        except Exception as err:
+            if is_not_found(err):
+                return None
+            raise
+        return found
+
     found: dict[str, dict[str, str]] = {}
-    for cluster_id, client in sorted(clients.items()):
-        for crd_name, custom in sorted(types.items()):
-            try:
-                crd: dict[str, Any] | None = client.get(CustomResourceDefinition, crd_name).to_dict()
-            except ApiError as err:
-                if err.status.code == 403:
-                    continue
-                if err.status.code != 404:
-                    raise
-                crd = None
-            problem = crd_problem(crd, custom.version)
+    for crd_name, custom in sorted(_custom_types(config, snapshot).items()):
+        at_home = crd_in(home, crd_name)
+        for cluster_id, client in sorted(clients.items()):
+            problem = reflection_problem(at_home, crd_in(client, crd_name), custom.version)
             if problem is not None:
-                found.setdefault(cluster_id, {})[crd_name] = problem
+                side, why = problem
+                found.setdefault(cluster_id, {})[crd_name] = why if side == "foreign" else f"home: {why}"
     return found
 
 

@@ -39,7 +39,7 @@ from runtime.kube import EngineMetrics, ProbeServer
 from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.controlling import gate_on
 from runtime.kube.leaderelection import LeaderElector, default_identity
-from runtime.kube.memory import gc_pause_histogram, gc_pause_timer, release_free_memory_every
+from runtime.kube.memory import GcPauses, release_free_memory_every
 from runtime.virtualkubelet import kubelet
 from runtime.virtualkubelet.node import KUBELET_PORT, NODE_ADDRESS
 
@@ -356,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("httpx2").setLevel(logging.WARNING)
 
     metrics = EngineMetrics()
-    gc.callbacks.append(gc_pause_timer(gc_pause_histogram(metrics.registry)))
+    pauses = GcPauses()
+    metrics.registry.register(pauses)
+    gc.callbacks.append(pauses)
     elsewhere = "" if args.metrics_secure_port is None else f"https://<pod>:{args.metrics_secure_port}/metrics"
     probes = ProbeServer(metrics, args.probe_address, args.probe_port, metrics_elsewhere=elsewhere)
     if args.command == "controller-manager":

@@ -151,3 +151,21 @@ def crd_problem(crd: Mapping[str, Any] | None, version: str) -> str | None:
     if version not in served:
         return f"its CustomResourceDefinition does not serve {version} (serves {', '.join(served) or 'none'})"
     return None
+
+
+def crd_kind(crd: Mapping[str, Any]) -> str:
+    return str(crd["spec"]["names"]["kind"])
+
+
+def reflection_problem(
+    home: Mapping[str, Any] | None, foreign: Mapping[str, Any] | None, version: str
+) -> tuple[str, str] | None:
+    """Why objects of a custom type cannot be reflected between these two CRDs, and on which side
+    ("home" or "foreign"); None: they can."""
+    if (why := crd_problem(home, version)) is not None:
+        return "home", why
+    if (why := crd_problem(foreign, version)) is not None:
+        return "foreign", why
+    if foreign is not None and home is not None and crd_kind(foreign) != crd_kind(home):
+        return "foreign", f"its kind is {crd_kind(foreign)}, {crd_kind(home)} at home"
+    return None

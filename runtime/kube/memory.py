@@ -11,13 +11,15 @@ the virtual kubelet 3.5 MB, the agent 0.7 MB. A trim takes about a millisecond o
 from __future__ import annotations
 
 import asyncio
+import bisect
 import ctypes
+import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import HistogramMetricFamily
 
 log = logging.getLogger(__name__)
 
@@ -60,30 +62,37 @@ async def release_free_memory_every(interval: float = TRIM_INTERVAL) -> None:
 # length is latency for whatever waits on the loop meanwhile (an admission, a pod's pick-up).
 GC_PAUSE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 
-GcCallback = Callable[[str, dict[str, Any]], None]
 
+class GcPauses:
+    """`liqo_gc_pause_seconds{generation}`: how long each garbage collection stopped the process
+    (Python's own metrics count collections, not their length). Install it in `gc.callbacks` and
+    register it in a registry.
 
-def gc_pause_histogram(registry: CollectorRegistry) -> Histogram:
-    """`liqo_gc_pause_seconds{generation}`: Python's own metrics count collections, not their length."""
-    return Histogram(
-        "liqo_gc_pause_seconds",
-        "how long one garbage collection stopped the process, by generation",
-        ["generation"],
-        buckets=GC_PAUSE_BUCKETS,
-        registry=registry,
-    )
+    Why not a prometheus_client Histogram: its observe() takes a lock that a scrape holds, and a
+    collection may start inside that scrape, on the same thread: the callback would wait for ever
+    (prometheus/client_python#363). Here the callback only adds to lists, which the GIL guards."""
 
+    def __init__(self, buckets: tuple[float, ...] = GC_PAUSE_BUCKETS) -> None:
+        self.buckets = buckets
+        self._counts = [[0] * (len(buckets) + 1) for _ in range(3)]  # per generation, per bucket, +Inf last
+        self._sums = [0.0] * 3
+        self._started = 0.0
 
-def gc_pause_timer(pauses: Histogram) -> GcCallback:
-    """A `gc.callbacks` entry observing each collection's length in `pauses`."""
-    children = [pauses.labels(str(generation)) for generation in range(3)]
-    started = 0.0
-
-    def timing(phase: str, info: dict[str, Any]) -> None:
-        nonlocal started  # collections never overlap: the interpreter runs one at a time
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            started = time.perf_counter()
-        else:
-            children[info["generation"]].observe(time.perf_counter() - started)
+            self._started = time.perf_counter()  # collections never overlap: one runs at a time
+            return
+        seconds = time.perf_counter() - self._started
+        generation = info["generation"]
+        self._counts[generation][bisect.bisect_left(self.buckets, seconds)] += 1
+        self._sums[generation] += seconds
 
-    return timing
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(
+            "liqo_gc_pause_seconds", "how long one garbage collection stopped the process", labels=["generation"]
+        )
+        for generation, counts in enumerate(self._counts):
+            cumulative = list(itertools.accumulate(list(counts)))
+            bounds = [*(str(bound) for bound in self.buckets), "+Inf"]
+            family.add_metric([str(generation)], list(zip(bounds, cumulative, strict=True)), self._sums[generation])
+        yield family

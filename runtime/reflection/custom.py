@@ -28,7 +28,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 
 from runtime.api import names
-from runtime.api.crds import crd_problem
+from runtime.api.crds import crd_kind, reflection_problem
 from runtime.api.resources import VirtualNodeResource
 from runtime.api.virtualnode import CustomResourceReflection
 from runtime.forging.objects import is_owned
@@ -49,10 +49,6 @@ NOT_REFLECTED_FIELDS = ("apiVersion", "kind", "metadata", "status")
 def custom_content(obj: Mapping[str, Any], _: str = "") -> dict[str, Any]:
     """Every field but status (and metadata, which the copy forges): spec and whatever else the type has."""
     return {key: copy.deepcopy(value) for key, value in obj.items() if key not in NOT_REFLECTED_FIELDS}
-
-
-def crd_kind(crd: Mapping[str, Any]) -> str:
-    return str(crd["spec"]["names"]["kind"])
 
 
 def has_status_subresource(crd: Mapping[str, Any], version: str) -> bool:
@@ -319,12 +315,9 @@ class CustomResources:
     ) -> None:
         name, there = entry.crd_name, self.peering.foreign_cluster_id
         problem = None
-        if (why := crd_problem(home, entry.version)) is not None:
-            problem = f"home: {why}"
-        elif (why := crd_problem(foreign, entry.version)) is not None:
-            problem = f"{there}: {why}"
-        elif foreign is not None and home is not None and crd_kind(foreign) != crd_kind(home):
-            problem = f"{there}: its kind is {crd_kind(foreign)}, {crd_kind(home)} at home"
+        if (found := reflection_problem(home, foreign, entry.version)) is not None:
+            side, why = found
+            problem = f"{'home' if side == 'home' else there}: {why}"
         running = self.reflectors.get(name)
         if problem is not None or home is None:
             self.problems[name] = problem or ""

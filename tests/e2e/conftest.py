@@ -44,12 +44,12 @@ _LOG_OFFSETS = pytest.StashKey[dict[Path, int]]()
 _RUNTIME_SLOT = pytest.StashKey["RuntimeSlot"]()
 
 
-def _runtime_logs(item: pytest.Item) -> list[Path]:
-    """The logs of the runtimes the test uses (through its fixtures); before its fixtures are all
-    there (a failed set-up), those of the runtime the clusters have now."""
+def _runtime_logs(item: pytest.Item, setting_up: bool = False) -> list[Path]:
+    """The logs of the runtimes the test uses (through its fixtures); in a failed set-up, before its
+    fixtures are all there, those of the runtime the clusters have now."""
     runtimes = [value for value in getattr(item, "funcargs", {}).values() if isinstance(value, ExternalRuntime)]
     slot = item.session.stash.get(_RUNTIME_SLOT, None)
-    if not runtimes and slot is not None and slot.current is not None:
+    if setting_up and not runtimes and slot is not None and slot.current is not None:
         runtimes = [slot.current]
     return [runtime.log(component) for runtime in runtimes for component in runtime.components]
 
@@ -65,8 +65,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed and report.when in ("setup", "call"):
         # a failed set-up has no window of its own: the logs' ends, of the runtimes set up by then
-        starts = item.stash.get(_LOG_OFFSETS, {}) if report.when == "call" else dict.fromkeys(_runtime_logs(item), 0)
-        while_ = "while the test ran" if report.when == "call" else "up to the failed set-up"
+        if report.when == "call":
+            starts, while_ = item.stash.get(_LOG_OFFSETS, {}), "while the test ran"
+        else:
+            starts, while_ = dict.fromkeys(_runtime_logs(item, setting_up=True), 0), "up to the failed set-up"
         for log, start in starts.items():
             try:
                 with log.open("rb") as stream:

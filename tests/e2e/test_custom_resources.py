@@ -269,6 +269,6 @@ def test_the_stack_preview_tells_which_widgets_a_policy_change_reflects(
         PulumiEnvironment.set_liqo_config(installed, original)
     assert code == 2, "an effect to look at"
     assert f"widgets.{GROUP} {offloaded}/unannotated in foreign-1: now reflected\n" in output
-    waiting = "not reflected until its CRD can take it (in foreign-2: no CustomResourceDefinition)"
+    waiting = "not reflected until its CRD can take it (no CustomResourceDefinition)"
     assert f"widgets.{GROUP} {offloaded}/unannotated in foreign-2: {waiting}" in output
     assert "kept-home" not in output

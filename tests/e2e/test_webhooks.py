@@ -71,9 +71,9 @@ def test_every_pod_of_a_burst_is_admitted_with_its_constraints(runtime: External
         pods = list(creators.map(lambda index: create_pod(home, namespace, f"burst-{index}"), range(40)))
     wrong = {pod["metadata"]["name"]: schedulable(pod) for pod in pods}
     assert {name: nodes for name, nodes in wrong.items() if nodes != EXPECTED[("Remote", False, "empty")]} == {}
-    # the webhook's own latency histogram saw each admission once (the API server calls it only for
-    # these creates here: no other pod is made in an offloaded namespace meanwhile)
-    assert admissions_timed(metrics) - before == 40
+    # the webhook's own latency histogram saw these admissions (at least: a controller elsewhere may
+    # make a pod in an offloaded namespace meanwhile; the unit tests count exactly one per request)
+    assert admissions_timed(metrics) - before >= 40
 
 
 def test_pods_are_rejected_until_the_offloading_is_ready(runtime: ExternalRuntime, home: Client) -> None:

@@ -12,7 +12,7 @@ import pytest
 from liqo_stack import manifests, policy
 from liqo_stack.config import ConfigError, parse
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
-from runtime.api.crds import crd_problem
+from runtime.api.crds import crd_problem, reflection_problem
 from runtime.forging.objects import settings_from
 from runtime.reflection import Peering
 from runtime.reflection.custom import (
@@ -99,6 +99,15 @@ def test_a_crd_is_ready_when_established_and_serving_the_version() -> None:
     assert "not Established" in str(crd_problem(crd(established=False), "v1"))
     assert crd_problem(crd(served=("v2",)), "v1") == "its CustomResourceDefinition does not serve v1 (serves v2)"
     assert has_status_subresource(crd(), "v1") and not has_status_subresource(crd(status=False), "v1")
+
+
+def test_a_type_is_reflected_only_between_two_fit_crds_of_one_kind() -> None:
+    assert reflection_problem(crd(), crd(), "v1") is None
+    assert reflection_problem(None, crd(), "v1") == ("home", "no CustomResourceDefinition")
+    assert reflection_problem(crd(), None, "v1") == ("foreign", "no CustomResourceDefinition")
+    other_kind = crd()
+    other_kind["spec"]["names"]["kind"] = "Gizmo"
+    assert reflection_problem(crd(), other_kind, "v1") == ("foreign", "its kind is Gizmo, Widget at home")
     assert not has_status_subresource(crd(), "v2")
 
 

@@ -304,14 +304,19 @@ def test_a_custom_type_opted_in_where_its_crd_cannot_take_copies_is_not_said_to_
     config, state = with_widgets(None, {"type": "DenyList"})
     state.foreign_crd_problems = {"foreign-2": {"widgets.example.com": "no CustomResourceDefinition"}}
     found = effects(config, state)
-    assert [(o["name"], o["after"], o["why"]) for o in found.custom_objects_reflection] == [
-        ("allowed", "not reflected until its CRD can take it", "in foreign-2: no CustomResourceDefinition"),
-        ("plain", "not reflected until its CRD can take it", "in foreign-2: no CustomResourceDefinition"),
+    assert [(o["name"], o["cluster"], o["after"], o["why"]) for o in found.custom_objects_reflection] == [
+        ("allowed", "foreign-2", "not reflected until its CRD can take it", "no CustomResourceDefinition"),
+        ("plain", "foreign-2", "not reflected until its CRD can take it", "no CustomResourceDefinition"),
     ]
     assert not found.needs_approval()
     # a problem of another type, or in another cluster, changes nothing here
     state.foreign_crd_problems = {"foreign-1": {"widgets.example.com": "x"}, "foreign-2": {"gadgets.example.com": "y"}}
     assert custom_outcomes(effects(config, state)) == [("allowed", "now reflected"), ("plain", "now reflected")]
+    # nor is a copy said to be deleted (and approval asked) where the runtime deletes none
+    config, state = with_widgets({"type": "DenyList"}, {"type": "AllowList"})
+    state.foreign_crd_problems = {"foreign-2": {"widgets.example.com": "no CustomResourceDefinition"}}
+    found = effects(config, state)
+    assert found.custom_objects_reflection == [] and not found.needs_approval()
 
 
 def test_the_text_report_lists_each_custom_object_whose_copy_changes() -> None:
