@@ -116,7 +116,7 @@ class WebhookServer:
         # machine is most of it (docs/performance.md#admission). This one times ours alone.
         self.admission_seconds = Histogram(
             "liqo_webhook_admission_seconds",
-            "from an AdmissionReview's arrival at a webhook's handler to its answer",
+            "from a webhook handler's start (the request's headers read) to its answer, the body's arrival included",
             ["path"],
             buckets=ADMISSION_BUCKETS,
             registry=registry or CollectorRegistry(),
