@@ -587,9 +587,11 @@ def _read_snapshot(config: StackConfig, clients: dict[str, Any]) -> Snapshot:
             for kind, resource in (("configmap", ConfigMap), ("secret", Secret), ("service", Service))
         }
 
-    snapshot.custom_objects = _custom_objects(home, config, snapshot)
+    custom_types = _custom_types(config, snapshot)
+    home_crds = {crd_name: _crd_in(home, crd_name) for crd_name in custom_types}
+    snapshot.custom_objects = _custom_objects(home, custom_types, home_crds, snapshot)
     foreign_clients = {cluster_id: client for cluster_id, client in clients.items() if cluster_id != home_id}
-    snapshot.foreign_crd_problems = _foreign_crd_problems(foreign_clients, home, config, snapshot)
+    snapshot.foreign_crd_problems = _foreign_crd_problems(foreign_clients, custom_types, home_crds)
 
     wanted = {twin for clusters_twin in planned_selection(config, snapshot).values() for twin in [clusters_twin[1]]}
     wanted |= {twin for _, _, twin in snapshot.offloadings.values() if twin}
@@ -622,52 +624,54 @@ def _custom_types(config: StackConfig, snapshot: Snapshot) -> dict[str, CustomRe
     return types | {c.crd_name: c for c in config.reflection.custom_reflection()}  # the version to come wins
 
 
+def _crd_in(client: Any, crd_name: str) -> dict[str, Any] | None:
+    """The CRD of that name in the client's cluster, or None."""
+    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+    try:
+        found: dict[str, Any] = client.get(CustomResourceDefinition, crd_name).to_dict()
+    except Exception as err:
+        if is_not_found(err):
+            return None
+        raise
+    return found
+
+
 def _foreign_crd_problems(
-    clients: dict[str, Any], home: Any, config: StackConfig, snapshot: Snapshot
+    clients: dict[str, Any], types: dict[str, CustomResourceReflection], home_crds: dict[str, dict[str, Any] | None]
 ) -> dict[str, dict[str, str]]:
     """Per foreign cluster, the custom types its CRD or the home one keep from it, and why: the rule
     the runtime follows (runtime.api.crds.reflection_problem)."""
-    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-
     from runtime.api.crds import reflection_problem
 
-    def crd_in(client: Any, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = client.get(CustomResourceDefinition, name).to_dict()
-        except Exception as err:
-            if is_not_found(err):
-                return None
-            raise
-        return found
-
     found: dict[str, dict[str, str]] = {}
-    for crd_name, custom in sorted(_custom_types(config, snapshot).items()):
-        at_home = crd_in(home, crd_name)
+    for crd_name, custom in sorted(types.items()):
         for cluster_id, client in sorted(clients.items()):
-            problem = reflection_problem(at_home, crd_in(client, crd_name), custom.version)
+            problem = reflection_problem(home_crds.get(crd_name), _crd_in(client, crd_name), custom.version)
             if problem is not None:
                 side, why = problem
                 found.setdefault(cluster_id, {})[crd_name] = why if side == "foreign" else f"home: {why}"
     return found
 
 
-def _custom_objects(home: Any, config: StackConfig, snapshot: Snapshot) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def _custom_objects(
+    home: Any,
+    types: dict[str, CustomResourceReflection],
+    home_crds: dict[str, dict[str, Any] | None],
+    snapshot: Snapshot,
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """The objects at home, in the namespaces offloaded now, of every custom resource type reflected now or
     by the new config (a type whose CRD the home cluster lacks has none)."""
     from lightkube.generic_resource import create_namespaced_resource
-    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-    types = _custom_types(config, snapshot)
+    from runtime.api.crds import crd_kind
+
     found: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for crd_name, custom in sorted(types.items()):
-        try:
-            crd = home.get(CustomResourceDefinition, crd_name)
-        except Exception as err:
-            if is_not_found(err):
-                continue
-            raise
-        kind = str(crd.spec.names.kind)
-        resource = create_namespaced_resource(custom.group, custom.version, kind, custom.resource)
+        crd = home_crds.get(crd_name)
+        if crd is None:
+            continue
+        resource = create_namespaced_resource(custom.group, custom.version, crd_kind(crd), custom.resource)
         for obj in _listed(home, resource, namespace="*"):
             namespace = str(obj.metadata.namespace or "")
             if namespace in snapshot.offloadings:
