@@ -91,8 +91,8 @@ class GcPauses:
         family = HistogramMetricFamily(
             "liqo_gc_pause_seconds", "how long one garbage collection stopped the process", labels=["generation"]
         )
+        bounds = [*(str(bound) for bound in self.buckets), "+Inf"]
         for generation, counts in enumerate(self._counts):
-            cumulative = list(itertools.accumulate(list(counts)))
-            bounds = [*(str(bound) for bound in self.buckets), "+Inf"]
+            cumulative = itertools.accumulate(list(counts))  # list(): a snapshot, should a collection add meanwhile
             family.add_metric([str(generation)], list(zip(bounds, cumulative, strict=True)), self._sums[generation])
         yield family
