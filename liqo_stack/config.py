@@ -53,6 +53,7 @@ from runtime.api.network import (
     remapped_pod_cidrs,
 )
 from runtime.api.quantities import parse_quantity
+from runtime.api.quota import LimitsEnforcement, QuotaSpec
 from runtime.api.virtualnode import ApiServerAddress
 
 CONFIG_NAMESPACE = "liqo"
@@ -285,8 +286,45 @@ class VirtualNodeConfig(ConfigModel):
     taints: list[Taint] = Field(default_factory=list, description="taints of its virtual node, beside the cluster's")
 
 
+PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
+
+
+class GrantConfig(ConfigModel):
+    """What the foreign cluster grants the home cluster: its Quota, enforced by its foreign agent
+    before a pod starts there (docs/security.md#grants)."""
+
+    limits_enforcement: LimitsEnforcement = Field(
+        default=LimitsEnforcement.SOFT,
+        description="`None` (no resource check), `Soft` (the pods' requests, none counting as zero, and one pod "
+        "slot each stay within the grant) or `Hard` (as Soft, and every container requests cpu and memory equal "
+        "to its limits)",
+    )
+    resources: Quantities = Field(
+        default_factory=dict,
+        description="the most the home's pods may request there in all, e.g. `cpu: 8`, `memory: 16Gi`, `pods: 100`; "
+        "none: what the foreign cluster advertises to the home",
+    )
+    cordoned: bool = Field(
+        default=False, description="no new pod of the home starts there; the running ones go on (see docs/security.md)"
+    )
+
+    def quota(self) -> QuotaSpec:
+        return QuotaSpec(
+            limitsEnforcement=self.limits_enforcement, resources=dict(self.resources), cordoned=self.cordoned
+        )
+
+
 class ForeignCluster(ClusterAccess):
     """A foreign cluster: how to reach it (as `home`), and what its virtual node at home shows."""
+
+    pod_security: PodSecurityLevel = Field(
+        default="baseline",
+        description="the pod-security floor of its twin namespaces (Kubernetes' Pod Security Admission levels "
+        "`privileged`, `baseline`, `restricted`): its API server refuses offloaded pods the level forbids",
+    )
+    grant: GrantConfig = Field(
+        default_factory=GrantConfig, description="what it grants the home cluster, enforced there (its Quota)"
+    )
 
     labels: Labels = Field(
         default_factory=dict,

@@ -19,6 +19,7 @@ from runtime.api import (
 )
 from runtime.api.namespaceselector import NamespaceOffloadingSelector, NamespaceOffloadingSelectorSpec
 from runtime.api.plan import virtual_node_labels
+from runtime.api.quota import Quota, QuotaSpec
 
 Manifest = dict[str, Any]
 
@@ -546,6 +547,8 @@ FOREIGN_AGENT_RULES: list[Manifest] = [
         "resources": ["namespacemaps", "shadowpods", "resourceadvertisements"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
+    # the grant of each home (runtime/controllers/granting.py): read, never written by the agent
+    {"apiGroups": [_GROUP], "resources": ["quotas"], "verbs": ["get", "list", "watch"]},
     {
         "apiGroups": [_GROUP],
         "resources": ["namespacemaps/status", "shadowpods/status"],
@@ -618,3 +621,122 @@ HOME_IN_TWIN_NAMESPACE_RULES: list[Manifest] = [
 def home_in_twin_namespace_rules(custom_resources: Sequence[CustomResourceReflection] = ()) -> list[Manifest]:
     """HOME_IN_TWIN_NAMESPACE_RULES and the opted-in custom resources, which the home identity reflects."""
     return [*HOME_IN_TWIN_NAMESPACE_RULES, *custom_resource_rules(custom_resources, REFLECTION_VERBS)]
+
+
+# -- Foreign guards (docs/security.md): what a foreign cluster holds each home identity to ----------
+def _username_of_origin() -> str:
+    """CEL: the user a twin namespace's home identity is, from that namespace's origin
+    (names.home_identity_username, with the origin in place of the home cluster id)."""
+    parts = names.home_identity_username("\x00").split("\x00")
+    return " + variables.origin + ".join(f"'{part}'" if part else "''" for part in parts).removesuffix(" + ''")
+
+
+HOME_IDENTITY_PREFIX = names.home_identity_username("\x00").split("\x00")[0]
+
+
+def _labelled(obj: str, label: str) -> str:
+    """CEL: `obj`'s label `label`, or '' when it has none."""
+    return f"has({obj}.metadata.labels) && '{label}' in {obj}.metadata.labels ? {obj}.metadata.labels['{label}'] : ''"
+
+
+def _any_container(pod: str, condition: str) -> str:
+    return " || ".join(
+        f"(has({pod}.{kind}) && {pod}.{kind}.exists(c, {condition}))" for kind in ("containers", "initContainers")
+    )
+
+
+def shadowpod_policy() -> Manifest:
+    """The ValidatingAdmissionPolicy of a foreign cluster on every ShadowPod a home identity writes:
+    the foreign API server itself checks it, whatever the home side did (docs/security.md)."""
+    pod = "object.spec.pod"
+    privileged = _any_container(
+        pod, "has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged == true"
+    )
+    host_path = f"has({pod}.volumes) && {pod}.volumes.exists(v, has(v.hostPath))"
+    host_namespaces = " || ".join(
+        f"(has({pod}.{field}) && {pod}.{field} == true)" for field in ("hostNetwork", "hostPID", "hostIPC")
+    )
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": names.SHADOWPOD_POLICY, "labels": _labels("foreign-guards")},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [_GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["shadowpods"],
+                    }
+                ]
+            },
+            # the home identities only: the foreign cluster's own admins and its agent are not held
+            "matchConditions": [
+                {
+                    "name": "home-identities",
+                    "expression": f"request.userInfo.username.startsWith('{HOME_IDENTITY_PREFIX}')",
+                }
+            ],
+            "variables": [
+                {"name": "origin", "expression": _labelled("namespaceObject", names.ORIGIN_LABEL)},
+                {
+                    "name": "floor",
+                    "expression": f"({_labelled('namespaceObject', names.POD_SECURITY_ENFORCE_LABEL)}) == '' ? "
+                    f"'{names.DEFAULT_POD_SECURITY_FLOOR}' : "
+                    f"namespaceObject.metadata.labels['{names.POD_SECURITY_ENFORCE_LABEL}']",
+                },
+            ],
+            "validations": [
+                {
+                    "expression": f"variables.origin != '' && request.userInfo.username == {_username_of_origin()}",
+                    "messageExpression": "'namespace ' + namespaceObject.metadata.name + ' is not a twin namespace "
+                    "of the home cluster ' + request.userInfo.username + ' stands for'",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"({_labelled('object', names.ORIGIN_LABEL)}) == variables.origin",
+                    "messageExpression": f"'metadata.labels[{names.ORIGIN_LABEL}] must be ' + variables.origin + "
+                    "', the origin of namespace ' + namespaceObject.metadata.name",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"!({host_namespaces})",
+                    "message": "spec.pod.hostNetwork, hostPID and hostIPC are refused for offloaded pods: "
+                    "the foreign cluster's host namespaces are not shared",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"variables.floor == 'privileged' || !({privileged})",
+                    "messageExpression": "'privileged containers (securityContext.privileged) are refused in ' + "
+                    "namespaceObject.metadata.name + ': its pod-security floor is ' + variables.floor",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"variables.floor == 'privileged' || !({host_path})",
+                    "messageExpression": "'hostPath volumes (spec.pod.volumes[].hostPath) are refused in ' + "
+                    "namespaceObject.metadata.name + ': its pod-security floor is ' + variables.floor",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+
+
+def shadowpod_policy_binding() -> Manifest:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": names.SHADOWPOD_POLICY, "labels": _labels("foreign-guards")},
+        "spec": {"policyName": names.SHADOWPOD_POLICY, "validationActions": ["Deny"]},
+    }
+
+
+def quota(home_cluster_id: str, spec: QuotaSpec, component: str) -> Manifest:
+    """The grant of one home cluster, in its tenant namespace (runtime/controllers/granting.py)."""
+    obj = Quota(spec=spec.model_copy(update={"user": names.home_identity_username(home_cluster_id)}))
+    obj.metadata.name = names.quota_name(home_cluster_id)
+    obj.metadata.namespace = names.tenant_namespace(home_cluster_id)
+    obj.metadata.labels = _labels(component)
+    return obj.to_wire()

@@ -249,8 +249,16 @@ async def virtual_kubelet(
 async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServer) -> None:
     """Twin namespaces, the pods ShadowPods ask for, and the resources advertised to each home."""
     maps = NamespaceMapController(client, cluster_id)
-    shadows = ShadowPodController(client, cluster_id)
-    advertisements = AdvertisementController(client, cluster_id, offloaded_pods=shadows.pods)
+
+    def twin_origin(namespace: str) -> str | None:
+        twin = maps.namespaces.store.get(namespace)
+        return (twin.metadata.labels or {}).get(names.ORIGIN_LABEL) if twin is not None else None
+
+    shadows = ShadowPodController(client, cluster_id, twin_origin=twin_origin)
+    assert shadows.grants is not None
+    advertisements = AdvertisementController(
+        client, cluster_id, offloaded_pods=shadows.pods, advertisements=shadows.grants.advertisements
+    )
     probes.add_readiness("informers synced", lambda: maps.maps.synced.is_set() and shadows.shadows.synced.is_set())
     await asyncio.gather(maps.run(), shadows.run(), advertisements.run())
 

@@ -56,6 +56,12 @@ KINDS: dict[tuple[str, str], type[pulumi.CustomResource]] = {
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): (
         k8s.admissionregistration.v1.ValidatingWebhookConfiguration
     ),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): (
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+    ),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
+    ),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.apiextensions.v1.CustomResourceDefinition,
 }
 

@@ -1,4 +1,5 @@
-"""What a foreign cluster runs once, whoever peers with it: CRDs and the foreign agent."""
+"""What a foreign cluster runs once, whoever peers with it: CRDs, the foreign agent, and the admission
+policy that holds every home identity's ShadowPods to what the cluster allows (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,16 @@ class ForeignAgent(pulumi.ComponentResource):
             ),
             child,
         )
+        # Every ShadowPod a home identity writes is checked by this cluster's API server itself.
+        policy = foreign.object("shadowpod-policy", manifests.shadowpod_policy(), child)
+        self.guards = [
+            policy,
+            foreign.object(
+                "shadowpod-policy-binding",
+                manifests.shadowpod_policy_binding(),
+                pulumi.ResourceOptions(parent=self, depends_on=[policy, *self.crds]),
+            ),
+        ]
         self.agent = deploy_controller(
             foreign,
             self,

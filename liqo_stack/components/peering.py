@@ -40,12 +40,19 @@ class Peering(pulumi.ComponentResource):
         component = "peering"
 
         # -- foreign side: a tenant namespace and the home cluster's identity, confined to it ----
+        # Its Pod Security labels are the floor the agent gives each twin of this home (docs/security.md).
+        floor = dict.fromkeys(names.POD_SECURITY_LABELS, foreign_config.pod_security)
         self.tenant_namespace = foreign.object(
             "tenant-namespace",
-            manifests.namespace(tenant, component, {names.TENANT_HOME_LABEL: home_id}),
+            manifests.namespace(tenant, component, {names.TENANT_HOME_LABEL: home_id, **floor}),
             pulumi.ResourceOptions(parent=self),
         )
         in_tenant = pulumi.ResourceOptions(parent=self, depends_on=[self.tenant_namespace])
+        self.quota = foreign.object(
+            "quota",
+            manifests.quota(home_id, foreign_config.grant.quota(), component),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.tenant_namespace, *agent.crds]),
+        )
         account = foreign.object("home-identity", manifests.service_account(identity, tenant, component), in_tenant)
         # The cluster's token controller fills the Secret. pulumi-kubernetes' own wait for it gives up
         # after 5 s, too short for a busy cluster: wait for the token itself, up to a minute.
@@ -145,6 +152,8 @@ class Peering(pulumi.ComponentResource):
                         *crd_access,
                         account,
                         self.tenant_namespace,
+                        self.quota,
+                        *agent.guards,
                         agent.agent,
                     ],
                 ),

@@ -15,11 +15,12 @@ from runtime.api.advertisement import ResourceAdvertisement
 from runtime.api.namespacemap import NamespaceMap
 from runtime.api.namespaceoffloading import NamespaceOffloading
 from runtime.api.namespaceselector import NamespaceOffloadingSelector
+from runtime.api.quota import Quota
 from runtime.api.shadowpod import ShadowPod
 from runtime.api.virtualnode import VirtualNode
 
 HOME_KINDS: tuple[type[CustomObject], ...] = (NamespaceOffloading, VirtualNode, NamespaceOffloadingSelector)
-FOREIGN_KINDS: tuple[type[CustomObject], ...] = (ShadowPod, NamespaceMap, ResourceAdvertisement)
+FOREIGN_KINDS: tuple[type[CustomObject], ...] = (ShadowPod, NamespaceMap, ResourceAdvertisement, Quota)
 ALL_KINDS = HOME_KINDS + FOREIGN_KINDS
 
 _DROPPED_KEYS = {"title", "$defs"}

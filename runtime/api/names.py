@@ -134,6 +134,20 @@ RUNTIME_IMAGE_NAME: Final = "liqo-stack"
 POD_SECURITY_ENFORCE_LABEL: Final = "pod-security.kubernetes.io/enforce"
 POD_SECURITY_LEVEL: Final = "restricted"
 
+# -- Foreign guards (docs/security.md) ---------------------------------------------------------
+# Kubernetes' Pod Security Admission labels: the foreign agent gives each twin namespace of a home
+# the levels its tenant namespace carries (the floor the foreign side declares for that home).
+POD_SECURITY_LABELS: Final = (
+    POD_SECURITY_ENFORCE_LABEL,
+    "pod-security.kubernetes.io/warn",
+    "pod-security.kubernetes.io/audit",
+)
+POD_SECURITY_LEVELS: Final = ("privileged", "baseline", "restricted")
+DEFAULT_POD_SECURITY_FLOOR: Final = "baseline"
+# The ValidatingAdmissionPolicy (and its binding) a foreign cluster holds every home identity's
+# ShadowPods to: origin, twin namespace, host namespaces, privileged and hostPath per the floor.
+SHADOWPOD_POLICY: Final = "liqo-shadowpods.offloading.liqo.io"
+
 WEBHOOK_CA_SECRET: Final = "liqo-webhook-ca"  # the CA the controller-manager's replicas serve from
 
 # Leader election: each writing component's Lease (coordination.k8s.io), in the namespace it runs in
@@ -157,6 +171,16 @@ def tenant_namespace(home_cluster_id: str) -> str:
 def home_identity_name(home_cluster_id: str) -> str:
     """The ServiceAccount (and its roles) the home cluster acts as in a foreign cluster."""
     return f"liqo-home-{home_cluster_id}"
+
+
+def quota_name(home_cluster_id: str) -> str:
+    """One Quota per home cluster, in its tenant namespace, named after it."""
+    return home_cluster_id
+
+
+def home_identity_username(home_cluster_id: str) -> str:
+    """The user the foreign API server authenticates the home identity's token as."""
+    return f"system:serviceaccount:{tenant_namespace(home_cluster_id)}:{home_identity_name(home_cluster_id)}"
 
 
 def home_identity_crd_reader(home_cluster_id: str) -> str:

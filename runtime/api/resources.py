@@ -8,6 +8,7 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 
 from runtime.api import NamespaceMap, NamespaceOffloading, ResourceAdvertisement, ShadowPod, VirtualNode, names
 from runtime.api.namespaceselector import NamespaceOffloadingSelector
+from runtime.api.quota import Quota
 
 
 def _resource(kind: type[Any]) -> Any:
@@ -19,6 +20,7 @@ VirtualNodeResource = _resource(VirtualNode)
 ShadowPodResource = _resource(ShadowPod)
 NamespaceMapResource = _resource(NamespaceMap)
 ResourceAdvertisementResource = _resource(ResourceAdvertisement)
+QuotaResource = _resource(Quota)
 NamespaceOffloadingSelectorResource = create_global_resource(
     names.GROUP, names.VERSION, NamespaceOffloadingSelector.crd.kind, NamespaceOffloadingSelector.crd.plural
 )

@@ -46,21 +46,28 @@ ALL = "all"  # one key: any change recomputes every advertisement (coalesced by 
 
 class AdvertisementController:
     def __init__(
-        self, client: AsyncClient, cluster_id: str, *, settle: float = 1.0, offloaded_pods: Informer | None = None
+        self,
+        client: AsyncClient,
+        cluster_id: str,
+        *,
+        settle: float = 1.0,
+        offloaded_pods: Informer | None = None,
+        advertisements: Informer | None = None,
     ) -> None:
-        """`offloaded_pods`: an informer of the pods with an origin label that another controller
-        runs (the ShadowPod controller's); without it, this controller runs its own."""
+        """`offloaded_pods`, `advertisements`: informers that another controller runs (the ShadowPod
+        controller's pods with an origin label, its grants' advertisements); without them, this
+        controller runs its own."""
         self.client = client
         self.cluster_id = cluster_id
         self.settle = settle
         self.nodes = Informer(client, Node)
         self.local_pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: not_exists()}, trim=as_the_agent_reads)
-        self.shared = [offloaded_pods] if offloaded_pods is not None else []
+        self.shared = [shared for shared in (offloaded_pods, advertisements) if shared is not None]
         self.offloaded_pods = offloaded_pods or Informer(
             client, Pod, labels={names.ORIGIN_LABEL: exists()}, trim=as_the_agent_reads
         )
         self.tenants = Informer(client, Namespace, labels={names.TENANT_HOME_LABEL: exists()})
-        self.advertisements = Informer(client, ResourceAdvertisementResource)
+        self.advertisements = advertisements or Informer(client, ResourceAdvertisementResource)
         # key -> load, one map per pod informer: a pod whose origin label changes moves between them
         self.local_loads: dict[str, PodLoad] = {}
         self.offloaded_loads: dict[str, PodLoad] = {}
@@ -72,9 +79,8 @@ class AdvertisementController:
             informer.add_handler(lambda _: self.queue.add(ALL))
 
     async def run(self) -> None:
-        own = [self.nodes, self.local_pods, self.tenants, self.advertisements]
-        if not self.shared:
-            own.append(self.offloaded_pods)
+        own = [self.nodes, self.local_pods, self.tenants]
+        own += [informer for informer in (self.offloaded_pods, self.advertisements) if informer not in self.shared]
         await run_controller(own, self.queue, shared=self.shared)
 
     def _following(self, loads: dict[str, PodLoad]) -> Handler:

@@ -7,6 +7,11 @@ not created for this home cluster is never adopted, changed or deleted: the mapp
 a message saying why. Twins no longer requested (or whose NamespaceMap is gone) are deleted,
 only if they carry this home cluster's label; their mapping stays in the status as Terminating
 until the namespace is gone. State lives in the API server alone.
+
+Each twin carries the pod-security floor the foreign side declared for its home: the Pod Security
+Admission labels of the home's tenant namespace (`baseline` for each one it lacks), so this API
+server itself refuses a pod the floor forbids, whoever creates it. A changed floor relabels the
+twins; the pods running there keep running (admission checks creates).
 """
 
 from __future__ import annotations
@@ -39,6 +44,12 @@ def twin_labels(home_id: str, foreign_id: str) -> dict[str, str]:
         names.DESTINATION_LABEL: foreign_id,
         names.MANAGED_BY_LABEL: names.MANAGED_BY,
     }
+
+
+def twin_floor(tenant_labels: dict[str, str] | None) -> dict[str, str]:
+    """The Pod Security labels of a home's twins: its tenant namespace's, `baseline` where it has none."""
+    labels = tenant_labels or {}
+    return {label: labels.get(label) or names.DEFAULT_POD_SECURITY_FLOOR for label in names.POD_SECURITY_LABELS}
 
 
 def twin_holders(desired: dict[str, str], reported: dict[str, Any]) -> dict[str, str]:
@@ -79,7 +90,7 @@ class NamespaceMapController:
 
     def _on_namespace(self, event: Event) -> None:
         labels = event.obj.metadata.labels or {}
-        home = labels.get(names.ORIGIN_LABEL)
+        home = labels.get(names.ORIGIN_LABEL) or labels.get(names.TENANT_HOME_LABEL)  # a twin, or a floor change
         if home:
             tenant = names.tenant_namespace(home)
             self.queue.add(f"{tenant}/{names.namespace_map_name(home)}")  # also when its map is gone
@@ -87,18 +98,23 @@ class NamespaceMapController:
     async def run(self) -> None:
         await run_controller([self.maps, self.namespaces], self.queue)
 
-    async def _home_of(self, tenant: str) -> str | None:
-        try:
-            ns = await self.client.get(Namespace, tenant)
-        except ApiError as err:
-            if err.status.code == 404:
-                return None
-            raise
-        return (ns.metadata.labels or {}).get(names.TENANT_HOME_LABEL) if ns.metadata else None
+    async def _tenant_labels(self, tenant: str) -> dict[str, str] | None:
+        """The tenant namespace's labels (None: no such namespace)."""
+        ns = self.namespaces.store.get(tenant)
+        if ns is None:  # a tenant made without liqo-stack's managed-by label is not in the store
+            try:
+                ns = await self.client.get(Namespace, tenant)
+            except ApiError as err:
+                if err.status.code == 404:
+                    return None
+                raise
+        return dict(ns.metadata.labels or {}) if ns.metadata else {}
 
     async def reconcile(self, key: str) -> None:
         tenant, _, name = key.partition("/")
-        home_id = await self._home_of(tenant)
+        tenant_labels = await self._tenant_labels(tenant)
+        home_id = (tenant_labels or {}).get(names.TENANT_HOME_LABEL)
+        floor = twin_floor(tenant_labels)
         mapping = self.maps.store.get(key)
         if home_id is None:
             home_id = name  # tenant namespace gone: the map's name is its home cluster id
@@ -119,11 +135,11 @@ class NamespaceMapController:
                 )
             elif not names.is_dns_label(twin):
                 current[local] = self._failed(twin, f"twin namespace name {twin!r} {names.DNS_LABEL_RULE}")
-            elif key in self._checked and self._still_accepted(home_id, local, twin, reported):
+            elif key in self._checked and self._still_accepted(home_id, local, twin, reported, floor):
                 current[local] = reported[local]
             else:
                 try:
-                    current[local] = await self._ensure_twin(home_id, tenant, twin)
+                    current[local] = await self._ensure_twin(home_id, tenant, twin, floor)
                 except ApiError as err:  # refused by this API server (quota, policy, ...): say so, go on
                     current[local] = self._failed(
                         twin, f"{self.cluster_id} refused namespace {twin}: {err.status.message}"
@@ -150,12 +166,16 @@ class NamespaceMapController:
         if mapping is not None:
             self._checked.add(key)
 
-    def _still_accepted(self, home_id: str, local: str, twin: str, reported: dict[str, Any]) -> bool:
-        """Reported Accepted, and its namespace (the informer's store) still ours and not going."""
+    def _still_accepted(
+        self, home_id: str, local: str, twin: str, reported: dict[str, Any], floor: dict[str, str]
+    ) -> bool:
+        """Reported Accepted, and its namespace (the informer's store) still ours, at the floor, and not going."""
         entry = reported.get(local)
         ns = self.namespaces.store.get(twin)
+        labels = (ns.metadata.labels or {}) if ns is not None else {}
         return (
-            isinstance(entry, dict)
+            all(labels.get(label) == level for label, level in floor.items())
+            and isinstance(entry, dict)
             and entry.get("phase") == MappingPhase.ACCEPTED.value
             and entry.get("remoteNamespace") == twin
             and ns is not None
@@ -167,7 +187,7 @@ class NamespaceMapController:
     def _failed(twin: str, message: str) -> dict[str, Any]:
         return {"remoteNamespace": twin, "phase": MappingPhase.CREATION_FAILED.value, "message": message}
 
-    async def _ensure_twin(self, home_id: str, tenant: str, twin: str) -> dict[str, Any]:
+    async def _ensure_twin(self, home_id: str, tenant: str, twin: str, floor: dict[str, str]) -> dict[str, Any]:
         try:
             existing = await self.client.get(Namespace, twin)
         except ApiError as err:
@@ -185,8 +205,18 @@ class NamespaceMapController:
                 }
             if existing.metadata and existing.metadata.deletionTimestamp:
                 return {"remoteNamespace": twin, "phase": MappingPhase.TERMINATING.value}
+            changed = {label: level for label, level in floor.items() if labels.get(label) != level}
+            if changed:
+                log.info("twin namespace %s: pod-security floor now %s", twin, changed)
+                await self.client.patch(
+                    Namespace,
+                    twin,
+                    {"metadata": {"labels": changed}},
+                    patch_type=PatchType.MERGE,
+                    field_manager=FIELD_MANAGER,
+                )
         else:
-            meta = ObjectMeta(name=twin, labels=twin_labels(home_id, self.cluster_id))
+            meta = ObjectMeta(name=twin, labels={**twin_labels(home_id, self.cluster_id), **floor})
             await self.client.create(Namespace(metadata=meta), field_manager=FIELD_MANAGER)
         binding = cast(
             RoleBinding,

@@ -21,6 +21,10 @@ A pod the foreign API server refuses (quota, Pod Security, admission) is retried
 and the refusal is recorded on the status (reason CreateFailed, the server's message) for the
 virtual kubelet to show at home; the next successful create clears it.
 
+Before a pod is made (and remade), the home's grant decides (runtime/controllers/granting.py): a
+ShadowPod refused there gets no pod, and its status says why (reason CreateFailed) as for a refusal
+by the API server; it is tried again when its home's use goes down or its grant changes.
+
 A pod is recreated only `recreate_after` seconds after it went missing, as a kubelet waits before
 restarting a container: whoever deleted the old pod by name alone (kwok does, without a UID
 precondition) may send that delete again and must not hit the new pod, and a pod that something
@@ -33,6 +37,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -44,6 +49,7 @@ from runtime.api import names
 from runtime.api.quantities import parse_quantity
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
+from runtime.controllers.granting import Grants
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.forging.pods import pod_of_shadow, restart_counts
 from runtime.kube import Event, Informer, OwnWrites, WorkQueue, unless_gone
@@ -56,7 +62,18 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class ShadowPodController:
-    def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 16, recreate_after: float = 1.0) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        cluster_id: str,
+        *,
+        workers: int = 16,
+        recreate_after: float = 1.0,
+        twin_origin: Callable[[str], str | None] | None = None,
+    ) -> None:
+        """`twin_origin`: the home cluster a namespace is a twin of, from the agent's namespaces; with
+        it, every pod is first held to its home's grant (the agent always passes it; without it, as in
+        unit tests of the other rules, nothing is)."""
         self.client = client
         self.cluster_id = cluster_id
         self.recreate_after = recreate_after
@@ -68,6 +85,7 @@ class ShadowPodController:
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
         self.status_writes = OwnWrites()  # ShadowPods' events our status patches caused
         self.pod_writes = OwnWrites()  # pods' events our creates caused
+        self.grants = Grants(client, cluster_id, self.queue.add, twin_origin) if twin_origin else None
         self.shadows.add_handler(lambda event: self._on_event(event, self.status_writes))
         self.pods.add_handler(lambda event: self._on_event(event, self.pod_writes))
 
@@ -76,24 +94,39 @@ class ShadowPodController:
             self.queue.add(event.key)
 
     async def run(self) -> None:
-        await run_controller([self.shadows, self.pods], self.queue)
+        await run_controller([self.shadows, self.pods, *(self.grants.informers if self.grants else [])], self.queue)
 
     async def reconcile(self, key: str) -> None:
         shadow = unpacked(self.shadows.store.get(key))
+        if self.grants is not None:
+            self.grants.seed(self.shadows.store, self.pods.store, unpacked)
         if shadow is None or shadow.metadata.deletionTimestamp:
             self._missing_since.pop(key, None)
             self._created.discard(key)
             self._restarts.pop(key, None)
+            if self.grants is not None:
+                self.grants.release(key)
             return  # the garbage collector removes the pod it owned
         status = dict(shadow.get("status") or {})
         pod = unpacked(self.pods.store.get(key))
         if pod is None:
             if status.get("phase") in TERMINAL_PHASES:
+                if self.grants is not None:
+                    self.grants.release(key)
                 return  # finished: a completed or failed pod is never run again
             recreating = bool(status.get("podUID")) or key in self._created
             if recreating and not self._waited_enough(key):
                 return
-            await self._create(shadow, status)
+            refusal = self.grants.admit(key, shadow) if self.grants is not None else None
+            if refusal is not None:
+                await self._refused(shadow, status, refusal)
+                return  # tried again when room is made, or the grant changes (Grants.requeue)
+            try:
+                await self._create(shadow, status)
+            except BaseException:
+                if self.grants is not None:
+                    self.grants.release(key)
+                raise
             self._created.add(key)
             return
         self._missing_since.pop(key, None)
@@ -105,6 +138,11 @@ class ShadowPodController:
         pod_status = pod.to_dict().get("status") or {}
         counts = restart_counts(pod_status)
         phase = pod_status.get("phase")
+        if self.grants is not None:
+            if phase in TERMINAL_PHASES:
+                self.grants.release(key)  # a finished pod holds nothing
+            elif drift or not self.grants.counted(key, shadow):
+                self.grants.count(key, shadow)  # resized, or made before this process started
         if phase not in (None, "Pending"):  # one status write per pod, once it runs (or ends)
             if status.get("podUID") != pod.metadata.uid:
                 update["podUID"] = pod.metadata.uid
@@ -141,6 +179,12 @@ class ShadowPodController:
             raise  # retried with backoff: the quota may free up, the policy may change
         if status.get("reason"):
             await self._patch_status(shadow, {"reason": None, "message": None})
+
+    async def _refused(self, shadow: Any, status: dict[str, Any], message: str) -> None:
+        """Say on the ShadowPod why no pod is made (the virtual kubelet shows it on the home pod)."""
+        log.info("not starting %s/%s: %s", shadow.metadata.namespace, shadow.metadata.name, message)
+        if status.get("reason") != CREATE_FAILED_REASON or status.get("message") != message:
+            await self._patch_status(shadow, {"reason": CREATE_FAILED_REASON, "message": message})
 
     async def _update_pod(self, shadow: Any, pod: Any, applied_keys: dict[str, list[str]] | None) -> bool:
         """Bring the live pod to the ShadowPod; whether anything had to change."""

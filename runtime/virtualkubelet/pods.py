@@ -6,8 +6,9 @@ Per home pod (the key), in the twin namespace its NamespaceOffloading got in thi
 - the home pod changed (labels, annotations, images, activeDeadlineSeconds, tolerations, an
   in-place resize): the ShadowPod follows, and the agent brings the live remote pod along;
 - the remote pod's status comes back as the home pod's whole status, remapped (seed 002);
-- the agent could not create the remote pod (quota, admission): a Warning event on the home pod
-  with the foreign API server's message;
+- the foreign cluster refused the pod (its admission policy refused the ShadowPod, its agent held
+  the home's grant, its API server refused the pod: quota, Pod Security): the home pod stays
+  Pending with reason FailedOffloading, and a Warning event, both quoting the foreign side's reason;
 - the home pod being deleted: the ShadowPod and the remote pod go (the home pod's grace period
   passed on), and once the remote pod is gone the home pod is released, as a kubelet does;
 - the home pod gone: its ShadowPod and remote pod go too;
@@ -68,6 +69,9 @@ ABORTED_REASON = "OffloadingAborted"  # offloaded, and the twin namespace went a
 FAILED_EVENT_REASON = "FailedOffloading"
 UNFIT_REASON = "NoForeignNodeFits"  # moved off the virtual node: its foreign scheduler found no node
 KILLED_EXIT_CODE = 137  # the container was killed with its twin namespace
+# A ShadowPod create refused by the foreign cluster's admission (its ValidatingAdmissionPolicy: 403,
+# or 422 for an invalid object) rather than failed: said on the home pod.
+REFUSED_CODES = (400, 403, 422)
 
 
 def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:
@@ -330,6 +334,9 @@ class PodOffloader(TwinFollower):
             created = await self.peering.foreign.create(ShadowPodResource.from_dict(body))
             scope.own_writes.record(shadow_key, created)
         except ApiError as err:
+            if err.status.code in REFUSED_CODES:  # the foreign cluster's admission (docs/security.md)
+                await self._refused(pod, err.status.message or str(err))
+                raise  # tried again with backoff: the foreign side's floor or policy may change
             if err.status.code != 409:
                 raise
             # a pod the foreign scheduler cannot place gets no later event: the echo must bring it back
@@ -381,7 +388,19 @@ class PodOffloader(TwinFollower):
         message = status.get("message")
         if status.get("reason") != CREATE_FAILED_REASON or not message or self._reported.get(key) == message:
             return
+        await self._refused(pod, message)
+
+    async def _refused(self, pod: Any, message: str) -> None:
+        """The foreign cluster refused the pod (its API server, its admission policy, or its agent
+        holding the home's grant): Pending with reason FailedOffloading and a Warning event, both
+        quoting the foreign side's reason, once per message."""
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        if self._reported.get(key) == message:
+            return
         text = f"the foreign cluster {self.peering.foreign_cluster_id} refused the pod: {message}"
+        status = pod.to_dict().get("status") or {}
+        if status.get("phase", "Pending") == "Pending":
+            await self._patch_status(pod, {"phase": "Pending", "reason": FAILED_EVENT_REASON, "message": text})
         await self._warn(pod, FAILED_EVENT_REASON, text)
         self._reported[key] = message
 

@@ -28,6 +28,7 @@ EXPECTED = {
     "NamespaceMap": ("namespacemaps", ["nm"], True, False),
     "ResourceAdvertisement": ("resourceadvertisements", ["adv"], False, True),
     "NamespaceOffloadingSelector": ("namespaceoffloadingselectors", ["nsosel"], True, True),
+    "Quota": ("quotas", [], False, False),
 }
 CLUSTER_SCOPED = {"NamespaceOffloadingSelector"}  # it matches namespaces cluster-wide
 
@@ -314,7 +315,7 @@ def test_home_and_foreign_split() -> None:
     home = plurals(home_crd_manifests())
     foreign = plurals(foreign_crd_manifests())
     assert home == ["namespaceoffloadings", "virtualnodes", "namespaceoffloadingselectors"]
-    assert foreign == ["shadowpods", "namespacemaps", "resourceadvertisements"]
+    assert foreign == ["shadowpods", "namespacemaps", "resourceadvertisements", "quotas"]
     assert sorted(home + foreign) == sorted(plurals(all_crd_manifests()))
 
 

@@ -1,0 +1,127 @@
+"""Quota: in a foreign cluster's tenant namespace, what that cluster grants one home cluster.
+
+The foreign side declares it (its own stack, `liqo-stack`'s one-stack form, or its admin by hand);
+the home identity may not read or write it. The foreign agent enforces it before it turns a
+ShadowPod into a pod (runtime/controllers/granting.py), whatever the home side checked. Kind and
+fields follow the seeds' system (Liqo's `Quota`: limitsEnforcement None / Soft / Hard, resources,
+cordoned), so its users' manifests keep working.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
+from runtime.api.quantities import parse_quantity
+
+
+class LimitsEnforcement(StrEnum):
+    """How strictly a grant is held (docs/security.md#grants)."""
+
+    NONE = "None"  # no check of the resources (origin, host namespaces and the floor still apply)
+    SOFT = "Soft"  # the pods' requests (none counts as zero) and one pod slot each, within the grant
+    HARD = "Hard"  # as Soft, and every container requests cpu and memory, with limits equal to requests
+
+
+class QuotaSpec(ApiModel):
+    user: str | None = Field(default=None, description="the home identity the grant is for (informational)")
+    limits_enforcement: LimitsEnforcement = Field(
+        default=LimitsEnforcement.SOFT, description="None, Soft or Hard: how strictly the grant is held"
+    )
+    resources: dict[str, str] = Field(
+        default_factory=dict,
+        description="the most the home's pods may request here in all, per resource (cpu, memory, pods, ...); "
+        "empty: what this cluster advertises to the home (its ResourceAdvertisement)",
+    )
+    cordoned: bool = Field(default=False, description="no new pod of this home starts here; running ones go on")
+
+
+class Quota(CustomObject):
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        kind="Quota",
+        plural="quotas",
+        description="What a foreign cluster grants one home cluster, enforced by its foreign agent.",
+        printer_columns=(
+            PrinterColumn("Enforcement", ".spec.limitsEnforcement"),
+            PrinterColumn("Cordoned", ".spec.cordoned", "boolean"),
+            PrinterColumn("CPU", ".spec.resources.cpu"),
+            PrinterColumn("Memory", ".spec.resources.memory"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+
+    spec: QuotaSpec = Field(default_factory=QuotaSpec)
+
+
+Requests = dict[str, Decimal]
+
+
+def spec_requests(pod_spec: Mapping[str, Any]) -> Requests:
+    """What a pod (its spec, as a dict) requests, as the scheduler counts it: the containers' sum, at
+    least the largest init container's, and one `pods` slot. ValueError on a malformed quantity (a
+    ShadowPod's pod is not validated as a pod until the pod is created)."""
+    totals: Requests = defaultdict(Decimal)
+    for container in pod_spec.get("containers") or []:
+        for resource, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
+            totals[resource] += parse_quantity(str(quantity)) or Decimal(0)
+    for container in pod_spec.get("initContainers") or []:
+        for resource, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
+            totals[resource] = max(totals[resource], parse_quantity(str(quantity)) or Decimal(0))
+    totals["pods"] += 1
+    return dict(totals)
+
+
+def limits_problem(pod_spec: Mapping[str, Any], enforcement: LimitsEnforcement) -> str | None:
+    """Under Hard, why the pod's containers do not qualify (each must request cpu and memory, with
+    limits equal to its requests); None when they do, or under Soft and None."""
+    if enforcement is not LimitsEnforcement.HARD:
+        return None
+    for kind in ("initContainers", "containers"):
+        for container in pod_spec.get(kind) or []:
+            resources = container.get("resources") or {}
+            requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+            for resource in ("cpu", "memory"):
+                asked, limit = requests.get(resource), limits.get(resource)
+                if asked is None or limit is None or parse_quantity(str(asked)) != parse_quantity(str(limit)):
+                    return (
+                        f"container {container.get('name')!r} must set resources.requests.{resource} equal to "
+                        f"resources.limits.{resource} (limitsEnforcement Hard)"
+                    )
+    return None
+
+
+def grant_problem(asked: Requests, used: Requests, grant: Mapping[str, Decimal]) -> str | None:
+    """Why `asked` on top of `used` exceeds `grant` (only the resources the grant names are held);
+    None when it fits."""
+    over = [
+        f"{resource} {_shown(asked.get(resource, Decimal(0)))} asked, "
+        f"{_shown(max(limit - used.get(resource, Decimal(0)), Decimal(0)))} of {_shown(limit)} left"
+        for resource, limit in sorted(grant.items())
+        if asked.get(resource, Decimal(0)) > 0 and used.get(resource, Decimal(0)) + asked[resource] > limit
+    ]
+    return "; ".join(over) or None
+
+
+def parsed_grant(resources: Mapping[str, str]) -> dict[str, Decimal]:
+    """A grant's resources as numbers (unparsable quantities are left out: the CRD's clients validate)."""
+    grant = {}
+    for resource, quantity in resources.items():
+        try:
+            amount = parse_quantity(str(quantity))
+        except ValueError:
+            continue
+        if amount is not None:
+            grant[resource] = amount
+    return grant
+
+
+def _shown(amount: Decimal) -> str:
+    if amount == amount.to_integral_value():
+        return str(int(amount))
+    return f"{int(amount * 1000)}m"

@@ -1,0 +1,184 @@
+"""Foreign agent: what each home cluster may start here, decided before a ShadowPod becomes a pod.
+
+The foreign side never relies on the home side's checks (its scheduler, its virtual node's
+capacity): before the ShadowPod controller creates a pod, `Grants.admit` holds it to its home's
+Quota (runtime/api/quota.py), in the home's tenant namespace:
+- cordoned: no new pod of that home starts (its running pods go on);
+- limitsEnforcement Soft or Hard: the requests of the home's pods here, this one included, stay
+  within the grant (the Quota's resources, or what this cluster advertises to the home when it
+  names none); Hard also wants requests equal to limits;
+- no Quota: Soft, within the advertisement.
+
+Decisions are serialized per home: `admit` checks and reserves in one step, with no await between,
+on the one event loop of the leading agent, so concurrent creates cannot overshoot. What a home
+uses is the sum over the ShadowPods the agent admitted and that are not finished; it is rebuilt
+from the ShadowPods and pods in the API server when the agent starts (`seed`). A ShadowPod refused
+is tried again when the home's use goes down or its grant changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from lightkube import AsyncClient
+
+from runtime.api import names
+from runtime.api.quota import (
+    LimitsEnforcement,
+    QuotaSpec,
+    Requests,
+    grant_problem,
+    limits_problem,
+    parsed_grant,
+    spec_requests,
+)
+from runtime.api.resources import QuotaResource, ResourceAdvertisementResource
+from runtime.api.shadowpod import pod_spec_of
+from runtime.kube import Informer
+from runtime.kube.informing import Event
+
+log = logging.getLogger(__name__)
+
+
+class Grants:
+    def __init__(
+        self,
+        client: AsyncClient,
+        cluster_id: str,
+        requeue: Callable[[str], None],
+        twin_origin: Callable[[str], str | None],
+    ) -> None:
+        """`requeue`: puts a ShadowPod's key back in its controller's queue (a refused one, when
+        room was made); `twin_origin`: the home cluster a namespace is a twin of (None: no twin)."""
+        self.cluster_id = cluster_id
+        self.requeue = requeue
+        self.twin_origin = twin_origin
+        self.quotas = Informer(client, QuotaResource)
+        self.advertisements = Informer(client, ResourceAdvertisementResource)
+        # home -> ShadowPod key -> what its pod requests: the pods this agent let start, not finished
+        self._admitted: dict[str, dict[str, Requests]] = defaultdict(dict)
+        self._refused: dict[str, set[str]] = defaultdict(set)  # home -> keys waiting for room
+        self._seeded = False
+        self.quotas.add_handler(self._on_grant_changed)
+        self.advertisements.add_handler(self._on_grant_changed)
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.quotas, self.advertisements]
+
+    def _on_grant_changed(self, event: Event) -> None:
+        tenant = event.key.partition("/")[0]
+        for home, _ in list(self._refused.items()):
+            if names.tenant_namespace(home) == tenant:
+                self._retry(home)
+
+    def _retry(self, home: str) -> None:
+        for key in self._refused.pop(home, set()):
+            self.requeue(key)
+
+    # -- what is in use --------------------------------------------------------------------------
+    def seed(self, shadows: dict[str, Any], pods: dict[str, Any], unpack: Callable[[Any], Any]) -> None:
+        """Once, from the synced stores: every ShadowPod whose pod exists or ran, and not finished."""
+        if self._seeded:
+            return
+        self._seeded = True
+        for key, packed in shadows.items():
+            shadow = unpack(packed)
+            status = shadow.get("status") or {}
+            if status.get("phase") in ("Succeeded", "Failed") or shadow.metadata.deletionTimestamp:
+                continue
+            if key in pods or status.get("podUID"):
+                self.count(key, shadow)
+
+    def count(self, key: str, shadow: Any) -> None:
+        """The ShadowPod's pod runs (or is being made): what it requests counts against its home."""
+        home = origin_of(shadow)
+        if home is None:
+            return
+        try:
+            self._admitted[home][key] = spec_requests(pod_spec_of(shadow))
+        except ValueError:
+            self._admitted[home][key] = {"pods": Decimal(1)}
+
+    def counted(self, key: str, shadow: Any) -> bool:
+        home = origin_of(shadow)
+        return home is not None and key in self._admitted.get(home, {})
+
+    def release(self, key: str, home: str | None = None) -> None:
+        """The ShadowPod is gone, finished, or its pod was not made: its requests are free again."""
+        homes = [home] if home is not None else list(self._admitted)
+        for each in homes:
+            if self._admitted.get(each, {}).pop(key, None) is not None:
+                self._retry(each)
+        for waiting in self._refused.values():
+            waiting.discard(key)
+
+    def used(self, home: str) -> Requests:
+        total: Requests = defaultdict(Decimal)
+        for requests in self._admitted.get(home, {}).values():
+            for resource, amount in requests.items():
+                total[resource] += amount
+        return dict(total)
+
+    # -- the decision ----------------------------------------------------------------------------
+    def quota_of(self, home: str) -> QuotaSpec:
+        quota = self.quotas.store.get(f"{names.tenant_namespace(home)}/{names.quota_name(home)}")
+        if quota is None:
+            return QuotaSpec()
+        return QuotaSpec.model_validate(quota.to_dict().get("spec") or {})
+
+    def grant_of(self, home: str, quota: QuotaSpec) -> dict[str, Decimal]:
+        if quota.resources:
+            return parsed_grant(quota.resources)
+        advertisement = self.advertisements.store.get(f"{names.tenant_namespace(home)}/{self.cluster_id}")
+        offered = ((advertisement.to_dict().get("spec") or {}).get("resources") or {}) if advertisement else {}
+        return parsed_grant(offered)
+
+    def admit(self, key: str, shadow: Any) -> str | None:
+        """Why the ShadowPod's pod may not start now (None: it may, and its requests are counted)."""
+        home = origin_of(shadow)
+        namespace = shadow.metadata.namespace
+        if home is None:
+            return f"the ShadowPod has no {names.ORIGIN_LABEL} label: no home cluster is responsible for it"
+        twin_of = self.twin_origin(namespace)
+        if twin_of != home:
+            # the admission policy refuses such a ShadowPod already; this holds without it too
+            return f"namespace {namespace} is not a twin namespace of home cluster {home} in {self.cluster_id}" + (
+                f" (it serves {twin_of})" if twin_of else ""
+            )
+        if self.counted(key, shadow):
+            return None  # already counted (a recreation of a pod it admitted)
+        quota = self.quota_of(home)
+        problem = self._problem(home, shadow, quota)
+        if problem is not None:
+            self._refused[home].add(key)
+            return problem
+        self.count(key, shadow)
+        return None
+
+    def _problem(self, home: str, shadow: Any, quota: QuotaSpec) -> str | None:
+        where = f"{self.cluster_id} (Quota {names.tenant_namespace(home)}/{names.quota_name(home)})"
+        if quota.cordoned:
+            return f"home cluster {home} is cordoned in {where}: no new pod of it starts here"
+        if quota.limits_enforcement is LimitsEnforcement.NONE:
+            return None
+        spec = pod_spec_of(shadow)
+        problem = limits_problem(spec, quota.limits_enforcement)
+        if problem is not None:
+            return f"{problem}, in {where}"
+        try:
+            asked = spec_requests(spec)
+        except ValueError as err:
+            return f"the pod's resources cannot be read: {err}"
+        over = grant_problem(asked, self.used(home), self.grant_of(home, quota))
+        if over is not None:
+            return f"the pod exceeds what {where} grants home cluster {home}: {over}"
+        return None
+
+
+def origin_of(shadow: Any) -> str | None:
+    return (shadow.metadata.labels or {}).get(names.ORIGIN_LABEL)

@@ -1,0 +1,195 @@
+"""The foreign agent's grant per home (runtime/controllers/granting.py) and its rules
+(runtime/api/quota.py), with the API calls left out: the e2e test (tests/e2e/test_foreign_guards.py)
+runs them against the real clusters."""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from typing import Any, cast
+
+import pytest
+from lightkube.resources.core_v1 import Pod
+
+from runtime.api import names
+from runtime.api.quota import LimitsEnforcement, grant_problem, limits_problem, spec_requests
+from runtime.api.resources import QuotaResource, ResourceAdvertisementResource, ShadowPodResource
+from runtime.controllers.granting import Grants
+from runtime.controllers.namespacemap import twin_floor
+from runtime.controllers.shadowpod import ShadowPodController
+from runtime.kube.packing import Packer, unpacked
+
+TWIN = "demo-home"
+TENANT = names.tenant_namespace("home")
+
+
+def container(name: str = "c", cpu: str | None = "500m", memory: str | None = None, **limits: str) -> dict[str, Any]:
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    return {"name": name, "image": "i", "resources": {"requests": requests, "limits": limits}}
+
+
+def shadow(name: str, *containers: dict[str, Any], origin: str = "home", namespace: str = TWIN, **status: Any) -> Any:
+    return ShadowPodResource.from_dict(
+        {
+            "metadata": {"name": name, "namespace": namespace, "labels": {names.ORIGIN_LABEL: origin}},
+            "spec": {"pod": {"containers": list(containers) or [container()]}},
+            "status": status,
+        }
+    )
+
+
+def grants(quota: dict[str, Any] | None = None, advertised: dict[str, str] | None = None) -> tuple[Grants, list[str]]:
+    requeued: list[str] = []
+    twins = {TWIN: "home", "other-home2": "home2"}
+    granted = Grants(cast(Any, None), "foreign-1", requeued.append, twins.get)
+    if quota is not None:
+        granted.quotas.store[f"{TENANT}/{names.quota_name('home')}"] = QuotaResource.from_dict(
+            {"metadata": {"name": "home", "namespace": TENANT}, "spec": quota}
+        )
+    if advertised is not None:
+        granted.advertisements.store[f"{TENANT}/foreign-1"] = ResourceAdvertisementResource.from_dict(
+            {"metadata": {"name": "foreign-1", "namespace": TENANT}, "spec": {"resources": advertised}}
+        )
+    return granted, requeued
+
+
+def test_a_pod_requests_its_containers_sum_the_largest_init_container_and_a_pod_slot() -> None:
+    spec = {
+        "containers": [container(cpu="250m", memory="64Mi"), container("d", cpu="250m")],
+        "initContainers": [container("i", cpu="2")],
+    }
+    assert spec_requests(spec) == {"cpu": Decimal(2), "memory": Decimal(64 * 2**20), "pods": Decimal(1)}
+    with pytest.raises(ValueError):
+        spec_requests({"containers": [container(cpu="lots")]})
+
+
+def test_hard_enforcement_wants_requests_equal_to_limits_for_cpu_and_memory() -> None:
+    equal = {"containers": [container(cpu="1", memory="1Gi")]}
+    equal["containers"][0]["resources"]["limits"] = {"cpu": "1000m", "memory": "1Gi"}
+    assert limits_problem(equal, LimitsEnforcement.HARD) is None
+    no_limits = {"containers": [container(cpu="1", memory="1Gi")]}
+    problem = limits_problem(no_limits, LimitsEnforcement.HARD)
+    assert problem is not None and "resources.limits.cpu" in problem and "'c'" in problem
+    assert limits_problem(no_limits, LimitsEnforcement.SOFT) is None
+
+
+def test_the_grant_names_what_is_over_and_what_is_left() -> None:
+    grant = {"cpu": Decimal(2), "pods": Decimal(10)}
+    assert grant_problem({"cpu": Decimal(1), "pods": Decimal(1)}, {"cpu": Decimal(1)}, grant) is None
+    problem = grant_problem({"cpu": Decimal("1.5"), "pods": Decimal(1)}, {"cpu": Decimal(1)}, grant)
+    assert problem == "cpu 1500m asked, 1 of 2 left"
+    assert grant_problem({"memory": Decimal(10**12)}, {}, grant) is None  # what the grant does not name is free
+
+
+def test_fifty_concurrent_creates_never_put_more_than_the_grant_in_use() -> None:
+    granted, _ = grants({"resources": {"cpu": "10"}})
+    admitted = [n for n in range(50) if granted.admit(f"{TWIN}/p{n}", shadow(f"p{n}", container(cpu="1"))) is None]
+    assert len(admitted) == 10
+    assert granted.used("home")["cpu"] == Decimal(10)
+
+
+def test_a_refused_pod_is_tried_again_when_room_is_made() -> None:
+    granted, requeued = grants({"resources": {"cpu": "1"}})
+    assert granted.admit(f"{TWIN}/a", shadow("a", container(cpu="1"))) is None
+    problem = granted.admit(f"{TWIN}/b", shadow("b", container(cpu="1")))
+    assert problem is not None and "exceeds what foreign-1" in problem and "cpu 1 asked, 0 of 1 left" in problem
+    granted.release(f"{TWIN}/a")
+    assert requeued == [f"{TWIN}/b"]
+    assert granted.admit(f"{TWIN}/b", shadow("b", container(cpu="1"))) is None
+
+
+def test_without_a_quota_the_grant_is_what_the_cluster_advertises_to_the_home() -> None:
+    granted, _ = grants(advertised={"cpu": "2", "pods": "2"})
+    assert granted.admit(f"{TWIN}/a", shadow("a", container(cpu="1"))) is None
+    assert granted.admit(f"{TWIN}/b", shadow("b", container(cpu=None))) is None  # no requests: a pod slot
+    problem = granted.admit(f"{TWIN}/c", shadow("c", container(cpu=None)))
+    assert problem is not None and "pods 1 asked, 0 of 2 left" in problem
+
+
+def test_none_enforcement_holds_no_resources_but_cordoned_starts_nothing() -> None:
+    granted, _ = grants({"limitsEnforcement": "None", "resources": {"cpu": "1"}})
+    assert granted.admit(f"{TWIN}/a", shadow("a", container(cpu="30"))) is None
+    cordoned, _ = grants({"cordoned": True})
+    problem = cordoned.admit(f"{TWIN}/a", shadow("a"))
+    assert problem is not None and "cordoned" in problem
+
+
+def test_a_shadowpod_outside_its_homes_twins_is_refused() -> None:
+    granted, _ = grants({"limitsEnforcement": "None"})
+    problem = granted.admit("other-home2/a", shadow("a", namespace="other-home2"))
+    assert problem is not None and "not a twin namespace of home cluster home" in problem and "serves home2" in problem
+    problem = granted.admit("default/a", shadow("a", namespace="default"))
+    assert problem is not None and "not a twin namespace" in problem
+    unlabelled = ShadowPodResource.from_dict({"metadata": {"name": "a", "namespace": TWIN}, "spec": {"pod": {}}})
+    problem = granted.admit(f"{TWIN}/a", unlabelled)
+    assert problem is not None and names.ORIGIN_LABEL in problem
+
+
+def test_what_runs_is_counted_again_after_a_restart() -> None:
+    granted, _ = grants({"resources": {"cpu": "2"}})
+    packer = Packer(ShadowPodResource)
+    running = shadow("a", container(cpu="1"), podUID="u-1", phase="Running")
+    done = shadow("b", container(cpu="1"), podUID="u-2", phase="Succeeded")
+    stores = {f"{TWIN}/a": packer.pack(running), f"{TWIN}/b": packer.pack(done)}
+    granted.seed(stores, {}, unpacked)
+    assert granted.used("home") == {"cpu": Decimal(1), "pods": Decimal(1)}
+
+
+def test_the_agent_makes_no_pod_for_a_refused_shadowpod_and_says_why() -> None:
+    async def scenario() -> tuple[list[str], list[dict[str, Any]]]:
+        agent = ShadowPodController(cast(Any, None), "foreign-1", twin_origin={TWIN: "home"}.get)
+        assert agent.grants is not None
+        agent.grants.quotas.store[f"{TENANT}/home"] = QuotaResource.from_dict(
+            {"metadata": {"name": "home", "namespace": TENANT}, "spec": {"resources": {"cpu": "1"}}}
+        )
+        created: list[str] = []
+        patches: list[dict[str, Any]] = []
+
+        async def create_pod(shadow: Any) -> None:
+            created.append(shadow.metadata.name)
+
+        async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
+            patches.append(update)
+
+        agent._create_pod = create_pod  # type: ignore[method-assign]
+        agent._patch_status = patch_status  # type: ignore[method-assign]
+        packer = Packer(ShadowPodResource)
+        for name in ("a", "b"):
+            agent.shadows.store[f"{TWIN}/{name}"] = packer.pack(shadow(name, container(cpu="1")))
+            await agent.reconcile(f"{TWIN}/{name}")
+        return created, patches
+
+    created, patches = asyncio.run(scenario())
+    assert created == ["a"]
+    assert patches[-1]["reason"] == "CreateFailed" and "cpu 1 asked, 0 of 1 left" in patches[-1]["message"]
+
+
+def test_twins_get_their_tenants_pod_security_floor_else_baseline() -> None:
+    assert twin_floor({}) == dict.fromkeys(names.POD_SECURITY_LABELS, "baseline")
+    floor = twin_floor({names.POD_SECURITY_ENFORCE_LABEL: "restricted", "other": "x"})
+    assert floor[names.POD_SECURITY_ENFORCE_LABEL] == "restricted"
+    assert set(floor) == set(names.POD_SECURITY_LABELS)
+
+
+def test_a_finished_pod_frees_its_share() -> None:
+    async def scenario() -> dict[str, Decimal]:
+        agent = ShadowPodController(cast(Any, None), "foreign-1", twin_origin={TWIN: "home"}.get)
+        assert agent.grants is not None
+
+        async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
+            pass
+
+        async def update_pod(shadow: Any, pod: Any, keys: Any) -> bool:
+            return True
+
+        agent._patch_status = patch_status  # type: ignore[method-assign]
+        agent._update_pod = update_pod  # type: ignore[method-assign]
+        packer = Packer(ShadowPodResource)
+        agent.shadows.store[f"{TWIN}/a"] = packer.pack(shadow("a", container(cpu="1"), podUID="u-1"))
+        agent.pods.store[f"{TWIN}/a"] = Packer(Pod).pack(
+            Pod.from_dict({"metadata": {"name": "a", "namespace": TWIN, "uid": "u-1"}, "status": {"phase": "Succeeded"}})
+        )
+        await agent.reconcile(f"{TWIN}/a")
+        return agent.grants.used("home")
+
+    assert asyncio.run(scenario()) == {}
