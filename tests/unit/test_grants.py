@@ -179,16 +179,15 @@ def test_a_finished_pod_frees_its_share() -> None:
         async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
             pass
 
-        async def update_pod(shadow: Any, pod: Any, keys: Any) -> bool:
+        async def update_pod(shadow: Any, pod: Any, applied_keys: dict[str, list[str]] | None) -> bool:
             return True
 
         agent._patch_status = patch_status  # type: ignore[method-assign]
         agent._update_pod = update_pod  # type: ignore[method-assign]
         packer = Packer(ShadowPodResource)
         agent.shadows.store[f"{TWIN}/a"] = packer.pack(shadow("a", container(cpu="1"), podUID="u-1"))
-        agent.pods.store[f"{TWIN}/a"] = Packer(Pod).pack(
-            Pod.from_dict({"metadata": {"name": "a", "namespace": TWIN, "uid": "u-1"}, "status": {"phase": "Succeeded"}})
-        )
+        finished = {"metadata": {"name": "a", "namespace": TWIN, "uid": "u-1"}, "status": {"phase": "Succeeded"}}
+        agent.pods.store[f"{TWIN}/a"] = Packer(Pod).pack(Pod.from_dict(finished))
         await agent.reconcile(f"{TWIN}/a")
         return agent.grants.used("home")
 

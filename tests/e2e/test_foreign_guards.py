@@ -1,0 +1,240 @@
+"""Foreign clusters guard themselves (docs/security.md), end to end on the dev clusters.
+
+As a user at home, and as an attacker holding the home identity's credentials (the kubeconfig in
+the home Secret `liqo/liqo-credentials-foreign-1`): the pod-security floor of the twins, the
+admission policy on ShadowPods, and the grant the foreign agent holds each home to.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import threading
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.resources.core_v1 import Event, Namespace, Pod, Secret
+from lightkube.types import PatchType
+
+from liqo_stack.dev.clusters import DevEnvironment
+from runtime.api import names
+from runtime.api.quota import spec_requests
+from runtime.api.resources import QuotaResource, ShadowPodResource
+from tests.support.kube import VIRTUAL_NODES, get_or_none, wait_until
+
+pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+
+TWIN_SUFFIX = "-home"
+FOREIGN = "foreign-1"
+TENANT = names.tenant_namespace("home")
+
+
+@pytest.fixture(scope="module")
+def identity_kubeconfig(home: Client, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What an attacker who read the home Secret holds: the home identity in foreign-1."""
+    secret: Any = home.get(Secret, names.credentials_secret_name(FOREIGN), namespace=names.LIQO_NAMESPACE)
+    path = tmp_path_factory.mktemp("identity") / "identity.yaml"
+    path.write_bytes(base64.b64decode(secret.data["kubeconfig"]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def attacker(identity_kubeconfig: Path) -> Client:
+    return Client(KubeConfig.from_file(identity_kubeconfig))
+
+
+def root_pod_spec(**extra: Any) -> dict[str, Any]:
+    """The probe of the issue: privileged, the node's root file system mounted, host namespaces."""
+    return {
+        "containers": [
+            {
+                "name": "root",
+                "image": "busybox",
+                "securityContext": {"privileged": True},
+                "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+            }
+        ],
+        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+        **extra,
+    }
+
+
+def shadow_pod(name: str, twin: str, pod: dict[str, Any], origin: str = "home") -> Any:
+    return ShadowPodResource.from_dict(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": twin,
+                "labels": {names.ORIGIN_LABEL: origin, names.DESTINATION_LABEL: FOREIGN},
+            },
+            "spec": {"pod": pod},
+        }
+    )
+
+
+def refusal(client: Client, obj: Any) -> str:
+    """The API server's message refusing `obj`'s create (the test fails if it is created)."""
+    with pytest.raises(ApiError) as refused:
+        client.create(obj)
+    assert refused.value.status.code == 403, refused.value.status
+    return str(refused.value.status.message)
+
+
+def warning_on(home: Client, namespace: str, pod: str, text: str) -> Any:
+    events = home.list(Event, namespace=namespace, fields={"involvedObject.name": pod})
+    return next((e for e in events if e.type == "Warning" and text in (e.message or "")), None)
+
+
+def test_twins_carry_the_floor_and_the_foreign_api_server_refuses_a_root_pod_whoever_creates_it(
+    offloaded: str, foreign: dict[str, Client]
+) -> None:
+    twin = offloaded + TWIN_SUFFIX
+    labels = cast(Any, foreign[FOREIGN].get(Namespace, twin)).metadata.labels
+    assert {label: labels.get(label) for label in names.POD_SECURITY_LABELS} == dict.fromkeys(
+        names.POD_SECURITY_LABELS, "baseline"
+    )
+    # the foreign cluster's own admin, not held by the ShadowPod policy: Pod Security still refuses
+    body = {"metadata": {"name": "root", "namespace": twin}, "spec": root_pod_spec()}
+    message = refusal(foreign[FOREIGN], cast(Pod, Pod.from_dict(body)))
+    assert 'violates PodSecurity "baseline' in message and "privileged" in message and "hostPath" in message
+
+
+def test_a_root_pod_offloaded_from_home_is_refused_and_home_says_why(offloaded: str, home: Client) -> None:
+    spec = root_pod_spec(nodeSelector={names.REMOTE_CLUSTER_ID_LABEL: FOREIGN})
+    home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "root", "namespace": offloaded}, "spec": spec})))
+
+    def refused() -> Any:
+        pod: Any = get_or_none(home, Pod, "root", offloaded)
+        status = (pod.status if pod else None) or None
+        return status if status and status.reason == "FailedOffloading" else None
+
+    status = wait_until(refused, 60, "the home pod Pending with the foreign cluster's reason")
+    assert status.phase == "Pending"
+    assert "privileged" in status.message and "floor is baseline" in status.message and FOREIGN in status.message
+    event = wait_until(lambda: warning_on(home, offloaded, "root", "floor is baseline"), 30, "a Warning event")
+    assert "securityContext.privileged" in event.message
+    home.delete(Pod, "root", namespace=offloaded, grace_period=0)
+
+
+def test_a_pod_within_the_floor_runs(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
+    spec = {
+        "nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN},
+        "containers": [{"name": "web", "image": "nginx", "securityContext": {"allowPrivilegeEscalation": False}}],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+    }
+    home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "plain", "namespace": offloaded}, "spec": spec})))
+    wait_until(
+        lambda: (p := cast(Any, get_or_none(home, Pod, "plain", offloaded))) and p.status.phase == "Running",
+        60,
+        "the pod Running",
+    )
+    assert get_or_none(foreign[FOREIGN], Pod, "plain", offloaded + TWIN_SUFFIX) is not None
+    home.delete(Pod, "plain", namespace=offloaded, grace_period=0)
+
+
+def test_the_home_identity_cannot_write_a_shadowpod_the_home_side_would_not_make(
+    offloaded: str, attacker: Client, foreign: dict[str, Client]
+) -> None:
+    twin = offloaded + TWIN_SUFFIX
+    everything = root_pod_spec(hostNetwork=True, hostPID=True)
+    everything["containers"][0]["resources"] = {"requests": {"cpu": "30"}}
+    message = refusal(attacker, shadow_pod("attack", twin, everything))
+    assert "hostNetwork" in message
+    message = refusal(attacker, shadow_pod("attack", twin, root_pod_spec()))
+    assert "privileged" in message and "floor is baseline" in message
+    host_path_only = root_pod_spec()
+    del host_path_only["containers"][0]["securityContext"]
+    assert "hostPath" in refusal(attacker, shadow_pod("attack", twin, host_path_only))
+    plain = {"containers": [{"name": "c", "image": "busybox"}]}
+    assert "origin" in refusal(attacker, shadow_pod("attack", twin, plain, origin="someone-else"))
+    for namespace in ("default", TENANT):  # not twins: RBAC refuses before any policy
+        with pytest.raises(ApiError) as denied:
+            attacker.create(shadow_pod("attack", namespace, plain))
+        assert denied.value.status.code == 403
+    assert get_or_none(foreign[FOREIGN], Pod, "attack", twin) is None
+
+
+def test_the_home_identity_cannot_read_or_change_its_grant_or_its_floor(
+    offloaded: str, identity_kubeconfig: Path, dev_env: DevEnvironment
+) -> None:
+    def can_i(*args: str) -> str:
+        command = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", str(identity_kubeconfig), "auth", "can-i", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    quotas = "quotas.offloading.liqo.io"
+    for verb in ("get", "patch", "delete"):
+        assert can_i(verb, quotas, "-n", TENANT) == "no", f"{verb} its Quota"
+    assert can_i("patch", "namespaces", offloaded + TWIN_SUFFIX) == "no", "relabel its twin"
+    assert can_i("patch", "validatingadmissionpolicies.admissionregistration.k8s.io") == "no"
+    assert can_i("create", "pods", "-n", offloaded + TWIN_SUFFIX) == "no", "create pods itself"
+
+
+@pytest.fixture
+def tight_grant(foreign: dict[str, Client]) -> Iterator[Decimal]:
+    """foreign-1's grant to home cut to what home's pods there request now plus one cpu; put back after."""
+    client = foreign[FOREIGN]
+    running = [
+        cast(Any, p).to_dict()
+        for p in client.list(Pod, namespace="*", labels={names.ORIGIN_LABEL: "home"})
+        if cast(Any, p).status.phase not in ("Succeeded", "Failed")
+    ]
+    used = sum((spec_requests(p["spec"]).get("cpu", Decimal(0)) for p in running), Decimal(0))
+    grant = used + 1
+    patch = {"spec": {"resources": {"cpu": str(grant)}}}
+    client.patch(QuotaResource, "home", patch, namespace=TENANT, patch_type=PatchType.MERGE)
+    try:
+        yield grant
+    finally:
+        client.patch(QuotaResource, "home", {"spec": {"resources": None}}, namespace=TENANT, patch_type=PatchType.MERGE)
+
+
+def test_fifty_concurrent_creates_never_put_more_than_the_grant_in_use(
+    offloaded: str, home: Client, foreign: dict[str, Client], tight_grant: Decimal
+) -> None:
+    """50 pods of 100m each, created at once at home and placed on foreign-1 (its virtual node has room
+    for them all): the foreign agent lets 10 start, and the others say why at home."""
+    client, twin = foreign[FOREIGN], offloaded + TWIN_SUFFIX
+    names_ = [f"burst-{n}" for n in range(50)]
+
+    def create(name: str) -> None:
+        spec = {
+            "nodeName": VIRTUAL_NODES[FOREIGN],
+            "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists"}],
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
+        }
+        home.create(cast(Pod, Pod.from_dict({"metadata": {"name": name, "namespace": offloaded}, "spec": spec})))
+
+    threads = [threading.Thread(target=create, args=(name,)) for name in names_]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    def decided() -> list[Any] | None:
+        shadows = [s for s in client.list(ShadowPodResource, namespace=twin) if s.metadata.name in names_]
+        started = {cast(Any, p).metadata.name for p in client.list(Pod, namespace=twin)} & set(names_)
+        refused = [s for s in shadows if (s.get("status") or {}).get("reason") == "CreateFailed"]
+        return shadows if len(shadows) == 50 and len(started) + len(refused) == 50 else None
+
+    shadows = wait_until(decided, 120, "every ShadowPod of the burst started or refused")
+    in_use = [
+        cast(Any, p).to_dict()
+        for p in client.list(Pod, namespace="*", labels={names.ORIGIN_LABEL: "home"})
+        if cast(Any, p).status.phase not in ("Succeeded", "Failed")
+    ]
+    total = sum((spec_requests(p["spec"]).get("cpu", Decimal(0)) for p in in_use), Decimal(0))
+    assert total <= tight_grant, f"{total} cpu in use, grant {tight_grant}"
+    started = [p for p in in_use if p["metadata"]["name"] in names_]
+    assert 1 <= len(started) <= 10
+    refused = next(s for s in shadows if (s.get("status") or {}).get("reason") == "CreateFailed")
+    assert "exceeds what foreign-1" in refused["status"]["message"]
+    name = refused.metadata.name
+    wait_until(lambda: warning_on(home, offloaded, name, "cpu 100m asked"), 60, "the reason on the home pod")
+    pod: Any = home.get(Pod, name, namespace=offloaded)
+    assert pod.status.phase == "Pending" and pod.status.reason == "FailedOffloading"
+    for each in names_:
+        home.delete(Pod, each, namespace=offloaded, grace_period=0)
