@@ -1,4 +1,5 @@
-"""Generated documentation: `python -m liqo_stack.docs config > docs/configuration.md`.
+"""Generated documentation: `python -m liqo_stack.docs config > docs/configuration.md`, and
+`python -m liqo_stack.docs identities > docs/identities.md`.
 
 The configuration reference is written from the pydantic models of `liqo_stack/config.py` (their
 field types, defaults, constraints and descriptions), so the page cannot say anything the program
@@ -20,8 +21,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from liqo_stack import config
-from runtime.api import format_duration
+from liqo_stack import config, manifests
+from runtime.api import format_duration, names
 
 REGENERATE = "python -m liqo_stack.docs config > docs/configuration.md"
 
@@ -195,11 +196,71 @@ def config_reference() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+REGENERATE_IDENTITIES = "python -m liqo_stack.docs identities > docs/identities.md"
+
+IDENTITIES_HEADER = f"""# What each identity may do, in each cluster
+
+<!-- GENERATED from the RBAC rules of liqo_stack/manifests.py: do not edit by hand.
+     Regenerate with: {REGENERATE_IDENTITIES} -->
+
+Every right the stack grants, exactly as it declares it; who trusts whom, and what is enforced
+beyond RBAC, is in [security.md](security.md). `<home>` is the home cluster's id, `<foreign>` a
+foreign cluster's; a twin namespace is one the foreign agent made for a home namespace.
+"""
+
+
+def _identities() -> list[tuple[str, str, str, list[manifests.Manifest]]]:
+    """(identity, cluster, where its rules apply, rules), as the stack declares them."""
+    home_identity = f"the home identity `{names.home_identity_username('<home>')}`"
+    return [
+        (
+            "controller-manager (`liqo/liqo-controller-manager`)",
+            "home",
+            "cluster-wide",
+            manifests.CONTROLLER_MANAGER_RULES,
+        ),
+        (
+            "controller-manager (`liqo/liqo-controller-manager`)",
+            "home",
+            "namespace `liqo`",
+            manifests.CONTROLLER_MANAGER_NAMESPACE_RULES,
+        ),
+        (
+            "virtual kubelet (`liqo/liqo-virtual-kubelet-<foreign>`)",
+            "home",
+            "cluster-wide",
+            manifests.virtual_kubelet_rules("<foreign>"),
+        ),
+        ("foreign agent (`liqo/liqo-foreign-agent`)", "foreign", "cluster-wide", manifests.FOREIGN_AGENT_RULES),
+        (home_identity, "foreign", "its tenant namespace `liqo-tenant-<home>`", manifests.HOME_IDENTITY_TENANT_RULES),
+        (home_identity, "foreign", "each twin namespace of `<home>`", manifests.home_in_twin_namespace_rules()),
+    ]
+
+
+def identities_reference() -> str:
+    """The RBAC page (docs/identities.md)."""
+    out = [IDENTITIES_HEADER]
+    for identity, cluster, scope, rules in _identities():
+        out.append(f"## {identity}: {cluster} cluster, {scope}\n")
+        out.append("| API groups | resources | verbs | only these names |\n| --- | --- | --- | --- |")
+        for rule in rules:
+            groups = ", ".join(f"`{g}`" if g else "core" for g in rule.get("apiGroups") or [])
+            resources = ", ".join(f"`{r}`" for r in rule.get("resources") or rule.get("nonResourceURLs") or [])
+            verbs = ", ".join(rule.get("verbs") or [])
+            only = ", ".join(f"`{n}`" for n in rule.get("resourceNames") or []) or "any"
+            out.append(f"| {_cell(groups)} | {_cell(resources)} | {_cell(verbs)} | {_cell(only)} |")
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+PAGES = {"config": config_reference, "identities": identities_reference}
+
+
 def main(argv: list[str]) -> int:
-    if argv != ["config"]:
-        print(f"usage: {REGENERATE}", file=sys.stderr)
+    if len(argv) != 1 or argv[0] not in PAGES:
+        print(f"usage: {REGENERATE}, or {REGENERATE_IDENTITIES}", file=sys.stderr)
         return 2
-    sys.stdout.write(config_reference())
+    sys.stdout.write(PAGES[argv[0]]())
     return 0
 
 

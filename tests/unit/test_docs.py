@@ -23,6 +23,13 @@ def test_the_configuration_reference_is_generated_from_the_config_models() -> No
     )
 
 
+def test_the_identities_page_is_generated_from_the_rbac_rules_the_stack_declares() -> None:
+    committed = (REPO / "docs" / "identities.md").read_text()
+    assert committed == generated.identities_reference(), (
+        f"docs/identities.md is stale: the RBAC rules changed. Regenerate it with `{generated.REGENERATE_IDENTITIES}`"
+    )
+
+
 def test_every_setting_of_the_config_models_is_in_the_reference() -> None:
     reference = generated.config_reference()
     for path, model in generated._sections(config.StackConfig, ""):
