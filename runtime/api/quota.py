@@ -98,10 +98,10 @@ def limits_problem(pod_spec: Mapping[str, Any], enforcement: LimitsEnforcement) 
 
 def grant_problem(asked: Requests, used: Requests, grant: Mapping[str, Decimal]) -> str | None:
     """Why `asked` on top of `used` exceeds `grant` (only the resources the grant names are held);
-    None when it fits."""
+    None when it fits. The text does not depend on `used`: a pod waiting for room is told once, not
+    again each time the use changes (each telling is a status write)."""
     over = [
-        f"{resource} {_shown(asked.get(resource, Decimal(0)))} asked, "
-        f"{_shown(max(limit - used.get(resource, Decimal(0)), Decimal(0)))} of {_shown(limit)} left"
+        f"{resource} {_shown(asked.get(resource, Decimal(0)))} asked does not fit in what is left of {_shown(limit)}"
         for resource, limit in sorted(grant.items())
         if asked.get(resource, Decimal(0)) > 0 and used.get(resource, Decimal(0)) + asked[resource] > limit
     ]

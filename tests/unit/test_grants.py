@@ -77,7 +77,7 @@ def test_the_grant_names_what_is_over_and_what_is_left() -> None:
     grant = {"cpu": Decimal(2), "pods": Decimal(10)}
     assert grant_problem({"cpu": Decimal(1), "pods": Decimal(1)}, {"cpu": Decimal(1)}, grant) is None
     problem = grant_problem({"cpu": Decimal("1.5"), "pods": Decimal(1)}, {"cpu": Decimal(1)}, grant)
-    assert problem == "cpu 1500m asked, 1 of 2 left"
+    assert problem == "cpu 1500m asked does not fit in what is left of 2"
     assert grant_problem({"memory": Decimal(10**12)}, {}, grant) is None  # what the grant does not name is free
 
 
@@ -92,7 +92,11 @@ def test_a_refused_pod_is_tried_again_when_room_is_made() -> None:
     granted, requeued = grants({"resources": {"cpu": "1"}})
     assert granted.admit(f"{TWIN}/a", shadow("a", container(cpu="1"))) is None
     problem = granted.admit(f"{TWIN}/b", shadow("b", container(cpu="1")))
-    assert problem is not None and "exceeds what foreign-1" in problem and "cpu 1 asked, 0 of 1 left" in problem
+    assert (
+        problem is not None
+        and "exceeds what foreign-1" in problem
+        and "cpu 1 asked does not fit in what is left of 1" in problem
+    )
     granted.release(f"{TWIN}/a")
     assert requeued == [f"{TWIN}/b"]
     assert granted.admit(f"{TWIN}/b", shadow("b", container(cpu="1"))) is None
@@ -103,7 +107,7 @@ def test_without_a_quota_the_grant_is_what_the_cluster_advertises_to_the_home() 
     assert granted.admit(f"{TWIN}/a", shadow("a", container(cpu="1"))) is None
     assert granted.admit(f"{TWIN}/b", shadow("b", container(cpu=None))) is None  # no requests: a pod slot
     problem = granted.admit(f"{TWIN}/c", shadow("c", container(cpu=None)))
-    assert problem is not None and "pods 1 asked, 0 of 2 left" in problem
+    assert problem is not None and "pods 1 asked does not fit in what is left of 2" in problem
 
 
 def test_none_enforcement_holds_no_resources_but_cordoned_starts_nothing() -> None:
@@ -161,7 +165,7 @@ def test_the_agent_makes_no_pod_for_a_refused_shadowpod_and_says_why() -> None:
 
     created, patches = asyncio.run(scenario())
     assert created == ["a"]
-    assert patches[-1]["reason"] == "CreateFailed" and "cpu 1 asked, 0 of 1 left" in patches[-1]["message"]
+    assert patches[-1]["reason"] == "CreateFailed" and "cpu 1 asked does not fit" in patches[-1]["message"]
 
 
 def test_twins_get_their_tenants_pod_security_floor_else_baseline() -> None:
