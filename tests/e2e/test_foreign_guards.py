@@ -168,7 +168,7 @@ def test_the_home_identity_cannot_read_or_change_its_grant_or_its_floor(
     quotas = "quotas.offloading.liqo.io"
     for verb in ("get", "patch", "delete"):
         assert can_i(verb, quotas, "-n", TENANT) == "no", f"{verb} its Quota"
-    assert can_i("patch", "namespaces", offloaded + TWIN_SUFFIX) == "no", "relabel its twin"
+    assert can_i("patch", f"namespaces/{offloaded}{TWIN_SUFFIX}") == "no", "relabel its twin"
     assert can_i("patch", "validatingadmissionpolicies.admissionregistration.k8s.io") == "no"
     assert can_i("create", "pods", "-n", offloaded + TWIN_SUFFIX) == "no", "create pods itself"
 
