@@ -20,7 +20,7 @@ Errors are those lightkube raises: ApiError for a Kubernetes Status, httpx2's tr
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +49,18 @@ _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 _PATH_SAFE = "/:@"
 
 
+# The current bearer token of a client whose credentials change while it runs (None: none now).
+TokenSource = Callable[[], str | None]
+
+
 class BearerToken:
     """The Authorization header of a kubeconfig user, as lightkube's own auth would send it: its
     token file (read again after a 401: the kubelet rotates projected tokens), else its token, else
-    none (a client certificate, in the TLS context)."""
+    none (a client certificate, in the TLS context). With a `source`, the token it gives now, in
+    place of the kubeconfig's (a virtual kubelet's credentials, picked up live)."""
 
-    def __init__(self, user: User) -> None:
+    def __init__(self, user: User, source: TokenSource | None = None) -> None:
+        self._source = source
         self._file = user.token_file
         self._header = None if self._file else (f"Bearer {user.token}" if user.token else None)
 
@@ -66,6 +72,10 @@ class BearerToken:
         return not (user.exec or (user.username and user.password) or user.auth_provider)
 
     def header(self) -> str | None:
+        if self._source is not None:
+            token = self._source()
+            self._header = f"Bearer {token}" if token else None
+            return self._header
         if self._file and self._header is None:
             try:
                 self._header = f"Bearer {Path(self._file).read_text().strip()}"
@@ -74,7 +84,10 @@ class BearerToken:
         return self._header
 
     def renewed(self) -> bool:
-        """After a 401: whether the token changed since it was read (only a token file can)."""
+        """After a 401: whether the token changed since it was read (a token file, or the source)."""
+        if self._source is not None:
+            before = self._header
+            return self.header() != before
         if not self._file:
             return False
         before, self._header = self._header, None
@@ -91,6 +104,7 @@ class _DirectRequests(GenericAsyncClient):
         multiplexer: Multiplexer | None,
         timeout: httpx2.Timeout,
         field_manager: str | None,
+        token_source: TokenSource | None = None,
     ) -> None:
         # lightkube types the transport as a sync one, though its async client takes an async one
         params = ConnectionParams(timeout=timeout, transport=transport)  # type: ignore[arg-type]
@@ -98,7 +112,9 @@ class _DirectRequests(GenericAsyncClient):
         assert config.user is not None  # checked by RuntimeClient
         self._transport = transport
         self._server = config.cluster.server.rstrip("/")
-        self._token = BearerToken(config.user) if BearerToken.serves(config.user) else None
+        self._token = BearerToken(config.user, token_source) if BearerToken.serves(config.user) else None
+        if token_source is not None:  # lists keep lightkube's httpx2 path: it asks the source too
+            self._client.auth = _SourceAuth(token_source)
         # what httpx2 would send but Accept-Encoding: one object is small, and on loopback gzip costs
         # more CPU than it saves (lists, which can be large, keep httpx2's gzip)
         self._headers = {"Accept": "application/json", "User-Agent": self._client.headers["User-Agent"]}
@@ -278,11 +294,30 @@ def _status_error(method: str, url: str, status: int, headers: list[tuple[bytes,
     return transform_exception(error)  # type: ignore[no-any-return]
 
 
+class _SourceAuth(httpx2.Auth):
+    """httpx2's auth flow of a token source: the token it gives at each request."""
+
+    def __init__(self, source: TokenSource) -> None:
+        self._source = source
+
+    def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
+        token = self._source()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
 class RuntimeClient(AsyncClient):
-    """A lightkube AsyncClient over aiohttp, whose one-shot requests skip httpx2 (module docstring)."""
+    """A lightkube AsyncClient over aiohttp, whose one-shot requests skip httpx2 (module docstring).
+    `token_source`: its bearer token comes from there at each request instead of from `config`."""
 
     def __init__(
-        self, config: SingleConfig, *, field_manager: str | None = None, timeout: httpx2.Timeout | None = None
+        self,
+        config: SingleConfig,
+        *,
+        field_manager: str | None = None,
+        timeout: httpx2.Timeout | None = None,
+        token_source: TokenSource | None = None,
     ) -> None:
         if config.user is None:
             raise ValueError("the kubeconfig names no current context with a user")
@@ -295,7 +330,9 @@ class RuntimeClient(AsyncClient):
         )
         # AsyncClient.__init__ would make a GenericAsyncClient; these are the two fields it sets
         self._timeout = timeout or DEFAULT_TIMEOUT
-        self._client = _DirectRequests(config, self.transport, self.multiplexer, self._timeout, field_manager)
+        self._client = _DirectRequests(
+            config, self.transport, self.multiplexer, self._timeout, field_manager, token_source
+        )
 
     async def close(self) -> None:
         if self.multiplexer is not None:
@@ -308,10 +345,14 @@ class RuntimeClient(AsyncClient):
 
 
 def async_client(
-    config: KubeConfig | SingleConfig, *, field_manager: str | None = None, timeout: httpx2.Timeout | None = None
+    config: KubeConfig | SingleConfig,
+    *,
+    field_manager: str | None = None,
+    timeout: httpx2.Timeout | None = None,
+    token_source: TokenSource | None = None,
 ) -> RuntimeClient:
-    """The runtime's client of `config` (its current context)."""
+    """The runtime's client of `config` (its current context); `token_source`: see RuntimeClient."""
     single = config.get() if isinstance(config, KubeConfig) else config
     if single is None:
         raise ValueError("the kubeconfig names no current context")
-    return RuntimeClient(single, field_manager=field_manager, timeout=timeout)
+    return RuntimeClient(single, field_manager=field_manager, timeout=timeout, token_source=token_source)

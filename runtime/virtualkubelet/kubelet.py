@@ -7,14 +7,11 @@ kubeconfig the stack stored in the credentials Secret named by the VirtualNode.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-import yaml
 from lightkube import AsyncClient, KubeConfig
-from lightkube.resources.core_v1 import Secret
 
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
@@ -23,23 +20,10 @@ from runtime.kube.client import async_client
 from runtime.kube.controlling import leading
 from runtime.kube.packing import unpacked
 from runtime.reflection import Peering, ReflectionManager
+from runtime.virtualkubelet.credentials import Credentials
 from runtime.virtualkubelet.node import FIELD_MANAGER, NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.resourcemetrics import OffloadedPod
-
-
-async def foreign_kubeconfig(home: AsyncClient, foreign_cluster_id: str) -> dict[str, Any]:
-    """The home identity's kubeconfig for the foreign cluster, from the credentials Secret."""
-    name = names.credentials_secret_name(foreign_cluster_id)
-    while True:
-        try:
-            secret = await home.get(Secret, name, namespace=names.LIQO_NAMESPACE)
-            break
-        except Exception as err:  # not created yet by `pulumi up`: wait for it
-            print(f"waiting for Secret {names.LIQO_NAMESPACE}/{name}: {err}", flush=True)
-            await asyncio.sleep(2)
-    kubeconfig: dict[str, Any] = yaml.safe_load(base64.b64decode((secret.data or {})["kubeconfig"]).decode())
-    return kubeconfig
 
 
 class VirtualKubelet:
@@ -50,12 +34,14 @@ class VirtualKubelet:
         node_address: str = NODE_ADDRESS,
         kubelet_port: int | None = None,
         kubelet_ports: Mapping[str, int | None] | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """`node_address` and `kubelet_port`: the Node's InternalIP and hostIP of its pods, where the kubelet
         API listens (port None: not served). One process serves every virtual node of its foreign cluster
         (`peering.node_names`, its node pools), each a Node of its own with its own kubelet API port
         (`kubelet_ports`, by node; default: `kubelet_port` for the first, the next ones for the others),
-        and one pod offloader and one reflector set for all of them: they share the twin namespaces."""
+        and one pod offloader and one reflector set for all of them: they share the twin namespaces.
+        `credentials`: read again when the foreign API server refuses them (health checks)."""
         home, foreign = peering.home, peering.foreign
         tenant = names.tenant_namespace(peering.home_cluster_id)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
@@ -73,6 +59,7 @@ class VirtualKubelet:
                 address=node_address,
                 kubelet_port=ports.get(name),
                 node_name=name,
+                on_unauthorized=credentials.refresh if credentials is not None else None,
             )
             for name in peering.node_names
         }
@@ -247,8 +234,11 @@ async def serve(
     `kubelet_ports`: one per pool (default: consecutive from `kubelet_port`)."""
     started = asyncio.Event()  # /readyz answers from the start: not ready before the real checks exist
     probes.add_readiness("started", started.is_set)
-    kubeconfig = await foreign_kubeconfig(home, foreign_cluster_id)
-    foreign = async_client(KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER)
+    credentials = await Credentials.load(home, foreign_cluster_id)
+    kubeconfig = credentials.kubeconfig
+    foreign = async_client(
+        KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER, token_source=credentials.token
+    )
     probes.metrics.count_requests(foreign, foreign_cluster_id)
     existing = await existing_virtual_nodes(home, foreign_cluster_id)
     while not pools and not existing:  # external mode: its pools are known once `pulumi up` made them
@@ -257,7 +247,7 @@ async def serve(
         existing = await existing_virtual_nodes(home, foreign_cluster_id)
     node_names, ports = served_nodes(existing, foreign_cluster_id, pools, kubelet_port, kubelet_ports)
     peering = Peering(home, foreign, home_cluster_id, foreign_cluster_id, metrics=probes.metrics, node_names=node_names)
-    kubelet = VirtualKubelet(peering, node_address=node_address, kubelet_ports=ports)
+    kubelet = VirtualKubelet(peering, node_address=node_address, kubelet_ports=ports, credentials=credentials)
     # a stand-by is ready once its home informers are warm (a rollout waits on it; it must not hang)
     probes.add_readiness("informers synced", lambda: kubelet.synced.is_set() or (not leads() and kubelet.warm()))
     serving = asyncio.Event()
@@ -282,9 +272,11 @@ async def serve(
             if port is None:
                 continue  # a VirtualNode only waiting for its removal
             certificate = await serving_certificate(home, node_name, [node_address])
+            endpoint = ForeignEndpoint.from_kubeconfig(kubeconfig)
+            credentials.on_change(endpoint.use_token)
             api = KubeletApiServer(
                 home,
-                ForeignEndpoint.from_kubeconfig(kubeconfig),
+                endpoint,
                 node_name=node_name,
                 remote_of=functools.partial(kubelet.remote_of, node=node_name),
                 pods_on_node=functools.partial(kubelet.offloaded_pods, node_name),

@@ -157,6 +157,13 @@ class ForeignEndpoint:
     tls: ssl.SSLContext | bool
     headers: dict[str, str]
 
+    def use_token(self, token: str | None) -> None:
+        """New credentials (runtime/virtualkubelet/credentials.py): the next relayed request sends them."""
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        else:
+            self.headers.pop("Authorization", None)
+
     @classmethod
     def from_kubeconfig(cls, kubeconfig: dict[str, Any]) -> ForeignEndpoint:
         config = KubeConfig.from_dict(kubeconfig).get()

@@ -24,7 +24,7 @@ import asyncio
 import datetime
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -252,10 +252,14 @@ class VirtualNodeController:
         address: str = NODE_ADDRESS,
         kubelet_port: int | None = KUBELET_PORT,
         node_name: str | None = None,
+        on_unauthorized: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """`address`: the InternalIP the home API server reaches the kubelet API at, on
         `kubelet_port` (None: no kubelet API is served, the Node declares no endpoint); `node_name`:
-        its VirtualNode and Node (default: the cluster's one virtual node, else one of its pools)."""
+        its VirtualNode and Node (default: the cluster's one virtual node, else one of its pools);
+        `on_unauthorized`: called when a health check is answered 401, whether it brought new
+        credentials (the check is then made again at once)."""
+        self.on_unauthorized = on_unauthorized
         self.address, self.kubelet_port = address, kubelet_port
         self.home, self.foreign = home, foreign
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
@@ -445,7 +449,10 @@ class VirtualNodeController:
             spec = self.spec()
             interval = spec.health_check.interval_seconds if spec else 10
             threshold = spec.health_check.failure_threshold if spec else 3
-            code = await probe_foreign(self.foreign, tenant, self.foreign_cluster_id, max(1.0, interval / 2))
+            timeout = max(1.0, interval / 2)
+            code = await probe_foreign(self.foreign, tenant, self.foreign_cluster_id, timeout)
+            if code == 401 and self.on_unauthorized is not None and await self.on_unauthorized():
+                code = await probe_foreign(self.foreign, tenant, self.foreign_cluster_id, timeout)
             self.observe(code, threshold)
             await asyncio.sleep(interval)
 

@@ -17,13 +17,15 @@ from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, Client, KubeConfig
-from lightkube.resources.core_v1 import Event, Namespace, Pod, Secret
+from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, Secret
 from lightkube.types import PatchType
+from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
+from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.api.quota import spec_requests
-from runtime.api.resources import QuotaResource, ShadowPodResource
+from runtime.api.resources import QuotaResource, ShadowPodResource, VirtualNodeResource
 from tests.support.kube import VIRTUAL_NODES, get_or_none, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -238,3 +240,63 @@ def test_fifty_concurrent_creates_never_put_more_than_the_grant_in_use(
     assert pod.status.phase == "Pending" and pod.status.reason == "FailedOffloading"
     for each in names_:
         home.delete(Pod, each, namespace=offloaded, grace_period=0)
+
+
+@pytest.fixture
+def fast_health_checks(home: Client) -> Iterator[None]:
+    """foreign-1's virtual node checks its foreign API server every 2 s (2 failures: NotReady); put back after."""
+    name = names.virtual_node_name(FOREIGN)
+    before = home.get(VirtualNodeResource, name, namespace=names.LIQO_NAMESPACE)["spec"].get("healthCheck")
+    fast = {"spec": {"healthCheck": {"intervalSeconds": 2, "failureThreshold": 2}}}
+    home.patch(VirtualNodeResource, name, fast, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE)
+    try:
+        yield
+    finally:
+        back = {"spec": {"healthCheck": before}} if before else [{"op": "remove", "path": "/spec/healthCheck"}]
+        home.patch(
+            VirtualNodeResource,
+            name,
+            back,
+            namespace=names.LIQO_NAMESPACE,
+            patch_type=PatchType.MERGE if before else PatchType.JSON,
+        )
+
+
+def test_a_revoked_token_then_a_new_one_is_picked_up_live_with_no_pod_touched(
+    offloaded: str,
+    home: Client,
+    foreign: dict[str, Client],
+    runtime: ExternalRuntime,
+    installed: auto.Stack,
+    fast_health_checks: None,
+) -> None:
+    """The foreign side revokes the home identity's token (its Secret deleted); `pulumi up` issues a
+    new one: the virtual node goes NotReady (ForeignUnauthorized), then Ready, with the same virtual
+    kubelet process and the same pods at home and there."""
+    spec = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN}, "containers": [{"name": "c", "image": "nginx"}]}
+    home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "steady", "namespace": offloaded}, "spec": spec})))
+    running = wait_until(
+        lambda: (p := cast(Any, get_or_none(home, Pod, "steady", offloaded))) and p.status.phase == "Running" and p,
+        60,
+        "a pod Running on foreign-1",
+    )
+    remote = cast(Any, foreign[FOREIGN].get(Pod, "steady", namespace=offloaded + TWIN_SUFFIX))
+    kubelet_pid = runtime.pid(f"kubelet-{FOREIGN}")
+    node = names.virtual_node_name(FOREIGN)
+
+    def ready_reason() -> tuple[str, str]:
+        conditions = cast(Any, home.get(Node, node)).status.conditions or []
+        ready = next(c for c in conditions if c.type == "Ready")
+        return ready.status, ready.reason or ""
+
+    token_secret = f"{names.home_identity_name('home')}-token"  # the stack's (manifests.service_account_token)
+    foreign[FOREIGN].delete(Secret, token_secret, namespace=TENANT)
+    wait_until(lambda: ready_reason() == ("False", "ForeignUnauthorized"), 60, "NotReady: ForeignUnauthorized")
+    installed.up(on_output=print, refresh=True)  # issues a new token into the credentials Secret
+    wait_until(lambda: ready_reason()[0] == "True", 30, "Ready again with the new token")
+    assert runtime.pid(f"kubelet-{FOREIGN}") == kubelet_pid, "the virtual kubelet was not restarted"
+    after: Any = home.get(Pod, "steady", namespace=offloaded)
+    assert after.metadata.uid == running.metadata.uid and after.status.phase == "Running"
+    remote_after = cast(Any, foreign[FOREIGN].get(Pod, "steady", namespace=offloaded + TWIN_SUFFIX))
+    assert remote_after.metadata.uid == remote.metadata.uid, "the remote pod was not touched"
+    home.delete(Pod, "steady", namespace=offloaded, grace_period=0)
