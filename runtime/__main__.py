@@ -257,7 +257,11 @@ async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServe
     shadows = ShadowPodController(client, cluster_id, twin_origin=twin_origin)
     assert shadows.grants is not None
     advertisements = AdvertisementController(
-        client, cluster_id, offloaded_pods=shadows.pods, advertisements=shadows.grants.advertisements
+        client,
+        cluster_id,
+        offloaded_pods=shadows.pods,
+        advertisements=shadows.grants.advertisements,
+        quotas=shadows.grants.quotas,
     )
     probes.add_readiness("informers synced", lambda: maps.maps.synced.is_set() and shadows.shadows.synced.is_set())
     await asyncio.gather(maps.run(), shadows.run(), advertisements.run())

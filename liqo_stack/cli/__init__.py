@@ -13,6 +13,7 @@ from liqo_stack.cli.offload_selector import offload_namespaces, unoffload_namesp
 from liqo_stack.cli.preview import preview
 from liqo_stack.cli.preview_pod import preview_pod_command
 from liqo_stack.cli.promote import promote
+from liqo_stack.cli.tenants import cordon, drain, uncordon
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,3 +32,6 @@ main.add_command(image)
 preview.add_command(preview_pod_command)
 main.add_command(preview)
 main.add_command(promote)
+main.add_command(cordon)
+main.add_command(uncordon)
+main.add_command(drain)

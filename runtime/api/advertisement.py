@@ -31,6 +31,9 @@ class ResourceAdvertisementSpec(ApiModel):
     labels: dict[str, str] = Field(default_factory=dict, description="labels suggested for the virtual node")
     # the same per node (a list: a merge patch replaces it whole, so a label a node lost goes too)
     nodes: list[NodeOffer] = Field(default_factory=list)
+    cordoned: bool = Field(
+        default=False, description="the foreign cluster cordoned this home (its Quota): no new pod of it starts"
+    )
 
 
 class ResourceAdvertisement(CustomObject):
@@ -207,6 +210,7 @@ def advertisement_patch(
     resources: dict[str, str],
     labels: dict[str, str],
     nodes: list[dict[str, Any]] | None = None,
+    cordoned: bool = False,
 ) -> dict[str, Any] | None:
     """The spec to write over `current` (the stored advertisement, a mapping, or None); None: it already
     says it. Keys gone since are null, which removes them in a merge patch; `nodes` is replaced whole."""
@@ -217,6 +221,7 @@ def advertisement_patch(
         and spec.get("resources") == resources
         and (spec.get("labels") or {}) == labels
         and (spec.get("nodes") or []) == nodes
+        and bool(spec.get("cordoned")) == cordoned
     ):
         return None
     gone_resources = set(spec.get("resources") or {}) - set(resources)
@@ -226,6 +231,7 @@ def advertisement_patch(
         "resources": {**resources, **dict.fromkeys(gone_resources)},
         "labels": {**labels, **dict.fromkeys(gone_labels)},
         "nodes": nodes,
+        "cordoned": cordoned,
     }
 
 

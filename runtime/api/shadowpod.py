@@ -22,6 +22,9 @@ class ShadowPodSpec(ApiModel):
 
 # status.reason when the foreign API server refused to create the pod (status.message says why)
 CREATE_FAILED_REASON = "CreateFailed"
+# status.reason (phase Failed) when its pod was evicted while the foreign cluster cordons its home:
+# it is not started again, and the home pod ends as on a drained node (docs/security.md)
+EVICTED_REASON = "Evicted"
 
 
 class ShadowPodStatus(ApiModel):
@@ -37,7 +40,10 @@ class ShadowPodStatus(ApiModel):
     applied_keys: dict[str, list[str]] | None = Field(
         default=None, description="label and annotation keys carried to the live pod (only these are ever removed)"
     )
-    reason: str | None = Field(default=None, description="CreateFailed: the foreign API server refused the pod")
+    reason: str | None = Field(
+        default=None,
+        description="CreateFailed: the pod was refused (API server, grant); Evicted: gone while its home is cordoned",
+    )
     message: str | None = Field(default=None, description="the foreign API server's message")
 
 

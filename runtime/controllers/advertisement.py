@@ -53,16 +53,19 @@ class AdvertisementController:
         settle: float = 1.0,
         offloaded_pods: Informer | None = None,
         advertisements: Informer | None = None,
+        quotas: Informer | None = None,
     ) -> None:
         """`offloaded_pods`, `advertisements`: informers that another controller runs (the ShadowPod
         controller's pods with an origin label, its grants' advertisements); without them, this
-        controller runs its own."""
+        controller runs its own. `quotas`: the grants' Quotas (another controller's informer), whose
+        `cordoned` each home's advertisement repeats for its virtual node to show; without it, none is."""
+        self.quotas = quotas
         self.client = client
         self.cluster_id = cluster_id
         self.settle = settle
         self.nodes = Informer(client, Node)
         self.local_pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: not_exists()}, trim=as_the_agent_reads)
-        self.shared = [shared for shared in (offloaded_pods, advertisements) if shared is not None]
+        self.shared = [shared for shared in (offloaded_pods, advertisements, quotas) if shared is not None]
         self.offloaded_pods = offloaded_pods or Informer(
             client, Pod, labels={names.ORIGIN_LABEL: exists()}, trim=as_the_agent_reads
         )
@@ -75,7 +78,8 @@ class AdvertisementController:
         self.nodes.add_handler(lambda _: self.queue.add_after(ALL, self.settle))
         self.local_pods.add_handler(self._following(self.local_loads))
         self.offloaded_pods.add_handler(self._following(self.offloaded_loads))
-        for informer in (self.tenants, self.advertisements):  # a new home, an edited advertisement: now
+        # a new home, an edited advertisement, a cordon: now
+        for informer in (self.tenants, self.advertisements, *([quotas] if quotas else [])):
             informer.add_handler(lambda _: self.queue.add(ALL))
 
     async def run(self) -> None:
@@ -108,13 +112,25 @@ class AdvertisementController:
                 continue
             per_node = available_by_node(home_id, nodes, loads)
             resources = {r: as_quantity(a) for r, a in sorted(summed(per_node.values()).items())}
-            await self._publish(tenant.metadata.name, resources, labels, node_offers(nodes, per_node))
+            cordoned = self._cordoned(home_id)
+            await self._publish(tenant.metadata.name, resources, labels, node_offers(nodes, per_node), cordoned)
+
+    def _cordoned(self, home_id: str) -> bool:
+        if self.quotas is None:
+            return False
+        quota = self.quotas.store.get(f"{names.tenant_namespace(home_id)}/{names.quota_name(home_id)}")
+        return bool(((quota.to_dict().get("spec") or {}) if quota is not None else {}).get("cordoned"))
 
     async def _publish(
-        self, namespace: str, resources: dict[str, str], labels: dict[str, str], nodes: list[dict[str, Any]]
+        self,
+        namespace: str,
+        resources: dict[str, str],
+        labels: dict[str, str],
+        nodes: list[dict[str, Any]],
+        cordoned: bool = False,
     ) -> None:
         current = self.advertisements.store.get(f"{namespace}/{self.cluster_id}")
-        spec = advertisement_patch(self.cluster_id, current, resources, labels, nodes)
+        spec = advertisement_patch(self.cluster_id, current, resources, labels, nodes, cordoned)
         if spec is None:
             return
         body: dict[str, Any] = {"spec": spec}
@@ -129,7 +145,13 @@ class AdvertisementController:
                 "namespace": namespace,
                 "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
             },
-            "spec": {"clusterID": self.cluster_id, "resources": resources, "labels": labels, "nodes": nodes},
+            "spec": {
+                "clusterID": self.cluster_id,
+                "resources": resources,
+                "labels": labels,
+                "nodes": nodes,
+                "cordoned": cordoned,
+            },
         }
         try:
             await self.client.create(ResourceAdvertisementResource.from_dict(manifest))

@@ -138,6 +138,13 @@ class Grants:
         offered = ((advertisement.to_dict().get("spec") or {}).get("resources") or {}) if advertisement else {}
         return parsed_grant(offered)
 
+    def cordons(self, shadow: Any) -> str | None:
+        """Why the ShadowPod's home may start nothing here now (it is cordoned); None: it may."""
+        home = origin_of(shadow)
+        if home is None or not self.quota_of(home).cordoned:
+            return None
+        return f"home cluster {home} is cordoned in {self.cluster_id}: its pods there are not started again"
+
     def admit(self, key: str, shadow: Any) -> str | None:
         """Why the ShadowPod's pod may not start now (None: it may, and its requests are counted)."""
         home = origin_of(shadow)

@@ -48,7 +48,7 @@ from lightkube.types import PatchType
 from runtime.api import names
 from runtime.api.quantities import parse_quantity
 from runtime.api.resources import ShadowPodResource
-from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
+from runtime.api.shadowpod import CREATE_FAILED_REASON, EVICTED_REASON, pod_spec_of
 from runtime.controllers.granting import Grants
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.forging.pods import pod_of_shadow, restart_counts
@@ -114,6 +114,10 @@ class ShadowPodController:
                 if self.grants is not None:
                     self.grants.release(key)
                 return  # finished: a completed or failed pod is never run again
+            cordoned = self.grants.cordons(shadow) if self.grants is not None and status.get("podUID") else None
+            if cordoned is not None:  # it ran, and was evicted (a drain) or lost while cordoned: not again
+                await self._evicted(key, shadow, status, cordoned)
+                return
             recreating = bool(status.get("podUID")) or key in self._created
             if recreating and not self._waited_enough(key):
                 return
@@ -179,6 +183,15 @@ class ShadowPodController:
             raise  # retried with backoff: the quota may free up, the policy may change
         if status.get("reason"):
             await self._patch_status(shadow, {"reason": None, "message": None})
+
+    async def _evicted(self, key: str, shadow: Any, status: dict[str, Any], message: str) -> None:
+        """Its pod is gone while its home is cordoned: Failed, reason Evicted (the home pod ends as on
+        a drained node); what it held is free again."""
+        if self.grants is not None:
+            self.grants.release(key)
+        if status.get("reason") != EVICTED_REASON:
+            log.info("not starting %s again: %s", key, message)
+            await self._patch_status(shadow, {"phase": "Failed", "reason": EVICTED_REASON, "message": message})
 
     async def _refused(self, shadow: Any, status: dict[str, Any], message: str) -> None:
         """Say on the ShadowPod why no pod is made (the virtual kubelet shows it on the home pod)."""

@@ -47,6 +47,7 @@ NODE_ADDRESS = "127.0.0.1"  # default of the virtual kubelet's own address (--no
 KUBELET_PORT = 10250
 UNREACHABLE_REASON = "ForeignClusterUnreachable"
 UNAUTHORIZED_REASON = "ForeignUnauthorized"
+CORDONED_CONDITION = "ForeignCordoned"  # the foreign cluster cordoned this home (docs/security.md#cordon-and-drain)
 FORBIDDEN_REASON = "ForeignForbidden"
 SERVER_ERROR_REASON = "ForeignServerError"
 FAILURE_MESSAGES = {
@@ -112,9 +113,14 @@ async def probe_foreign(foreign: AsyncClient, tenant: str, foreign_cluster_id: s
 
 
 def node_conditions(
-    healthy: bool, failures: int, rounded_to_zero: list[str], reason: str = UNREACHABLE_REASON
+    healthy: bool,
+    failures: int,
+    rounded_to_zero: list[str],
+    reason: str = UNREACHABLE_REASON,
+    cordoned_by: str | None = None,
 ) -> list[dict[str, str]]:
-    """The Node's conditions, without times (added when a status changes); `reason`: the last failure's."""
+    """The Node's conditions, without times (added when a status changes); `reason`: the last failure's;
+    `cordoned_by`: the foreign cluster that cordoned this home (None: it does not)."""
     ready = (
         {"status": "True", "reason": "KubeletReady", "message": "the foreign API server answers"}
         if healthy
@@ -143,6 +149,18 @@ def node_conditions(
             ),
         }
     )
+    conditions.append(
+        {
+            "type": CORDONED_CONDITION,
+            "status": "True" if cordoned_by else "False",
+            "reason": "CordonedByForeignCluster" if cordoned_by else "NotCordoned",
+            "message": (
+                f"{cordoned_by} cordoned this home cluster: no new pod starts there, the running ones go on"
+                if cordoned_by
+                else "the foreign cluster takes new pods"
+            ),
+        }
+    )
     return conditions
 
 
@@ -167,8 +185,11 @@ def _canonical(items: list[dict[str, Any]]) -> list[str]:
     return sorted(json.dumps(item, sort_keys=True) for item in items)
 
 
-def applied_record(labels: Mapping[str, str], taints: list[dict[str, Any]]) -> str:
-    return json.dumps({"labels": sorted(labels), "taints": taints}, sort_keys=True, separators=(",", ":"))
+def applied_record(labels: Mapping[str, str], taints: list[dict[str, Any]], unschedulable: bool = False) -> str:
+    record: dict[str, Any] = {"labels": sorted(labels), "taints": taints}
+    if unschedulable:  # only then: the record of a node never cordoned stays as it was
+        record["unschedulable"] = True
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
 def previously_applied_taints(annotations: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -181,7 +202,11 @@ def previously_applied_taints(annotations: Mapping[str, str]) -> list[dict[str, 
 
 
 def node_apply(
-    name: str, labels: dict[str, str], taints: list[dict[str, Any]], live: dict[str, Any] | None
+    name: str,
+    labels: dict[str, str],
+    taints: list[dict[str, Any]],
+    live: dict[str, Any] | None,
+    unschedulable: bool = False,
 ) -> dict[str, Any] | None:
     """The Node's metadata and spec as the virtual kubelet applies them, or None if already shown.
 
@@ -190,13 +215,15 @@ def node_apply(
     so the applied list is ours plus the live taints of others, without those we applied before
     (the annotation's record) and no longer declare. On an existing Node the apply carries its
     resourceVersion, so a taint the node lifecycle controller added meanwhile is never overwritten.
+    `unschedulable`: the foreign cluster cordoned this home; applied while it lasts, then left out,
+    so server-side apply drops it unless an administrator's `kubectl cordon` set it too.
     """
     live_meta = (live or {}).get("metadata") or {}
     live_annotations = live_meta.get("annotations") or {}
     live_taints = ((live or {}).get("spec") or {}).get("taints") or []
     ours = {_taint_identity(t) for t in [*taints, *previously_applied_taints(live_annotations)]}
     merged = taints + [t for t in live_taints if _taint_identity(t) not in ours]
-    record = applied_record(labels, taints)
+    record = applied_record(labels, taints, unschedulable)
     metadata: dict[str, Any] = {
         "name": name,
         "labels": labels,
@@ -208,10 +235,14 @@ def node_apply(
             all(live_labels.get(k) == v for k, v in labels.items())
             and live_annotations.get(names.VIRTUAL_NODE_APPLIED_ANNOTATION) == record
             and _canonical(merged) == _canonical(live_taints)
+            and (not unschedulable or bool(((live or {}).get("spec") or {}).get("unschedulable")))
         ):
             return None
         metadata["resourceVersion"] = live_meta.get("resourceVersion")
-    return {"apiVersion": "v1", "kind": "Node", "metadata": metadata, "spec": {"taints": merged}}
+    spec: dict[str, Any] = {"taints": merged}
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {"apiVersion": "v1", "kind": "Node", "metadata": metadata, "spec": spec}
 
 
 REPLACED_WHOLE = ("capacity", "allocatable")
@@ -316,6 +347,12 @@ class VirtualNodeController:
             for vn in self.virtual_nodes.store.values()
         )
 
+    def cordoned(self) -> bool:
+        """The foreign cluster says (its advertisement) that it cordoned this home."""
+        tenant = names.tenant_namespace(self.home_cluster_id)
+        advertisement = self.advertisements.store.get(f"{tenant}/{self.foreign_cluster_id}")
+        return bool(((advertisement or {}).get("spec") or {}).get("cordoned"))
+
     def suggested_labels(self) -> dict[str, str]:
         """Seed 000: the labels the foreign cluster suggests for its virtual node (its advertisement's)."""
         tenant = names.tenant_namespace(self.home_cluster_id)
@@ -349,7 +386,13 @@ class VirtualNodeController:
         status = {
             "capacity": shared.capacity,
             "allocatable": shared.capacity,
-            "conditions": node_conditions(self.healthy, self.failures, shared.rounded_to_zero, self.failure_reason),
+            "conditions": node_conditions(
+                self.healthy,
+                self.failures,
+                shared.rounded_to_zero,
+                self.failure_reason,
+                cordoned_by=self.foreign_cluster_id if self.cordoned() else None,
+            ),
             # no Hostname: the node's name resolves nowhere, and the API server would prefer it
             "addresses": [{"type": "InternalIP", "address": self.address}],
             "nodeInfo": {
@@ -396,7 +439,7 @@ class VirtualNodeController:
             if zeroed is not None:
                 status["conditions"] = [c if c["type"] != zeroed["type"] else zeroed for c in status["conditions"]]
         labels, taints = body["metadata"]["labels"], body["spec"]["taints"]
-        applied = node_apply(self.node_name, labels, taints, live)
+        applied = node_apply(self.node_name, labels, taints, live, unschedulable=self.cordoned())
         if applied is not None:
             node = await self.home.apply(Node.from_dict(applied), field_manager=FIELD_MANAGER, force=True)  # type: ignore[call-overload]
             if live is None:  # just created: its status is what the apply returned

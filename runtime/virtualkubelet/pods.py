@@ -42,7 +42,7 @@ from lightkube.types import CascadeType, PatchType
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.namespaceoffloading import Placement, move_unfit_after, placement
 from runtime.api.resources import ShadowPodResource
-from runtime.api.shadowpod import CREATE_FAILED_REASON, pod_spec_of
+from runtime.api.shadowpod import CREATE_FAILED_REASON, EVICTED_REASON, pod_spec_of
 from runtime.forging.pods import (
     TERMINAL_PHASES,
     CidrMapping,
@@ -307,6 +307,9 @@ class PodOffloader(TwinFollower):
             shadow_status = shadow.get("status") or {}
             await self._reflect_status(pod, remote, shadow_status)
             await self._move_if_unfit(key, pod, remote, twin, shadow)
+        elif (shadow.get("status") or {}).get("reason") == EVICTED_REASON:
+            message = (shadow.get("status") or {}).get("message") or "evicted"
+            await self._withdrawn(pod, f"{self.peering.foreign_cluster_id} evicted it: {message}")
         else:
             await self._report_failure(pod, shadow)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from decimal import Decimal
@@ -17,6 +18,7 @@ from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, Client, KubeConfig
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, Secret
 from lightkube.types import PatchType
 from pulumi import automation as auto
@@ -300,3 +302,85 @@ def test_a_revoked_token_then_a_new_one_is_picked_up_live_with_no_pod_touched(
     remote_after = cast(Any, foreign[FOREIGN].get(Pod, "steady", namespace=offloaded + TWIN_SUFFIX))
     assert remote_after.metadata.uid == remote.metadata.uid, "the remote pod was not touched"
     home.delete(Pod, "steady", namespace=offloaded, grace_period=0)
+
+
+def foreign_cli(dev_env: DevEnvironment, *args: str) -> str:
+    """`liqo-stack ARGS` as foreign-1's admin runs it (its kubeconfig); it must succeed."""
+    command = [str(Path(sys.executable).parent / "liqo-stack"), *args, "--kubeconfig", str(dev_env.kubeconfig(FOREIGN))]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"{command}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def uncordoned_after(foreign: dict[str, Client]) -> Iterator[None]:
+    """Whatever the test did, home is not left cordoned in foreign-1 (later modules run pods there)."""
+    try:
+        yield
+    finally:
+        foreign[FOREIGN].patch(
+            QuotaResource, "home", {"spec": {"cordoned": False}}, namespace=TENANT, patch_type=PatchType.MERGE
+        )
+
+
+def test_cordon_then_drain_from_the_foreign_side_and_uncordon(
+    offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment, uncordoned_after: None
+) -> None:
+    """As a node: cordoned, the running pods go on and no new one starts, and the virtual node shows
+    it; drained, the pods there are evicted and their controller makes new ones at home, which run
+    there again once uncordoned."""
+    node = names.virtual_node_name(FOREIGN)
+    labels: dict[str, Any] = {"app": "drain-me"}
+    deployment = {
+        "metadata": {"name": "drain-me", "namespace": offloaded},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN},
+                    "containers": [{"name": "c", "image": "nginx"}],
+                },
+            },
+        },
+    }
+    home.create(cast(Deployment, Deployment.from_dict(deployment)))
+
+    def running() -> list[Any] | None:
+        pods = [cast(Any, p) for p in home.list(Pod, namespace=offloaded, labels=labels)]
+        up = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletionTimestamp]
+        return up if len(up) == 2 and len(pods) == 2 else None
+
+    before = {p.metadata.uid for p in wait_until(running, 90, "2 pods Running on foreign-1")}
+    said = foreign_cli(dev_env, "cordon", "home", "home")
+    assert "cordoned" in said and "2 running pods go on" in said
+
+    def shown() -> bool:
+        live = cast(Any, home.get(Node, node))
+        conditions = {c.type: c for c in live.status.conditions or []}
+        cordoned = conditions.get("ForeignCordoned")
+        return bool(live.spec.unschedulable) and cordoned is not None and cordoned.status == "True"
+
+    wait_until(shown, 30, "the virtual node unschedulable, condition ForeignCordoned")
+    assert {p.metadata.uid for p in running() or []} == before, "the running pods go on"
+    spec = {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]}
+    home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "late", "namespace": offloaded}, "spec": spec})))
+    wait_until(lambda: warning_on(home, offloaded, "late", "is cordoned in foreign-1"), 60, "a new pod refused")
+
+    said = foreign_cli(dev_env, "drain", "home", "home", "--yes")
+    assert "drained" in said and f"{offloaded}{TWIN_SUFFIX}/" in said
+
+    def replaced() -> list[Any] | None:
+        pods = [cast(Any, p) for p in home.list(Pod, namespace=offloaded, labels=labels)]
+        fresh = [p for p in pods if p.metadata.uid not in before and not p.metadata.deletionTimestamp]
+        gone = not any(p.metadata.uid in before for p in pods)
+        return fresh if gone and len(fresh) == 2 else None
+
+    fresh = wait_until(replaced, 90, "the drained pods evicted at home and replaced by their controller")
+    assert all(p.status.phase == "Pending" for p in fresh), "no node takes them while foreign-1 is cordoned"
+    foreign_cli(dev_env, "uncordon", "home", "home")
+    wait_until(lambda: not shown() and not cast(Any, home.get(Node, node)).spec.unschedulable, 30, "uncordoned")
+    wait_until(running, 90, "the replacements Running on foreign-1 again")
+    home.delete(Deployment, "drain-me", namespace=offloaded)
+    home.delete(Pod, "late", namespace=offloaded, grace_period=0)

@@ -50,7 +50,11 @@ def controller() -> tuple[AdvertisementController, list[dict[str, str]], list[st
     scheduled: list[str] = []
 
     async def publish(
-        namespace: str, resources: dict[str, str], labels: dict[str, str], nodes: list[dict[str, Any]]
+        namespace: str,
+        resources: dict[str, str],
+        labels: dict[str, str],
+        nodes: list[dict[str, Any]],
+        cordoned: bool = False,
     ) -> None:
         published.append(resources)
 
@@ -132,10 +136,12 @@ def test_the_advertisement_carries_the_suggested_labels_and_drops_the_ones_gone(
         "resources": {"cpu": "4"},
         "labels": {"r": "eu", "z": None},
         "nodes": [],
+        "cordoned": False,
     }
     assert advertisement_patch("f", None, {"cpu": "4"}, {}) == {
         "clusterID": "f",
         "resources": {"cpu": "4"},
         "labels": {},
         "nodes": [],
+        "cordoned": False,
     }

@@ -18,6 +18,7 @@ from runtime.controllers.granting import Grants
 from runtime.controllers.namespacemap import twin_floor
 from runtime.controllers.shadowpod import ShadowPodController
 from runtime.kube.packing import Packer, unpacked
+from runtime.virtualkubelet.node import CORDONED_CONDITION, node_apply, node_conditions
 
 TWIN = "demo-home"
 TENANT = names.tenant_namespace("home")
@@ -196,3 +197,53 @@ def test_a_finished_pod_frees_its_share() -> None:
         return agent.grants.used("home")
 
     assert asyncio.run(scenario()) == {}
+
+
+def test_a_cordoned_home_shows_on_its_virtual_node_and_only_while_it_lasts() -> None:
+    applied = node_apply("liqo-foreign-1", {"a": "b"}, [], None, unschedulable=True)
+    assert applied is not None and applied["spec"]["unschedulable"] is True
+    live = {**applied, "metadata": {**applied["metadata"], "resourceVersion": "1"}}
+    assert node_apply("liqo-foreign-1", {"a": "b"}, [], live, unschedulable=True) is None, "already shown"
+    uncordoned = node_apply("liqo-foreign-1", {"a": "b"}, [], live)
+    assert uncordoned is not None and "unschedulable" not in uncordoned["spec"], "left out: apply drops it"
+    condition = next(
+        c for c in node_conditions(True, 0, [], cordoned_by="foreign-1") if c["type"] == CORDONED_CONDITION
+    )
+    assert condition["status"] == "True" and "foreign-1 cordoned" in condition["message"]
+
+
+def test_a_pod_gone_while_its_home_is_cordoned_is_not_started_again() -> None:
+    async def scenario() -> tuple[list[str], list[dict[str, Any]], dict[str, Decimal]]:
+        agent = ShadowPodController(cast(Any, None), "foreign-1", twin_origin={TWIN: "home"}.get)
+        assert agent.grants is not None
+        agent.grants.quotas.store[f"{TENANT}/home"] = QuotaResource.from_dict(
+            {"metadata": {"name": "home", "namespace": TENANT}, "spec": {"cordoned": True}}
+        )
+        created: list[str] = []
+        patches: list[dict[str, Any]] = []
+
+        async def create_pod(shadow: Any) -> None:
+            created.append(shadow.metadata.name)
+
+        async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
+            patches.append(update)
+
+        agent._create_pod = create_pod  # type: ignore[method-assign]
+        agent._patch_status = patch_status  # type: ignore[method-assign]
+        packer = Packer(ShadowPodResource)
+        ran = shadow("a", container(cpu="1"), podUID="u-1", phase="Running")
+        agent.shadows.store[f"{TWIN}/a"] = packer.pack(ran)
+        agent.grants.count(f"{TWIN}/a", ran)
+        await agent.reconcile(f"{TWIN}/a")  # its pod was evicted (a drain)
+        return created, patches, agent.grants.used("home")
+
+    created, patches, used = asyncio.run(scenario())
+    assert created == []
+    assert patches == [
+        {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "home cluster home is cordoned in foreign-1: its pods there are not started again",
+        }
+    ]
+    assert used == {}
