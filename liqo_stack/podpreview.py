@@ -94,6 +94,11 @@ class ClusterPreview:
     refused: str | None = None  # the runtime would not offload the pod (OffloadingBackOff): why
     unplaced: str | None = None  # the home scheduler never binds the pod to this virtual node: why
     objects: list[Follower] = field(default_factory=list)
+    shadow: dict[str, Any] | None = None  # the ShadowPod the virtual kubelet would create there
+    # the foreign cluster's own answer to that ShadowPod (a dry run as the home identity: its admission
+    # policy); None: not asked. `admitted` False: `admission` is its refusal; True: it would store it.
+    admitted: bool | None = None
+    admission: str | None = None
 
 
 @dataclass
@@ -124,6 +129,9 @@ class PodPreview:
                     "changes": c.changes,
                     "refused": c.refused,
                     "unplaced": c.unplaced,
+                    "foreignAdmission": None
+                    if c.admitted is None and c.admission is None
+                    else {"admitted": c.admitted, "message": c.admission},
                     "remotePod": c.remote_pod,
                     "objects": [asdict(o) for o in c.objects],
                 }
@@ -241,6 +249,7 @@ def preview_in(pod: dict[str, Any], cluster: Cluster, context: PodContext, node_
         result.refused = f"stays Pending at home (reason OffloadingBackOff): {err}"
         return result
     remote = pod_of_shadow(shadow)
+    result.shadow = shadow
     result.remote_pod = remote
     result.changes = changes(pod, remote, cluster.spec)
     result.objects = followers(pod, remote, cluster, context)
@@ -515,6 +524,14 @@ def render(preview: PodPreview, output: str) -> str:
         if cluster.refused:
             lines.append(f"not offloaded: {cluster.refused}")
             continue
+        if cluster.admitted is False:
+            lines.append(f"refused by {cluster.cluster} (its admission, asked with a dry run): {cluster.admission}")
+            lines.append("  the pod would stay Pending at home (reason FailedOffloading) with this message")
+            continue
+        if cluster.admission:
+            lines.append(f"{cluster.cluster}'s admission not asked: {cluster.admission}")
+        elif cluster.admitted:
+            lines.append(f"{cluster.cluster} admits its ShadowPod (a dry run as the home identity)")
         lines.append("What changes:")
         lines += [f"  {change}" for change in cluster.changes]
         lines.append("Objects that follow the pod:")

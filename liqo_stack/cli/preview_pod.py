@@ -1,31 +1,38 @@
 """`liqo-stack preview pod`: reads the pod (or a manifest's) and what decides its fate from the home
-cluster, then shows it as each foreign cluster would run it (liqo_stack/podpreview.py)."""
+cluster, then shows it as each foreign cluster would run it (liqo_stack/podpreview.py), and asks each
+foreign cluster whether it admits the pod's ShadowPod: a dry run as the home identity (the credentials
+its virtual kubelet uses), so its own admission policy answers, as it would for the real one
+(docs/security.md). Nothing is stored there."""
 
 from __future__ import annotations
 
+import base64
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
+import httpx2
 import yaml
-from lightkube import ApiError, Client
+from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service
 
+from liqo_stack import kube
 from liqo_stack.cli.offload import home_client, read_peers, with_cluster
 from liqo_stack.kube import get_or_none
 from liqo_stack.podpreview import (
     WORKLOAD_KINDS,
     Cluster,
     PodContext,
+    PodPreview,
     PreviewError,
     pod_of_manifest,
     preview_pod,
     render,
 )
 from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names, twin_namespace_name
-from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
+from runtime.api.resources import NamespaceOffloadingResource, ShadowPodResource, VirtualNodeResource
 
 HOME_ID_ARG = "--home-cluster-id="
 OBJECT_KINDS: list[tuple[str, Any]] = [
@@ -140,6 +147,56 @@ def admitted(client: Client, pod: dict[str, Any]) -> dict[str, Any]:
     return dict(created.to_dict())
 
 
+# answers of the foreign API server that are its admission's verdict on the ShadowPod (a 409: the name
+# is taken, which storage says only after admission let it through)
+REFUSED = (400, 403, 422)
+
+
+def ask_foreign_admission(client: Client, preview: PodPreview) -> None:
+    """Each cluster's answer to a dry-run create of the pod's ShadowPod, as the home identity."""
+    identities: dict[str, Client | str] = {}
+    for cluster in preview.clusters:
+        if cluster.shadow is None or cluster.unplaced or cluster.refused:
+            continue
+        if cluster.cluster not in identities:
+            identities[cluster.cluster] = _identity(client, cluster.cluster)
+        identity = identities[cluster.cluster]
+        if isinstance(identity, str):
+            cluster.admission = identity
+            continue
+        shadow = {**cluster.shadow, "metadata": dict(cluster.shadow.get("metadata") or {})}
+        shadow["metadata"]["name"] = shadow["metadata"].get("name") or "preview"
+        try:
+            identity.create(ShadowPodResource.from_dict(shadow), dry_run=True)
+        except ApiError as err:
+            if err.status.code == 409:
+                cluster.admitted = True
+            elif err.status.code == 404:
+                cluster.admission = f"its twin namespace {cluster.twin} does not exist there yet"
+            elif err.status.code in REFUSED:
+                cluster.admitted, cluster.admission = False, str(err.status.message)
+            else:
+                cluster.admission = f"{cluster.cluster} answered {err.status.code}: {err.status.message}"
+            continue
+        except (httpx2.HTTPError, OSError) as err:
+            cluster.admission = f"{cluster.cluster} did not answer: {err}"
+            continue
+        cluster.admitted = True
+
+
+def _identity(client: Client, cluster_id: str) -> Client | str:
+    """A client as the home identity in that cluster, or why there is none."""
+    name = names.credentials_secret_name(cluster_id)
+    try:
+        secret: Any = client.get(Secret, name, namespace=names.LIQO_NAMESPACE)
+        text = base64.b64decode(secret.data["kubeconfig"]).decode()
+        return kube.client(KubeConfig.from_dict(yaml.safe_load(text)))
+    except ApiError as err:
+        return f"the home identity's credentials ({names.LIQO_NAMESPACE}/{name}) cannot be read: {err.status.message}"
+    except (KeyError, TypeError, ValueError, yaml.YAMLError) as err:
+        return f"the home identity's credentials ({names.LIQO_NAMESPACE}/{name}) are not a kubeconfig: {err}"
+
+
 @click.command("pod")
 @click.argument("name", required=False)
 @click.option("--namespace", "-n", help="the pod's namespace [with --file: the manifest's, else default]")
@@ -202,5 +259,6 @@ def preview_pod_command(
         preview = preview_pod(pod, context_read, source)
     except PreviewError as err:
         raise click.ClickException(str(err)) from err
+    ask_foreign_admission(client, preview)
     click.echo(render(preview, output), nl=False)
     sys.exit(0)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, Secret
@@ -28,6 +29,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names
 from runtime.api.quota import spec_requests
 from runtime.api.resources import QuotaResource, ShadowPodResource, VirtualNodeResource
+from tests.support.cli import liqo_stack_output, previewed
 from tests.support.kube import VIRTUAL_NODES, get_or_none, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -384,3 +386,23 @@ def test_cordon_then_drain_from_the_foreign_side_and_uncordon(
     wait_until(running, 90, "the replacements Running on foreign-1 again")
     home.delete(Deployment, "drain-me", namespace=offloaded)
     home.delete(Pod, "late", namespace=offloaded, grace_period=0)
+
+
+def test_preview_pod_says_a_foreign_cluster_refuses_the_pod_before_it_exists(
+    offloaded: str, dev_env: DevEnvironment, tmp_path: Path
+) -> None:
+    """`liqo-stack preview pod -f` asks each foreign cluster with a dry run of the ShadowPod as the home
+    identity: its own admission policy answers, and nothing is created."""
+    manifest = tmp_path / "root.yaml"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root-preview"}, "spec": root_pod_spec()}
+    manifest.write_text(yaml.safe_dump(pod))
+    clusters = previewed(dev_env, "-f", str(manifest), "-n", offloaded)
+    for cluster_id in (FOREIGN, "foreign-2"):
+        answer = clusters[cluster_id]["foreignAdmission"]
+        assert answer["admitted"] is False, answer
+        assert "privileged" in answer["message"] and "floor is baseline" in answer["message"]
+    text = liqo_stack_output(dev_env, "preview", "pod", "-f", str(manifest), "-n", offloaded)
+    assert "refused by foreign-1 (its admission, asked with a dry run)" in text
+    plain = {**pod, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+    manifest.write_text(yaml.safe_dump(plain))
+    assert previewed(dev_env, "-f", str(manifest), "-n", offloaded)[FOREIGN]["foreignAdmission"]["admitted"] is True
