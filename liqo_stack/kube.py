@@ -42,6 +42,25 @@ class RetryAfterTransport(httpx2.BaseTransport):
         self._inner.close()
 
 
+class WarningsKept(httpx2.BaseTransport):
+    """Keeps the API server's `Warning` headers (Pod Security names the pods a relabel would refuse
+    in them): lightkube drops them."""
+
+    def __init__(self, inner: httpx2.BaseTransport, kept: list[str]) -> None:
+        self._inner, self.kept = inner, kept
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = self._inner.handle_request(request)
+        for value in response.headers.get_list("warning"):
+            code, _, text = value.partition(" ")
+            _agent, _, text = text.partition(" ")  # RFC 7234: 299 - "text"
+            self.kept.append(text.strip().strip('"') if code == "299" else value)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 def _retry_after(header: str | None) -> float:
     try:
         return min(max(float(header or 1), 0.0), MAX_RETRY_AFTER_SECONDS)
@@ -49,13 +68,18 @@ def _retry_after(header: str | None) -> float:
         return 1.0
 
 
-def client(config: KubeConfig | SingleConfig | None, field_manager: str | None = None) -> Client:
-    """A client of `config` (a KubeConfig's current context) that retries what the server asks to."""
+def client(
+    config: KubeConfig | SingleConfig | None, field_manager: str | None = None, warnings: list[str] | None = None
+) -> Client:
+    """A client of `config` (a KubeConfig's current context) that retries what the server asks to;
+    `warnings`: where the API server's warnings are kept (else dropped)."""
     single = config.get() if isinstance(config, KubeConfig) else config
     if single is None or single.user is None:
         raise ValueError("the kubeconfig names no current context with a user")
     verify = verify_cluster(single.cluster, single.user, single.abs_file)
-    transport = RetryAfterTransport(httpx2.HTTPTransport(verify=verify))
+    transport: httpx2.BaseTransport = RetryAfterTransport(httpx2.HTTPTransport(verify=verify))
+    if warnings is not None:
+        transport = WarningsKept(transport, warnings)
     return Client(single, field_manager=field_manager, transport=transport)
 
 

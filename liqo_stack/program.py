@@ -20,11 +20,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi.runtime.config as pulumi_config
 import pulumi_kubernetes as k8s
+import yaml
+from lightkube import KubeConfig
 
 from liqo_stack import config as stack_config
 from liqo_stack.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
 from liqo_stack.components.cluster import provider
 from liqo_stack.components.credentials import server_of
+from liqo_stack.floor import refused_by_new_floor
 from liqo_stack.plan import stack_plan
 
 
@@ -34,6 +37,31 @@ def load_config() -> stack_config.StackConfig:
         return stack_config.from_pulumi_config(pulumi_config.CONFIG.get() or pulumi_config.get_config_env())
     except stack_config.ConfigError as err:
         raise pulumi.RunError(f"{err}\nFix Pulumi.<stack>.yaml (or `pulumi config set ...`) and run again.") from None
+
+
+def _foresee_floors(config: stack_config.StackConfig, peerings: Mapping[str, Peering]) -> None:
+    """In a preview: the running pods each foreign cluster's new pod-security floor would refuse, named
+    by that cluster's API server (liqo_stack/floor.py); a cluster the stack has no kubeconfig of, or
+    that does not answer, is said to be unchecked."""
+    for foreign in config.foreign_clusters:
+        if not foreign.has_kubeconfig:
+            continue
+        try:
+            kubeconfig = KubeConfig.from_dict(yaml.safe_load(foreign.kubeconfig_text()))
+            refused = refused_by_new_floor(kubeconfig, config.home.cluster_id, foreign.pod_security)
+        except Exception as err:  # a preview goes on: this is advice, the stack's own diff is the plan
+            pulumi.log.info(
+                f"{foreign.cluster_id}: the pods a podSecurity of {foreign.pod_security} would refuse were not "
+                f"checked: {err}",
+                resource=peerings[foreign.cluster_id],
+            )
+            continue
+        for twin, warnings in sorted(refused.items()):
+            pulumi.log.warn(
+                f"{foreign.cluster_id}: podSecurity {foreign.pod_security} would refuse pods running in twin "
+                f"namespace {twin} (they keep running; new ones like them are refused): " + "; ".join(warnings),
+                resource=peerings[foreign.cluster_id],
+            )
 
 
 @dataclass(frozen=True)
@@ -100,6 +128,7 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
 
     home_plane = HomeControlPlane("home", home, config.runtime, config.on_demand.args())
     handlers: list[pulumi.Resource] = [home_plane.controller_manager]
+    peerings: dict[str, Peering] = {}
     for foreign_config in config.foreign_clusters:
         foreign = foreigns[foreign_config.cluster_id]
         agent = ForeignAgent(
@@ -115,10 +144,13 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
             agent=agent,
         )
         handlers.append(peering.virtual_kubelet)
+        peerings[foreign.cluster_id] = peering
     offloadings = NamespaceOffloadings(
         "offloadings", home, config.namespaces, home_plane, handlers, config.namespace_selectors
     )
 
+    if pulumi.runtime.is_dry_run():
+        _foresee_floors(config, peerings)
     for key, value in stack_plan(config).items():
         pulumi.export(key, value)
     return LiqoStack(clusters=clusters, offloadings=offloadings.offloadings)

@@ -26,6 +26,7 @@ from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.quota import spec_requests
 from runtime.api.resources import QuotaResource, ShadowPodResource, VirtualNodeResource
@@ -406,3 +407,41 @@ def test_preview_pod_says_a_foreign_cluster_refuses_the_pod_before_it_exists(
     plain = {**pod, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
     manifest.write_text(yaml.safe_dump(plain))
     assert previewed(dev_env, "-f", str(manifest), "-n", offloaded)[FOREIGN]["foreignAdmission"]["admitted"] is True
+
+
+def test_a_new_floor_is_previewed_with_the_pods_it_would_refuse_and_applied_without_stopping_them(
+    offloaded: str, home: Client, foreign: dict[str, Client], installed: auto.Stack
+) -> None:
+    """Last in the module: the stack's floor of foreign-1 raised to restricted (the module's `installed`
+    puts the config back afterwards)."""
+    spec = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN}, "containers": [{"name": "c", "image": "nginx"}]}
+    home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "lax", "namespace": offloaded}, "spec": spec})))
+    lax = wait_until(
+        lambda: (p := cast(Any, get_or_none(home, Pod, "lax", offloaded))) and p.status.phase == "Running" and p,
+        60,
+        "a pod Running on foreign-1 that the restricted level forbids",
+    )
+    config = PulumiEnvironment.liqo_config(installed)
+    for cluster in config["foreignClusters"]:
+        if cluster["clusterId"] == FOREIGN:
+            cluster["podSecurity"] = "restricted"
+    PulumiEnvironment.set_liqo_config(installed, config)
+    previewed_stack = installed.preview(on_output=print)
+    twin = offloaded + TWIN_SUFFIX
+    assert f"podSecurity restricted would refuse pods running in twin namespace {twin}" in previewed_stack.stdout
+    assert "lax" in previewed_stack.stdout, "the pod is named"
+    assert cast(Any, foreign[FOREIGN].get(Namespace, twin)).metadata.labels[names.POD_SECURITY_ENFORCE_LABEL] == (
+        "baseline"
+    ), "a preview changes nothing"
+    installed.up(on_output=print)
+    wait_until(
+        lambda: (
+            cast(Any, foreign[FOREIGN].get(Namespace, twin)).metadata.labels.get(names.POD_SECURITY_ENFORCE_LABEL)
+            == "restricted"
+        ),
+        30,
+        "the twin relabelled by the foreign agent",
+    )
+    after: Any = home.get(Pod, "lax", namespace=offloaded)
+    assert after.metadata.uid == lax.metadata.uid and after.status.phase == "Running", "it keeps running"
+    home.delete(Pod, "lax", namespace=offloaded, grace_period=0)
