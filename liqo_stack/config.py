@@ -365,6 +365,48 @@ class ForeignCluster(ClusterAccess):
         description="node pools: the cluster offered as several virtual nodes, each standing for the foreign "
         "nodes its nodeSelector picks; none: one virtual node, `liqo-<clusterId>`, for the whole cluster",
     )
+    identity_kubeconfig: str | None = Field(
+        default=None,
+        description="the home identity's kubeconfig that the foreign cluster's own stack issued (its output "
+        "`homeIdentities`, set as a secret): with it this stack declares nothing in that cluster and holds no admin "
+        "credentials of it; that stack declares its side (agent, tenant, podSecurity, grant). See docs/security.md",
+    )
+    identity_kubeconfig_path: str | None = Field(
+        default=None, description="that kubeconfig as a file; or identityKubeconfig (content)"
+    )
+
+    @model_validator(mode="after")
+    def _issued_identity_alone(self) -> Self:
+        """Peered through an identity the foreign side issued: nothing of that side is declared here."""
+        if self.identity_kubeconfig is not None and self.identity_kubeconfig_path is not None:
+            raise ValueError("set one of identityKubeconfig (content, as a secret) or identityKubeconfigPath, not both")
+        if not self.peers_through_issued_identity:
+            return self
+        if self.kubeconfig is not None or self.kubeconfig_path is not None:
+            raise ValueError(
+                "identityKubeconfig: the foreign cluster's own stack declares its side; leave kubeconfig and "
+                "kubeconfigPath out (this stack holds no admin credentials of that cluster)"
+            )
+        for field, where in (("pod_security", "podSecurity"), ("grant", "grant")):
+            if field in self.model_fields_set:
+                raise ValueError(
+                    f"{where}: declared by the foreign cluster's own stack (liqo:foreignSide.homes[].{where}) when "
+                    "it issues the identity; leave it out here"
+                )
+        return self
+
+    @property
+    def peers_through_issued_identity(self) -> bool:
+        """The foreign side is declared by that cluster's own stack (docs/security.md)."""
+        return self.identity_kubeconfig is not None or self.identity_kubeconfig_path is not None
+
+    def identity_kubeconfig_text(self) -> str:
+        if self.identity_kubeconfig is not None:
+            return self.identity_kubeconfig
+        path = Path(self.identity_kubeconfig_path or "").expanduser()
+        if not path.is_file():
+            raise ConfigError(f"cluster {self.cluster_id}: identityKubeconfigPath {str(path)!r} is not a readable file")
+        return path.read_text()
 
     @field_validator("virtual_nodes")
     @classmethod
@@ -977,10 +1019,81 @@ def _describe(error: Mapping[str, Any]) -> str:
     return message
 
 
+class HomeServed(ConfigModel):
+    """A home cluster this foreign cluster serves: the identity it issues to it, and what it holds it to."""
+
+    cluster_id: ClusterId = Field(description="the home cluster's id (its stack's liqo:home.clusterId)")
+    pod_security: PodSecurityLevel = Field(
+        default="baseline",
+        description="the pod-security floor of its twin namespaces (`privileged`, `baseline`, `restricted`)",
+    )
+    grant: GrantConfig = Field(default_factory=GrantConfig, description="what it may use here (its Quota)")
+    custom_resources: list[CustomResourceConfig] = Field(
+        default_factory=list,
+        description="the custom resource types its stack reflects (liqo:reflection.customResources): its identity "
+        "may write them in its twins and read their CRDs here",
+    )
+
+
+class ForeignSide(ClusterAccess):
+    """This stack declares one foreign cluster's side, with that cluster's own admin credentials: its
+    agent, the admission policy, and for each home it serves a tenant, an identity, a floor and a grant.
+    The home stacks peer with the identities it outputs (`homeIdentities`)."""
+
+    api_server_address: Annotated[str, AfterValidator(_api_server_address)] | None = Field(
+        default=None,
+        description="where the home identities reach this cluster's API server (host:port); default: its "
+        "kubeconfig's server",
+    )
+    homes: list[HomeServed] = Field(min_length=1, description="the home clusters it serves")
+
+    @field_validator("homes")
+    @classmethod
+    def _distinct_homes(cls, homes: list[HomeServed]) -> list[HomeServed]:
+        ids = [h.cluster_id for h in homes]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:
+            raise ValueError(f"each home cluster is served once; repeated: {repeated}")
+        return homes
+
+    def custom_reflection(self) -> list[CustomResourceReflection]:
+        """Every home's custom resource types (the twin role, one per cluster, grants their union)."""
+        seen: dict[str, CustomResourceReflection] = {}
+        for home in self.homes:
+            for custom in home.custom_resources:
+                reflection = CustomResourceReflection.model_validate(custom.model_dump())
+                seen.setdefault(f"{custom.resource}.{custom.group}", reflection)
+        return list(seen.values())
+
+
+class ForeignSideStackConfig(ConfigModel):
+    """The `liqo:` namespace of a foreign cluster's own stack (docs/security.md)."""
+
+    foreign_side: ForeignSide = Field(description="the foreign cluster this stack declares the side of")
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="how its foreign agent runs")
+
+
 def parse(raw: Mapping[str, Any]) -> StackConfig:
-    """Validate the `liqo:` settings (keys without the namespace, values already decoded)."""
+    """Validate the `liqo:` settings of a home stack (keys without the namespace, values already decoded)."""
+    config = parse_any(raw)
+    if not isinstance(config, StackConfig):
+        raise ConfigError("liqo:foreignSide: this is a foreign side's stack config, not a home stack's")
+    return config
+
+
+def parse_any(raw: Mapping[str, Any]) -> StackConfig | ForeignSideStackConfig:
+    """A home stack's config, or a foreign side's (`liqo:foreignSide`): never both in one stack."""
+    model: type[StackConfig | ForeignSideStackConfig] = StackConfig
+    if "foreignSide" in raw:
+        declares_home = sorted(k for k in raw if k not in ForeignSideStackConfig.model_fields and k != "foreignSide")
+        if declares_home:
+            raise ConfigError(
+                f"invalid stack config:\n  liqo:foreignSide: a stack declares one foreign cluster's side or a home "
+                f"cluster, not both: move {', '.join(f'liqo:{k}' for k in declares_home)} to the home's stack"
+            )
+        model = ForeignSideStackConfig
     try:
-        return StackConfig.model_validate(dict(raw))
+        return model.model_validate(dict(raw))
     except ValidationError as err:
         # a check across fields has no location of its own: its message starts with the path
         lines = sorted(
@@ -990,7 +1103,17 @@ def parse(raw: Mapping[str, Any]) -> StackConfig:
 
 
 def from_pulumi_config(all_config: Mapping[str, Any]) -> StackConfig:
-    """From the engine's config map ({"liqo:home": "<json>", ...}); other namespaces are ignored."""
+    """A home stack's config from the engine's config map ({"liqo:home": "<json>", ...}); other
+    namespaces are ignored."""
+    return parse(_liqo_settings(all_config))
+
+
+def any_from_pulumi_config(all_config: Mapping[str, Any]) -> StackConfig | ForeignSideStackConfig:
+    """A home stack's config or a foreign side's, from the engine's config map."""
+    return parse_any(_liqo_settings(all_config))
+
+
+def _liqo_settings(all_config: Mapping[str, Any]) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     prefix = f"{CONFIG_NAMESPACE}:"
     for key, value in all_config.items():
@@ -1001,4 +1124,4 @@ def from_pulumi_config(all_config: Mapping[str, Any]) -> StackConfig:
             with contextlib.suppress(json.JSONDecodeError):  # else a plain string setting
                 value = json.loads(value)
         raw[name] = value
-    return parse(raw)
+    return raw

@@ -178,10 +178,29 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+FOREIGN_SIDE_HEADER = """# A foreign cluster's own stack
+
+A foreign cluster's admins may declare its side in a stack of their own, with their own credentials:
+its `liqo:` config has `foreignSide` (and optionally `runtime`, as above) instead of `home` and
+`foreignClusters`. Its output `homeIdentities` holds, per home it serves, the kubeconfig that home's
+stack sets as `liqo:foreignClusters[].identityKubeconfig` (see [security.md](security.md)).
+"""
+
+
+def _models() -> Iterator[tuple[str, type[BaseModel]]]:
+    """Every section: a home stack's settings, then a foreign side's own (its runtime is the same)."""
+    yield from _sections(config.StackConfig, "")
+    yield "", config.ForeignSideStackConfig  # a marker: the foreign side's part starts
+    yield from _sections(config.ForeignSide, "foreignSide")
+
+
 def config_reference() -> str:
     """The configuration reference page (docs/configuration.md)."""
     out = [HEADER]
-    for path, model in _sections(config.StackConfig, ""):
+    for path, model in _models():
+        if model is config.ForeignSideStackConfig:
+            out.append(FOREIGN_SIDE_HEADER)
+            continue
         out.append(f"## `liqo:{path}`\n" if path else "## `liqo:` (top level)\n")
         if model.__doc__ and model is not config.ConfigModel:
             out.append(" ".join(model.__doc__.split()) + "\n")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import pulumi
 import pulumi.runtime.config as pulumi_config
@@ -27,14 +28,16 @@ from liqo_stack import config as stack_config
 from liqo_stack.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
 from liqo_stack.components.cluster import provider
 from liqo_stack.components.credentials import server_of
+from liqo_stack.components.tenant import ForeignTenant
 from liqo_stack.floor import refused_by_new_floor
 from liqo_stack.plan import stack_plan
 
 
-def load_config() -> stack_config.StackConfig:
-    """Validate the whole `liqo:` config before any resource is registered."""
+def load_config() -> stack_config.StackConfig | stack_config.ForeignSideStackConfig:
+    """Validate the whole `liqo:` config before any resource is registered: a home stack's, or a foreign
+    cluster's side (liqo:foreignSide)."""
     try:
-        return stack_config.from_pulumi_config(pulumi_config.CONFIG.get() or pulumi_config.get_config_env())
+        return stack_config.any_from_pulumi_config(pulumi_config.CONFIG.get() or pulumi_config.get_config_env())
     except stack_config.ConfigError as err:
         raise pulumi.RunError(f"{err}\nFix Pulumi.<stack>.yaml (or `pulumi config set ...`) and run again.") from None
 
@@ -62,6 +65,49 @@ def _foresee_floors(config: stack_config.StackConfig, peerings: Mapping[str, Pee
                 f"namespace {twin} (they keep running; new ones like them are refused): " + "; ".join(warnings),
                 resource=peerings[foreign.cluster_id],
             )
+
+
+def foreign_side(
+    config: stack_config.ForeignSideStackConfig, providers: Mapping[str, k8s.Provider] | None = None
+) -> LiqoStack:
+    """A foreign cluster's own stack: its agent and admission policy, and for each home it serves a
+    tenant, an identity, a floor and a grant; the identities' kubeconfigs are its outputs
+    (`homeIdentities`, secrets), which each home's stack sets as identityKubeconfig."""
+    side = config.foreign_side
+    given = dict(providers or {})
+    try:
+        unknown = sorted(set(given) - {side.cluster_id})
+        if unknown:
+            raise stack_config.ConfigError(
+                f"providers given for clusters {unknown}: a foreign side's stack declares liqo:foreignSide "
+                f"({side.cluster_id}) only"
+            )
+        kubeconfig = _kubeconfig(side, "liqo:foreignSide", side.cluster_id in given)
+        if kubeconfig is None and side.api_server_address is None:
+            raise stack_config.ConfigError(
+                f"liqo:foreignSide.apiServerAddress: cluster {side.cluster_id} has no kubeconfig in the stack "
+                "config: set where the home identities reach its API server (host:port)"
+            )
+    except stack_config.ConfigError as err:
+        raise pulumi.RunError(str(err)) from None
+    own = given.get(side.cluster_id)
+    assert own is not None or kubeconfig is not None
+    foreign = Cluster(
+        side.cluster_id, own or provider(side.cluster_id, cast(pulumi.Output[str], kubeconfig)), kubeconfig
+    )
+    agent = ForeignAgent(side.cluster_id, foreign, config.runtime, custom_resources=side.custom_reflection())
+    identities = {}
+    for home in side.homes:
+        tenant = ForeignTenant(f"{home.cluster_id}-{side.cluster_id}", foreign, home, agent, side.api_server_address)
+        identities[home.cluster_id] = tenant.side.kubeconfig
+        pulumi.log.info(
+            f"home cluster {home.cluster_id}: its stack peers with the identity in this stack's output "
+            f"homeIdentities.{home.cluster_id} (`pulumi stack output homeIdentities --show-secrets`), set as its "
+            f"liqo:foreignClusters[].identityKubeconfig for {side.cluster_id}"
+        )
+    pulumi.export("homeIdentities", pulumi.Output.secret(identities))
+    pulumi.export("foreignCluster", side.cluster_id)
+    return LiqoStack(clusters={side.cluster_id: foreign}, offloadings={})
 
 
 @dataclass(frozen=True)
@@ -97,17 +143,25 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
     """Declare the stack. `providers`: a program's own provider per cluster id, used instead of one
     made from that cluster's kubeconfig."""
     config = load_config()
+    if isinstance(config, stack_config.ForeignSideStackConfig):
+        return foreign_side(config, providers)
     given = dict(providers or {})
+    issued = [f for f in config.foreign_clusters if f.peers_through_issued_identity]  # their side is theirs
     accesses = {config.home.cluster_id: ("liqo:home", config.home)} | {
-        f.cluster_id: (f"liqo:foreignClusters[{i}]", f) for i, f in enumerate(config.foreign_clusters)
+        f.cluster_id: (f"liqo:foreignClusters[{i}]", f)
+        for i, f in enumerate(config.foreign_clusters)
+        if not f.peers_through_issued_identity
     }
     unknown = sorted(set(given) - set(accesses))
     try:
         if unknown:
             raise stack_config.ConfigError(
-                f"providers given for clusters {unknown}, which the stack config does not name: key them by the "
-                f"cluster ids of liqo:home and liqo:foreignClusters ({sorted(accesses)})"
+                f"providers given for clusters {unknown}, which the stack config does not name (or peers through "
+                f"an identity their own stack issued): key them by the cluster ids of liqo:home and "
+                f"liqo:foreignClusters ({sorted(accesses)})"
             )
+        for foreign_config in issued:
+            foreign_config.identity_kubeconfig_text()  # a missing file fails here, naming the setting
         kubeconfigs = {cid: _kubeconfig(access, path, cid in given) for cid, (path, access) in accesses.items()}
         if not config.home.has_kubeconfig and config.virtual_kubelet.home_api_server_address is None:
             raise stack_config.ConfigError(
@@ -124,18 +178,29 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
         elif kubeconfig is not None:
             clusters[cid] = Cluster(cid, provider(cid, kubeconfig), kubeconfig)
     home = clusters[config.home.cluster_id]
-    foreigns = {f.cluster_id: clusters[f.cluster_id] for f in config.foreign_clusters}
 
     home_plane = HomeControlPlane("home", home, config.runtime, config.on_demand.args())
     handlers: list[pulumi.Resource] = [home_plane.controller_manager]
     peerings: dict[str, Peering] = {}
     for foreign_config in config.foreign_clusters:
-        foreign = foreigns[foreign_config.cluster_id]
-        agent = ForeignAgent(
-            foreign.cluster_id, foreign, config.runtime, custom_resources=config.reflection.custom_reflection()
-        )
+        foreign = clusters.get(foreign_config.cluster_id)
+        agent = None
+        if foreign is not None:
+            agent = ForeignAgent(
+                foreign.cluster_id, foreign, config.runtime, custom_resources=config.reflection.custom_reflection()
+            )
+        else:
+            pulumi.log.info(
+                f"{foreign_config.cluster_id}: peered through the identity its own stack issued; that stack declares "
+                f"its side and must serve home cluster {config.home.cluster_id} (liqo:foreignSide.homes[].clusterId)"
+                + (
+                    f" with customResources {[c.crd_name for c in config.reflection.custom_reflection()]}"
+                    if config.reflection.custom_resources
+                    else ""
+                )
+            )
         peering = Peering(
-            f"{config.home.cluster_id}-{foreign.cluster_id}",
+            f"{config.home.cluster_id}-{foreign_config.cluster_id}",
             config=config,
             foreign_config=foreign_config,
             home=home,
@@ -144,7 +209,7 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
             agent=agent,
         )
         handlers.append(peering.virtual_kubelet)
-        peerings[foreign.cluster_id] = peering
+        peerings[foreign_config.cluster_id] = peering
     offloadings = NamespaceOffloadings(
         "offloadings", home, config.namespaces, home_plane, handlers, config.namespace_selectors
     )

@@ -16,7 +16,7 @@ import pulumi
 import yaml
 
 from liqo_stack.components.cluster import Cluster
-from liqo_stack.config import ConfigError, ForeignCluster, current_cluster, parse_api_server_address
+from liqo_stack.config import ConfigError, current_cluster, parse_api_server_address
 
 
 def server_of(kubeconfig: str, cluster_id: str) -> dict[str, Any]:
@@ -50,11 +50,12 @@ def compose_kubeconfig(cluster: Mapping[str, Any], cluster_id: str, user: str, t
 
 
 def home_identity_kubeconfig(
-    config: ForeignCluster, foreign: Cluster, identity: str, token_data: pulumi.Output[Mapping[str, str]]
+    api_server_address: str | None, foreign: Cluster, identity: str, token_data: pulumi.Output[Mapping[str, str]]
 ) -> pulumi.Output[str]:
-    """The identity's kubeconfig, a secret output known once the token Secret has its data."""
-    if config.api_server_address is not None:
-        address = parse_api_server_address(config.api_server_address)
+    """The identity's kubeconfig, a secret output known once the token Secret has its data;
+    `api_server_address`: where the identity reaches the API server (None: the kubeconfig's server)."""
+    if api_server_address is not None:
+        address = parse_api_server_address(api_server_address)
         server: pulumi.Output[Mapping[str, Any]] = pulumi.Output.from_input(
             {"server": f"https://{f'[{address.host}]' if ':' in address.host else address.host}:{address.port}"}
         )

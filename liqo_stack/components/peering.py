@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import pulumi
-import pulumi_kubernetes as k8s
 
 from liqo_stack import manifests
 from liqo_stack.components._controller import deploy_controller
-from liqo_stack.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, annotated
-from liqo_stack.components.credentials import home_identity_kubeconfig
+from liqo_stack.components.cluster import Cluster
 from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
+from liqo_stack.components.tenant import TenantSide, declare_tenant
 from liqo_stack.config import ForeignCluster, StackConfig, VirtualNodeConfig
 from liqo_stack.plan import virtual_node_spec
 from runtime.api import names
-
-TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret
 
 
 class Peering(pulumi.ComponentResource):
@@ -28,69 +23,36 @@ class Peering(pulumi.ComponentResource):
         config: StackConfig,
         foreign_config: ForeignCluster,
         home: Cluster,
-        foreign: Cluster,
+        foreign: Cluster | None,
         home_plane: HomeControlPlane,
-        agent: ForeignAgent,
+        agent: ForeignAgent | None,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """`foreign` and `agent`: that cluster's side, declared by this stack; None when it peers through
+        the identity that cluster's own stack issued (foreign_config.identityKubeconfig)."""
         super().__init__("liqo-stack:index:Peering", name, None, opts)
-        home_id, foreign_id = home.cluster_id, foreign.cluster_id
-        tenant = names.tenant_namespace(home_id)
-        identity = names.home_identity_name(home_id)
+        home_id, foreign_id = home.cluster_id, foreign_config.cluster_id
         component = "peering"
 
-        # -- foreign side: a tenant namespace and the home cluster's identity, confined to it ----
-        # Its Pod Security labels are the floor the agent gives each twin of this home (docs/security.md).
-        floor = dict.fromkeys(names.POD_SECURITY_LABELS, foreign_config.pod_security)
-        self.tenant_namespace = foreign.object(
-            "tenant-namespace",
-            manifests.namespace(tenant, component, {names.TENANT_HOME_LABEL: home_id, **floor}),
-            pulumi.ResourceOptions(parent=self),
-        )
-        in_tenant = pulumi.ResourceOptions(parent=self, depends_on=[self.tenant_namespace])
-        self.quota = foreign.object(
-            "quota",
-            manifests.quota(home_id, foreign_config.grant.quota(), component),
-            pulumi.ResourceOptions(parent=self, depends_on=[self.tenant_namespace, *agent.crds]),
-        )
-        account = foreign.object("home-identity", manifests.service_account(identity, tenant, component), in_tenant)
-        # The cluster's token controller fills the Secret. pulumi-kubernetes' own wait for it gives up
-        # after 5 s, too short for a busy cluster: wait for the token itself, up to a minute.
-        token = foreign.object(
-            "home-identity-token",
-            annotated(
-                manifests.service_account_token(identity, tenant, component),
-                {WAIT_FOR: "jsonpath={.data.token}", TIMEOUT_SECONDS: str(TOKEN_WAIT_SECONDS)},
-            ),
-            pulumi.ResourceOptions(parent=self, depends_on=[account]),
-        )
-        role = foreign.object(
-            "home-identity-role",
-            manifests.role(identity, tenant, manifests.HOME_IDENTITY_TENANT_RULES, component),
-            in_tenant,
-        )
-        binding = foreign.object(
-            "home-identity-binding",
-            manifests.binding("Role", identity, identity, identity, tenant, component, ns=tenant),
-            pulumi.ResourceOptions(parent=self, depends_on=[role, account, *agent.crds]),
-        )
-        # the opted-in custom resources' CRDs, read by name: reflection starts when one appears here
-        crd_rules = manifests.custom_resource_definition_rules(config.reflection.custom_reflection())
-        crd_access: list[pulumi.Resource] = []
-        if crd_rules:
-            reader = names.home_identity_crd_reader(home_id)
-            crd_role = foreign.object(
-                "home-identity-crd-reader", manifests.cluster_role(reader, crd_rules, component), in_tenant
+        # -- foreign side: declared here (one-stack form), or by that cluster's own stack ----------
+        if foreign is not None and agent is not None:
+            self.tenant: TenantSide | None = declare_tenant(
+                self,
+                foreign,
+                home_id=home_id,
+                pod_security=foreign_config.pod_security,
+                grant=foreign_config.grant,
+                custom_resources=config.reflection.custom_reflection(),
+                agent=agent,
+                api_server_address=foreign_config.api_server_address,
             )
-            crd_access = [
-                crd_role,
-                foreign.object(
-                    "home-identity-crd-reader-binding",
-                    manifests.binding("ClusterRole", reader, reader, identity, tenant, component),
-                    pulumi.ResourceOptions(parent=self, depends_on=[crd_role, account]),
-                ),
-            ]
-        kubeconfig = home_identity_kubeconfig(foreign_config, foreign, identity, cast(k8s.core.v1.Secret, token).data)
+            kubeconfig = self.tenant.kubeconfig
+            foreign_side: list[pulumi.Resource] = [*self.tenant.resources(), *agent.guards, agent.agent]
+        else:
+            # the identity the foreign side's stack issued (docs/security.md): nothing declared there
+            self.tenant = None
+            kubeconfig = pulumi.Output.secret(foreign_config.identity_kubeconfig_text())
+            foreign_side = []
 
         # -- home side: credentials, the VirtualNode, and its virtual kubelet --------------------
         ns = names.LIQO_NAMESPACE
@@ -146,15 +108,7 @@ class Peering(pulumi.ComponentResource):
                         home_plane.controller_manager,
                         self.virtual_kubelet,
                         secret,
-                        token,
-                        binding,
-                        role,
-                        *crd_access,
-                        account,
-                        self.tenant_namespace,
-                        self.quota,
-                        *agent.guards,
-                        agent.agent,
+                        *foreign_side,
                     ],
                 ),
             )
