@@ -33,6 +33,8 @@ def test_the_identities_page_is_generated_from_the_rbac_rules_the_stack_declares
 def test_every_setting_of_the_config_models_is_in_the_reference() -> None:
     reference = generated.config_reference()
     for path, model in generated._models():
+        if model is config.ForeignSideStackConfig:
+            continue  # the marker where a foreign side's settings start: its own are the sections after it
         for key, info in generated._fields(model):
             assert info.description, f"liqo:{path}.{key} has no description"
             assert f"| `{key}` |" in reference
