@@ -37,6 +37,8 @@ def layout_options(func: click.decorators.FC) -> click.decorators.FC:
     options = [
         click.option("--foreign", type=click.IntRange(0, 8), default=2, show_default=True,
                      help="number of foreign clusters (foreign-1 ... foreign-N)"),
+        click.option("--homes", type=click.IntRange(1, 4), default=1, show_default=True,
+                     help="number of home clusters (home, home-2 ...): several homes on one foreign cluster"),
         click.option("--nodes", type=click.IntRange(1, 50), default=2, show_default=True,
                      help="fake nodes per cluster"),
         click.option("--node-cpu", default="16", show_default=True, help="cpu capacity of each fake node"),
@@ -57,6 +59,7 @@ def layout_options(func: click.decorators.FC) -> click.decorators.FC:
 
 def make_layout(
     foreign: int,
+    homes: int,
     nodes: int,
     node_cpu: str,
     node_memory: str,
@@ -67,7 +70,12 @@ def make_layout(
 ) -> ClusterLayout:
     shape = NodeShape(cpu=node_cpu, memory=node_memory, pods=node_pods, gpus=node_gpus)
     layout = ClusterLayout(
-        foreign=foreign, nodes_per_cluster=nodes, node=shape, pod_cidrs=pod_cidrs, service_cidrs=service_cidrs
+        foreign=foreign,
+        homes=homes,
+        nodes_per_cluster=nodes,
+        node=shape,
+        pod_cidrs=pod_cidrs,
+        service_cidrs=service_cidrs,
     )
     unknown = sorted(set(pod_cidrs) - set(layout.cluster_ids())) + sorted(
         set(service_cidrs) - set(layout.cluster_ids())
@@ -85,7 +93,7 @@ def dev() -> None:
 @dev.command()
 @layout_options
 def up(**layout: object) -> None:
-    """Start a home and N foreign clusters (idempotent)."""
+    """Start a home (or several, --homes) and N foreign clusters (idempotent)."""
     env = DevEnvironment()
     try:
         ids = env.up(make_layout(**layout), progress)  # type: ignore[arg-type]

@@ -215,6 +215,11 @@ def foreign_cluster_id(index: int) -> str:
     return f"foreign-{index}"
 
 
+def home_cluster_id(index: int) -> str:
+    """The first home is `home`; further ones (two homes on one foreign cluster) `home-2`, `home-3`..."""
+    return HOME_CLUSTER_ID if index == 1 else f"{HOME_CLUSTER_ID}-{index}"
+
+
 def env_name(cluster_id: str) -> str:
     """KUBECONFIG_<ID>: upper-cased, dashes as underscores (foreign-1 -> KUBECONFIG_FOREIGN_1)."""
     return "KUBECONFIG_" + cluster_id.upper().replace("-", "_")
@@ -250,13 +255,18 @@ def default_service_cidr(index: int) -> str:
 class ClusterLayout:
     foreign: int = 2
     nodes_per_cluster: int = 2
+    homes: int = 1  # further homes come after the foreign clusters: their ranges stay as with one home
     node: NodeShape = field(default_factory=NodeShape)
     # per cluster id, instead of the defaults: each cluster its own ranges, like real ones
     pod_cidrs: Mapping[str, str] = field(default_factory=dict)
     service_cidrs: Mapping[str, str] = field(default_factory=dict)
 
     def cluster_ids(self) -> list[str]:
-        return [HOME_CLUSTER_ID] + [foreign_cluster_id(i) for i in range(1, self.foreign + 1)]
+        foreigns = [foreign_cluster_id(i) for i in range(1, self.foreign + 1)]
+        return [HOME_CLUSTER_ID, *foreigns, *(home_cluster_id(i) for i in range(2, self.homes + 1))]
+
+    def home_ids(self) -> list[str]:
+        return [home_cluster_id(i) for i in range(1, self.homes + 1)]
 
     def pod_cidr(self, cluster_id: str) -> str:
         return self.pod_cidrs.get(cluster_id) or default_pod_cidr(self.cluster_ids().index(cluster_id))
@@ -541,6 +551,16 @@ class DevEnvironment:
             )
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
         return ids
+
+    def delete(self, cluster_id: str, progress: Progress = print) -> None:
+        """Delete one dev cluster (a second home a test added); the others run on."""
+        if cluster_id not in self.existing_clusters():
+            return
+        progress(f"{cluster_id}: deleting ...")
+        self.metrics_server(cluster_id).stop()
+        self._kwokctl("delete", "cluster", "--name", cluster_id)
+        self.kubeconfig(cluster_id).unlink(missing_ok=True)
+        self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
 
     def down(self, progress: Progress = print) -> None:
         """Delete every dev cluster and stop all of their processes."""

@@ -77,11 +77,14 @@ class ExternalRuntime:
         kubelet_ports: Mapping[str, int] | None = None,
         state_dir: Path | None = None,
         leader_election: bool = False,
+        agents: bool = True,
     ) -> None:
         """`kubeconfigs`: admin kubeconfig of each cluster by id, the home cluster's included.
         `kubelet_ports`: where each foreign cluster's virtual kubelet serves the kubelet API (its
         Node advertises it, so each needs its own); by default the first ports from 10250 up that
-        nothing listens on, in cluster order."""
+        nothing listens on, in cluster order. `agents`: whether it runs the foreign agents too (a second
+        home's runtime leaves them to the first: one agent serves every home of a foreign cluster)."""
+        self.agents = agents
         self.kubeconfigs = kubeconfigs
         self.home_cluster_id = home_cluster_id
         self.foreign_ids = [c for c in kubeconfigs if c != home_cluster_id]
@@ -100,7 +103,8 @@ class ExternalRuntime:
 
     @property
     def components(self) -> list[str]:
-        first = ["controller-manager"] + [f"{kind}-{c}" for c in self.foreign_ids for kind in ("agent", "kubelet")]
+        kinds = ("agent", "kubelet") if self.agents else ("kubelet",)
+        first = ["controller-manager"] + [f"{kind}-{c}" for c in self.foreign_ids for kind in kinds]
         return first + self.replicas
 
     def add_replica(self, component: str, extra_args: list[str] | None = None) -> str:
