@@ -43,6 +43,8 @@ from runtime.kube.informing import Event
 
 log = logging.getLogger(__name__)
 
+TWIN_RECHECK_SECONDS = 5.0
+
 
 class Grants:
     def __init__(
@@ -51,11 +53,13 @@ class Grants:
         cluster_id: str,
         requeue: Callable[[str], None],
         twin_origin: Callable[[str], str | None],
+        recheck: Callable[[str, float], None] = lambda key, seconds: None,
     ) -> None:
         """`requeue`: puts a ShadowPod's key back in its controller's queue (a refused one, when
         room was made); `twin_origin`: the home cluster a namespace is a twin of (None: no twin)."""
         self.cluster_id = cluster_id
         self.requeue = requeue
+        self.recheck = recheck
         self.twin_origin = twin_origin
         self.quotas = Informer(client, QuotaResource)
         self.advertisements = Informer(client, ResourceAdvertisementResource)
@@ -146,7 +150,9 @@ class Grants:
         return f"home cluster {home} is cordoned in {self.cluster_id}: its pods there are not started again"
 
     def admit(self, key: str, shadow: Any) -> str | None:
-        """Why the ShadowPod's pod may not start now (None: it may, and its requests are counted)."""
+        """Why the ShadowPod's pod may not start now (None: it may, and its requests are counted). A
+        refusal for want of room is tried again when room is made; one for its namespace, when
+        `TWIN_RECHECK_SECONDS` passed (a twin made since, or relabelled)."""
         home = origin_of(shadow)
         namespace = shadow.metadata.namespace
         if home is None:
@@ -154,6 +160,7 @@ class Grants:
         twin_of = self.twin_origin(namespace)
         if twin_of != home:
             # the admission policy refuses such a ShadowPod already; this holds without it too
+            self.recheck(key, TWIN_RECHECK_SECONDS)
             return f"namespace {namespace} is not a twin namespace of home cluster {home} in {self.cluster_id}" + (
                 f" (it serves {twin_of})" if twin_of else ""
             )

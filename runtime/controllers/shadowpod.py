@@ -70,10 +70,13 @@ class ShadowPodController:
         workers: int = 16,
         recreate_after: float = 1.0,
         twin_origin: Callable[[str], str | None] | None = None,
+        twins: Informer | None = None,
     ) -> None:
-        """`twin_origin`: the home cluster a namespace is a twin of, from the agent's namespaces; with
-        it, every pod is first held to its home's grant (the agent always passes it; without it, as in
+        """`twin_origin`: the home cluster a namespace is a twin of, from the agent's namespaces
+        (`twins`, an informer another controller runs: reconciling waits for it to sync); with it,
+        every pod is first held to its home's grant (the agent always passes it; without it, as in
         unit tests of the other rules, nothing is)."""
+        self.twins = twins
         self.client = client
         self.cluster_id = cluster_id
         self.recreate_after = recreate_after
@@ -85,7 +88,9 @@ class ShadowPodController:
         self.queue = WorkQueue(self.reconcile, workers=workers, name="shadowpod")
         self.status_writes = OwnWrites()  # ShadowPods' events our status patches caused
         self.pod_writes = OwnWrites()  # pods' events our creates caused
-        self.grants = Grants(client, cluster_id, self.queue.add, twin_origin) if twin_origin else None
+        self.grants = (
+            Grants(client, cluster_id, self.queue.add, twin_origin, self.queue.add_after) if twin_origin else None
+        )
         self.shadows.add_handler(lambda event: self._on_event(event, self.status_writes))
         self.pods.add_handler(lambda event: self._on_event(event, self.pod_writes))
 
@@ -94,7 +99,11 @@ class ShadowPodController:
             self.queue.add(event.key)
 
     async def run(self) -> None:
-        await run_controller([self.shadows, self.pods, *(self.grants.informers if self.grants else [])], self.queue)
+        await run_controller(
+            [self.shadows, self.pods, *(self.grants.informers if self.grants else [])],
+            self.queue,
+            shared=[self.twins] if self.twins is not None else [],
+        )
 
     async def reconcile(self, key: str) -> None:
         shadow = unpacked(self.shadows.store.get(key))

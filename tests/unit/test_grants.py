@@ -247,3 +247,14 @@ def test_a_pod_gone_while_its_home_is_cordoned_is_not_started_again() -> None:
         }
     ]
     assert used == {}
+
+
+def test_a_shadowpod_refused_for_its_namespace_is_checked_again_later() -> None:
+    """The twin may not be in the agent's store yet (just made, or the agent just started)."""
+    rechecks: list[tuple[str, float]] = []
+    twins: dict[str, str] = {}
+    granted = Grants(cast(Any, None), "foreign-1", lambda key: None, twins.get, lambda k, s: rechecks.append((k, s)))
+    assert granted.admit(f"{TWIN}/a", shadow("a")) is not None
+    assert rechecks == [(f"{TWIN}/a", 5.0)]
+    twins[TWIN] = "home"
+    assert granted.admit(f"{TWIN}/a", shadow("a")) is None
