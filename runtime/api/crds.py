@@ -116,7 +116,8 @@ def crd_manifest(model: type[CustomObject]) -> dict[str, Any]:
                 "listKind": f"{info.kind}List",
                 "plural": info.plural,
                 "singular": info.singular,
-                "shortNames": list(info.short_names),
+                # an empty list the API server drops: declared, it would show as a change at every preview
+                **({"shortNames": list(info.short_names)} if info.short_names else {}),
                 "categories": ["liqo"],
             },
             "versions": [version],

@@ -115,6 +115,7 @@ class Informer:
         trim: Callable[[Any], Any] | None = None,
         packed: bool = False,
         multiplexed: bool = False,
+        absent_ok: bool = False,
     ) -> None:
         """`trim`: object -> the object as stored and handed to handlers (fields nobody reads dropped);
         `packed`: objects stored and handed over as `Packed` (packing.py); `multiplexed`: while quiet,
@@ -122,7 +123,10 @@ class Informer:
         (runtime/kube/multiplexing.py): for the many watches of each twin namespace. While busy it
         has a connection of its own: over HTTP/1.1 an event costs the client and the API server less
         CPU (a 1,000-pod burst with its watches multiplexed: the virtual kubelet 8.8 ms of CPU per pod
-        against 6.4, the foreign API server 19.8 against 15.4)."""
+        against 6.4, the foreign API server 19.8 against 15.4). `absent_ok`: a kind that may not be
+        there (its CRD not installed, or not readable by an identity an older stack made): a list
+        answered 404 or 403 counts as synced with none, and is tried again until it answers."""
+        self.absent_ok = absent_ok
         self.client = client
         self.multiplexed = multiplexed
         self.busy = False  # a multiplexed watch, busy of late: on a connection of its own
@@ -272,6 +276,10 @@ class Informer:
                     continue
                 if isinstance(err, msgspec.MsgspecError):
                     self.resource_version = None  # we cannot tell what we missed: list again
+                absent = isinstance(err, ApiError) and err.status.code in (403, 404)
+                if self.absent_ok and absent and not self.synced.is_set():
+                    log.warning("%s cannot be listed (%s): none, until it can", self.resource.__name__, err)
+                    self.synced.set()
                 failures += 1
                 delay = min(self.retry_delay * failures, 30.0)
                 log.warning("watch of %s failed (%s); retry %d in %.0fs", self.resource.__name__, err, failures, delay)
