@@ -153,6 +153,11 @@ def _api_server_address(value: Any) -> Any:
     return value
 
 
+def repeated_in(values: list[str]) -> list[str]:
+    """The values that occur more than once, sorted (a list's validators name them)."""
+    return sorted({v for v in values if values.count(v) > 1})
+
+
 class ConfigModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
@@ -412,7 +417,7 @@ class ForeignCluster(ClusterAccess):
     @classmethod
     def _distinct_pools(cls, pools: list[VirtualNodeConfig]) -> list[VirtualNodeConfig]:
         pool_names = [p.name for p in pools]
-        repeated = sorted({n for n in pool_names if pool_names.count(n) > 1})
+        repeated = repeated_in(pool_names)
         if repeated:
             raise ValueError(f"each pool name may be used once; repeated: {repeated}")
         selectors = [sorted(p.node_selector.items()) for p in pools]
@@ -435,7 +440,7 @@ class ForeignCluster(ClusterAccess):
     @classmethod
     def _one_default(cls, classes: list[StorageClassConfig]) -> list[StorageClassConfig]:
         names_ = [c.storage_class_name for c in classes]
-        repeated = sorted({n for n in names_ if names_.count(n) > 1})
+        repeated = repeated_in(names_)
         if repeated:
             raise ValueError(f"each storageClassName may be listed once; repeated: {repeated}")
         defaults = [c.storage_class_name for c in classes if c.default]
@@ -697,7 +702,7 @@ class ReflectionConfig(ConfigModel):
     @classmethod
     def _one_version_each(cls, custom: list[CustomResourceConfig]) -> list[CustomResourceConfig]:
         named = [f"{c.resource}.{c.group}" for c in custom]
-        repeated = sorted({n for n in named if named.count(n) > 1})
+        repeated = repeated_in(named)
         if repeated:
             raise ValueError(f"each custom resource is reflected in one version; repeated: {repeated}")
         return custom
@@ -958,7 +963,7 @@ class StackConfig(ConfigModel):
     def _unique_cluster_ids(cls, clusters: list[ForeignCluster], info: ValidationInfo) -> list[ForeignCluster]:
         home = info.data.get("home")
         ids = ([home.cluster_id] if home else []) + [c.cluster_id for c in clusters]
-        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        repeated = repeated_in(ids)
         if repeated:
             raise ValueError(f"cluster ids must be unique across home and foreignClusters; repeated: {repeated}")
         return clusters
@@ -969,7 +974,7 @@ class StackConfig(ConfigModel):
         cls, namespaces: list[NamespaceOffloadingConfig], info: ValidationInfo
     ) -> list[NamespaceOffloadingConfig]:
         offloaded = [n.name for n in namespaces]
-        repeated = sorted({n for n in offloaded if offloaded.count(n) > 1})
+        repeated = repeated_in(offloaded)
         if repeated:
             raise ValueError(f"each namespace may be offloaded once; repeated in namespaces: {repeated}")
         home = info.data.get("home")
@@ -984,7 +989,7 @@ class StackConfig(ConfigModel):
     @classmethod
     def _unique_selector_names(cls, selectors: list[NamespaceSelectorConfig]) -> list[NamespaceSelectorConfig]:
         given = [s.name for s in selectors]
-        repeated = sorted({n for n in given if given.count(n) > 1})
+        repeated = repeated_in(given)
         if repeated:
             raise ValueError(f"each name may be used once; repeated in namespaceSelectors: {repeated}")
         return selectors
@@ -1051,7 +1056,7 @@ class ForeignSide(ClusterAccess):
     @classmethod
     def _distinct_homes(cls, homes: list[HomeServed]) -> list[HomeServed]:
         ids = [h.cluster_id for h in homes]
-        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        repeated = repeated_in(ids)
         if repeated:
             raise ValueError(f"each home cluster is served once; repeated: {repeated}")
         return homes

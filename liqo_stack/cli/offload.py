@@ -49,6 +49,12 @@ FAILED = {OffloadingPhase.SOME_FAILED.value, OffloadingPhase.ALL_FAILED.value}
 
 
 def home_client(kubeconfig: str | None, context: str | None) -> Client:
+    """The home cluster's client (--kubeconfig, --context)."""
+    return cluster_client(kubeconfig, context)
+
+
+def cluster_client(kubeconfig: str | None, context: str | None) -> Client:
+    """A cluster's client from --kubeconfig (else $KUBECONFIG) and --context; a bad one is a usage error."""
     try:
         config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
         return kube.client(config.get(context_name=context) if context else config, field_manager=FIELD_MANAGER)

@@ -18,31 +18,18 @@ import time
 from typing import Any
 
 import click
-from lightkube import ApiError, Client, KubeConfig
-from lightkube.core.exceptions import ConfigError
+from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodEviction
 from lightkube.types import PatchType
 
-from liqo_stack import kube
 from liqo_stack.cli.offload import PROGRESS_EVERY, ask
+from liqo_stack.cli.offload import cluster_client as foreign_client
 from liqo_stack.cli.params import timeout_option
 from runtime.api import format_duration, names
 from runtime.api.resources import QuotaResource
 
-FIELD_MANAGER = "liqo-stack-cli"
 TERMINAL = ("Succeeded", "Failed")
-
-
-def foreign_client(kubeconfig: str | None, context: str | None) -> Client:
-    try:
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-        return kube.client(config.get(context_name=context) if context else config, field_manager=FIELD_MANAGER)
-    except (ConfigError, ValueError) as err:
-        source = kubeconfig or "the kubeconfig ($KUBECONFIG or ~/.kube/config)"
-        raise click.ClickException(
-            f"--kubeconfig/--context: {source}: {err} (kubectl config get-contexts lists what it has)"
-        ) from err
 
 
 def with_foreign_cluster(func: Any) -> Any:

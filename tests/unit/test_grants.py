@@ -5,6 +5,7 @@ runs them against the real clusters."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, cast
 
@@ -140,33 +141,57 @@ def test_what_runs_is_counted_again_after_a_restart() -> None:
     assert granted.used("home") == {"cpu": Decimal(1), "pods": Decimal(1)}
 
 
-def test_the_agent_makes_no_pod_for_a_refused_shadowpod_and_says_why() -> None:
-    async def scenario() -> tuple[list[str], list[dict[str, Any]]]:
+@dataclass
+class RecordingAgent:
+    """The agent's ShadowPod controller with its writes recorded instead of sent."""
+
+    agent: ShadowPodController
+    created: list[str] = field(default_factory=list)
+    patches: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def with_quota(cls, spec: dict[str, Any] | None = None) -> RecordingAgent:
         agent = ShadowPodController(cast(Any, None), "foreign-1", twin_origin={TWIN: "home"}.get)
         assert agent.grants is not None
-        agent.grants.quotas.store[f"{TENANT}/home"] = QuotaResource.from_dict(
-            {"metadata": {"name": "home", "namespace": TENANT}, "spec": {"resources": {"cpu": "1"}}}
-        )
-        created: list[str] = []
-        patches: list[dict[str, Any]] = []
+        if spec is not None:
+            agent.grants.quotas.store[f"{TENANT}/home"] = QuotaResource.from_dict(
+                {"metadata": {"name": "home", "namespace": TENANT}, "spec": spec}
+            )
+        recording = cls(agent)
 
         async def create_pod(shadow: Any) -> None:
-            created.append(shadow.metadata.name)
+            recording.created.append(shadow.metadata.name)
 
         async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
-            patches.append(update)
+            recording.patches.append(update)
+
+        async def update_pod(shadow: Any, pod: Any, applied_keys: dict[str, list[str]] | None) -> bool:
+            return True
 
         agent._create_pod = create_pod  # type: ignore[method-assign]
         agent._patch_status = patch_status  # type: ignore[method-assign]
+        agent._update_pod = update_pod  # type: ignore[method-assign]
+        return recording
+
+    @property
+    def grants(self) -> Grants:
+        assert self.agent.grants is not None
+        return self.agent.grants
+
+
+def test_the_agent_makes_no_pod_for_a_refused_shadowpod_and_says_why() -> None:
+    async def scenario() -> RecordingAgent:
+        recording = RecordingAgent.with_quota({"resources": {"cpu": "1"}})
         packer = Packer(ShadowPodResource)
         for name in ("a", "b"):
-            agent.shadows.store[f"{TWIN}/{name}"] = packer.pack(shadow(name, container(cpu="1")))
-            await agent.reconcile(f"{TWIN}/{name}")
-        return created, patches
+            recording.agent.shadows.store[f"{TWIN}/{name}"] = packer.pack(shadow(name, container(cpu="1")))
+            await recording.agent.reconcile(f"{TWIN}/{name}")
+        return recording
 
-    created, patches = asyncio.run(scenario())
-    assert created == ["a"]
-    assert patches[-1]["reason"] == "CreateFailed" and "cpu 1 asked does not fit" in patches[-1]["message"]
+    recording = asyncio.run(scenario())
+    assert recording.created == ["a"]
+    last = recording.patches[-1]
+    assert last["reason"] == "CreateFailed" and "cpu 1 asked does not fit" in last["message"]
 
 
 def test_twins_get_their_tenants_pod_security_floor_else_baseline() -> None:
@@ -178,23 +203,13 @@ def test_twins_get_their_tenants_pod_security_floor_else_baseline() -> None:
 
 def test_a_finished_pod_frees_its_share() -> None:
     async def scenario() -> dict[str, Decimal]:
-        agent = ShadowPodController(cast(Any, None), "foreign-1", twin_origin={TWIN: "home"}.get)
-        assert agent.grants is not None
-
-        async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
-            pass
-
-        async def update_pod(shadow: Any, pod: Any, applied_keys: dict[str, list[str]] | None) -> bool:
-            return True
-
-        agent._patch_status = patch_status  # type: ignore[method-assign]
-        agent._update_pod = update_pod  # type: ignore[method-assign]
-        packer = Packer(ShadowPodResource)
-        agent.shadows.store[f"{TWIN}/a"] = packer.pack(shadow("a", container(cpu="1"), podUID="u-1"))
+        recording = RecordingAgent.with_quota()
+        agent = recording.agent
+        agent.shadows.store[f"{TWIN}/a"] = Packer(ShadowPodResource).pack(shadow("a", container(cpu="1"), podUID="u-1"))
         finished = {"metadata": {"name": "a", "namespace": TWIN, "uid": "u-1"}, "status": {"phase": "Succeeded"}}
         agent.pods.store[f"{TWIN}/a"] = Packer(Pod).pack(Pod.from_dict(finished))
         await agent.reconcile(f"{TWIN}/a")
-        return agent.grants.used("home")
+        return recording.grants.used("home")
 
     assert asyncio.run(scenario()) == {}
 
@@ -214,28 +229,12 @@ def test_a_cordoned_home_shows_on_its_virtual_node_and_only_while_it_lasts() -> 
 
 def test_a_pod_gone_while_its_home_is_cordoned_is_not_started_again() -> None:
     async def scenario() -> tuple[list[str], list[dict[str, Any]], dict[str, Decimal]]:
-        agent = ShadowPodController(cast(Any, None), "foreign-1", twin_origin={TWIN: "home"}.get)
-        assert agent.grants is not None
-        agent.grants.quotas.store[f"{TENANT}/home"] = QuotaResource.from_dict(
-            {"metadata": {"name": "home", "namespace": TENANT}, "spec": {"cordoned": True}}
-        )
-        created: list[str] = []
-        patches: list[dict[str, Any]] = []
-
-        async def create_pod(shadow: Any) -> None:
-            created.append(shadow.metadata.name)
-
-        async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
-            patches.append(update)
-
-        agent._create_pod = create_pod  # type: ignore[method-assign]
-        agent._patch_status = patch_status  # type: ignore[method-assign]
-        packer = Packer(ShadowPodResource)
+        recording = RecordingAgent.with_quota({"cordoned": True})
         ran = shadow("a", container(cpu="1"), podUID="u-1", phase="Running")
-        agent.shadows.store[f"{TWIN}/a"] = packer.pack(ran)
-        agent.grants.count(f"{TWIN}/a", ran)
-        await agent.reconcile(f"{TWIN}/a")  # its pod was evicted (a drain)
-        return created, patches, agent.grants.used("home")
+        recording.agent.shadows.store[f"{TWIN}/a"] = Packer(ShadowPodResource).pack(ran)
+        recording.grants.count(f"{TWIN}/a", ran)
+        await recording.agent.reconcile(f"{TWIN}/a")  # its pod was evicted (a drain)
+        return recording.created, recording.patches, recording.grants.used("home")
 
     created, patches, used = asyncio.run(scenario())
     assert created == []
