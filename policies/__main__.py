@@ -35,9 +35,9 @@ def _capture_stack(self: Any, request: Any, context: Any) -> Any:
 policy_module._PolicyAnalyzerServicer.ConfigureStack = _capture_stack  # type: ignore[method-assign,assignment]
 
 
-def _stack_config() -> stack_config.StackConfig | None:
+def _stack_config() -> stack_config.StackConfig | stack_config.ForeignSideStackConfig | None:
     try:
-        return stack_config.from_pulumi_config(_STACK["config"])
+        return stack_config.any_from_pulumi_config(_STACK["config"])
     except stack_config.ConfigError:
         return None  # the program itself fails the preview, naming the field
 
@@ -96,6 +96,9 @@ def _config_policy(
         if config is None:
             args.not_applicable("the stack config is invalid (the program reports why)")
             return
+        if isinstance(config, stack_config.ForeignSideStackConfig):
+            args.not_applicable("a foreign side's stack: this checks a home stack's config")
+            return
         _report(compute(config, _settings(args)), name, report)
 
     return StackValidationPolicy(
@@ -132,8 +135,16 @@ def _least_privilege() -> StackValidationPolicy:
         if config is None:
             args.not_applicable("the stack config is invalid (the program reports why)")
             return
-        for violation in checks.home_identity_privileges(config.home.cluster_id, _objects(args)):
-            report(violation.message, None)
+        # a home stack holds its one identity; a foreign side's stack issues one to each home it serves
+        homes = (
+            [home.cluster_id for home in config.foreign_side.homes]
+            if isinstance(config, stack_config.ForeignSideStackConfig)
+            else [config.home.cluster_id]
+        )
+        objects = _objects(args)
+        for home_id in homes:
+            for violation in checks.home_identity_privileges(home_id, objects):
+                report(violation.message, None)
 
     return StackValidationPolicy(
         name=checks.HOME_IDENTITY_LEAST_PRIVILEGE,

@@ -25,6 +25,7 @@ from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, Secret
 from pulumi import automation as auto
 
+from liqo_stack.cli.params import DEFAULT_POLICY_PACK
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
@@ -177,8 +178,10 @@ def test_each_home_peers_through_its_own_tenant_identity_and_grant_with_no_admin
         assert tenant.metadata.labels[names.TENANT_HOME_LABEL] == home.cluster_id
     quota = two_homes.foreign.get(QuotaResource, "home-2", namespace=names.tenant_namespace("home-2"))
     assert quota["spec"]["resources"] == {"cpu": GRANT_OF_HOME_2}
-    side_preview = two_homes.foreign_side.preview()
+    # the policy pack holds each identity it issues to the least privilege, as in a home's stack
+    side_preview = two_homes.foreign_side.preview(policy_packs=[str(DEFAULT_POLICY_PACK)], on_output=print)
     assert "homeIdentities.home-2" in side_preview.stdout, "the foreign side says what the homes must set"
+    assert "liqo-home-identity-least-privilege" not in side_preview.stdout
 
 
 @pytest.fixture(scope="module")
