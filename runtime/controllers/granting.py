@@ -66,7 +66,10 @@ class Grants:
         self.advertisements = Informer(client, ResourceAdvertisementResource)
         # home -> ShadowPod key -> what its pod requests: the pods this agent let start, not finished
         self._admitted: dict[str, dict[str, Requests]] = defaultdict(dict)
+        self._used: dict[str, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))  # home -> in all
         self._refused: dict[str, set[str]] = defaultdict(set)  # home -> keys waiting for room
+        self._quotas: dict[str, tuple[str | None, QuotaSpec]] = {}  # home -> (its version, parsed)
+        self._grants: dict[str, tuple[Any, dict[str, Decimal]]] = {}  # home -> (what it came from, parsed)
         self._seeded = False
         self.quotas.add_handler(self._on_grant_changed)
         self.advertisements.add_handler(self._on_grant_changed)
@@ -105,9 +108,23 @@ class Grants:
         if home is None:
             return
         try:
-            self._admitted[home][key] = spec_requests(pod_spec_of(shadow))
+            requests = spec_requests(pod_spec_of(shadow))
         except ValueError:
-            self._admitted[home][key] = {"pods": Decimal(1)}
+            requests = {"pods": Decimal(1)}
+        self._uncount(home, key)
+        self._admitted[home][key] = requests
+        total = self._used[home]
+        for resource, amount in requests.items():
+            total[resource] += amount
+
+    def _uncount(self, home: str, key: str) -> bool:
+        requests = self._admitted.get(home, {}).pop(key, None)
+        if requests is None:
+            return False
+        total = self._used[home]
+        for resource, amount in requests.items():
+            total[resource] -= amount
+        return True
 
     def counted(self, key: str, shadow: Any) -> bool:
         home = origin_of(shadow)
@@ -117,31 +134,43 @@ class Grants:
         """The ShadowPod is gone, finished, or its pod was not made: its requests are free again."""
         homes = [home] if home is not None else list(self._admitted)
         for each in homes:
-            if self._admitted.get(each, {}).pop(key, None) is not None:
+            if self._uncount(each, key):
                 self._retry(each)
         for waiting in self._refused.values():
             waiting.discard(key)
 
     def used(self, home: str) -> Requests:
-        total: Requests = defaultdict(Decimal)
-        for requests in self._admitted.get(home, {}).values():
-            for resource, amount in requests.items():
-                total[resource] += amount
-        return dict(total)
+        """What the home's admitted pods request in all (kept as they come and go: a decision among
+        1,000 pods does not add them up again)."""
+        return {resource: amount for resource, amount in self._used.get(home, {}).items() if amount}
 
     # -- the decision ----------------------------------------------------------------------------
     def quota_of(self, home: str) -> QuotaSpec:
+        """The home's Quota, parsed once per version of it."""
         quota = self.quotas.store.get(f"{names.tenant_namespace(home)}/{names.quota_name(home)}")
         if quota is None:
             return QuotaSpec()
-        return QuotaSpec.model_validate(quota.to_dict().get("spec") or {})
+        version = quota.metadata.resourceVersion
+        cached = self._quotas.get(home)
+        if cached is None or cached[0] != version:
+            cached = (version, QuotaSpec.model_validate(quota.to_dict().get("spec") or {}))
+            self._quotas[home] = cached
+        return cached[1]
 
     def grant_of(self, home: str, quota: QuotaSpec) -> dict[str, Decimal]:
+        """The Quota's resources, else what is advertised to the home; parsed once per version."""
         if quota.resources:
-            return parsed_grant(quota.resources)
-        advertisement = self.advertisements.store.get(f"{names.tenant_namespace(home)}/{self.cluster_id}")
-        offered = ((advertisement.to_dict().get("spec") or {}).get("resources") or {}) if advertisement else {}
-        return parsed_grant(offered)
+            source: Any = ("quota", tuple(sorted(quota.resources.items())))
+            resources: dict[str, str] = quota.resources
+        else:
+            advertisement = self.advertisements.store.get(f"{names.tenant_namespace(home)}/{self.cluster_id}")
+            source = ("advertisement", advertisement.metadata.resourceVersion if advertisement else None)
+            resources = ((advertisement.to_dict().get("spec") or {}).get("resources") or {}) if advertisement else {}
+        cached = self._grants.get(home)
+        if cached is None or cached[0] != source:
+            cached = (source, parsed_grant(resources))
+            self._grants[home] = cached
+        return cached[1]
 
     def cordons(self, shadow: Any) -> str | None:
         """Why the ShadowPod's home may start nothing here now (it is cordoned); None: it may."""
