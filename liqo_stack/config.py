@@ -405,6 +405,11 @@ class ForeignCluster(ClusterAccess):
         """The foreign side is declared by that cluster's own stack (docs/security.md)."""
         return self.identity_kubeconfig is not None or self.identity_kubeconfig_path is not None
 
+    def kubeconfig_to_read(self) -> str:
+        """What the toolkit reads this cluster with (previews, the policy pack): its admin kubeconfig,
+        else the identity its own stack issued, which reads the home's tenant and twins only."""
+        return self.identity_kubeconfig_text() if self.peers_through_issued_identity else self.kubeconfig_text()
+
     def identity_kubeconfig_text(self) -> str:
         if self.identity_kubeconfig is not None:
             return self.identity_kubeconfig

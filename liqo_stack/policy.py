@@ -403,7 +403,7 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
     unread: list[str] = []
     for index, foreign in enumerate(config.foreign_clusters):
         try:
-            client = kube.client(KubeConfig.from_dict(yaml.safe_load(foreign.kubeconfig_text())))
+            client = kube.client(KubeConfig.from_dict(yaml.safe_load(foreign.kubeconfig_to_read())))
             try:
                 published = client.get(
                     ResourceAdvertisementResource, foreign.cluster_id, namespace=names.tenant_namespace(home_id)

@@ -67,11 +67,11 @@ def stack_policy_config(policy_pack: Path, stack: str) -> Path | None:
 
 
 def clients_for(config: stack_config.StackConfig) -> dict[str, Client]:
-    clients = {}
-    for cluster in [config.home, *config.foreign_clusters]:
-        kubeconfig = KubeConfig.from_dict(yaml.safe_load(cluster.kubeconfig_text()))
-        clients[cluster.cluster_id] = kube.client(kubeconfig)
-    return clients
+    """A client per cluster: a foreign cluster peered through the identity its own stack issued is
+    read as that identity (its tenant and twins only)."""
+    texts = {config.home.cluster_id: config.home.kubeconfig_text()}
+    texts |= {foreign.cluster_id: foreign.kubeconfig_to_read() for foreign in config.foreign_clusters}
+    return {cluster_id: kube.client(KubeConfig.from_dict(yaml.safe_load(text))) for cluster_id, text in texts.items()}
 
 
 @dataclass
