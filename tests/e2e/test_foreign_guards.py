@@ -180,16 +180,26 @@ def test_the_home_identity_cannot_read_or_change_its_grant_or_its_floor(
     assert can_i("create", "pods", "-n", offloaded + TWIN_SUFFIX) == "no", "create pods itself"
 
 
+def home_cpu_in_use(client: Client) -> Decimal:
+    """What home's pods in foreign-1 request, once none is on its way out (the agent counts each until
+    its ShadowPod is gone: a pod still terminating would make the two counts differ)."""
+
+    def settled() -> list[Any] | None:
+        pods = [cast(Any, p) for p in client.list(Pod, namespace="*", labels={names.ORIGIN_LABEL: "home"})]
+        shadows = [cast(Any, s) for s in client.list(ShadowPodResource, namespace="*")]
+        if any(p.metadata.deletionTimestamp for p in pods) or any(s.metadata.deletionTimestamp for s in shadows):
+            return None
+        return [p.to_dict() for p in pods if p.status.phase not in ("Succeeded", "Failed")]
+
+    running = wait_until(settled, 60, "no pod or ShadowPod of home on its way out of foreign-1")
+    return sum((spec_requests(p["spec"]).get("cpu", Decimal(0)) for p in running), Decimal(0))
+
+
 @pytest.fixture
 def tight_grant(foreign: dict[str, Client]) -> Iterator[Decimal]:
     """foreign-1's grant to home cut to what home's pods there request now plus one cpu; put back after."""
     client = foreign[FOREIGN]
-    running = [
-        cast(Any, p).to_dict()
-        for p in client.list(Pod, namespace="*", labels={names.ORIGIN_LABEL: "home"})
-        if cast(Any, p).status.phase not in ("Succeeded", "Failed")
-    ]
-    used = sum((spec_requests(p["spec"]).get("cpu", Decimal(0)) for p in running), Decimal(0))
+    used = home_cpu_in_use(client)
     grant = used + 1
     patch = {"spec": {"resources": {"cpu": str(grant)}}}
     client.patch(QuotaResource, "home", patch, namespace=TENANT, patch_type=PatchType.MERGE)
@@ -228,15 +238,10 @@ def test_fifty_concurrent_creates_never_put_more_than_the_grant_in_use(
         return shadows if len(shadows) == 50 and len(started) + len(refused) == 50 else None
 
     shadows = wait_until(decided, 120, "every ShadowPod of the burst started or refused")
-    in_use = [
-        cast(Any, p).to_dict()
-        for p in client.list(Pod, namespace="*", labels={names.ORIGIN_LABEL: "home"})
-        if cast(Any, p).status.phase not in ("Succeeded", "Failed")
-    ]
-    total = sum((spec_requests(p["spec"]).get("cpu", Decimal(0)) for p in in_use), Decimal(0))
+    total = home_cpu_in_use(client)
     assert total <= tight_grant, f"{total} cpu in use, grant {tight_grant}"
-    started = [p for p in in_use if p["metadata"]["name"] in names_]
-    assert 1 <= len(started) <= 10
+    started = [s for s in shadows if (s.get("status") or {}).get("reason") != "CreateFailed"]
+    assert len(started) == 10, "as many as the one cpu left holds: no more, and no fewer"
     refused = next(s for s in shadows if (s.get("status") or {}).get("reason") == "CreateFailed")
     assert "exceeds what foreign-1" in refused["status"]["message"]
     name = refused.metadata.name
