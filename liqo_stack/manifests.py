@@ -20,6 +20,7 @@ from runtime.api import (
 from runtime.api.namespaceselector import NamespaceOffloadingSelector, NamespaceOffloadingSelectorSpec
 from runtime.api.plan import virtual_node_labels
 from runtime.api.quota import Quota, QuotaSpec
+from runtime.api.shadowpod import FIELDS_THE_FOREIGN_CLUSTER_DECIDES
 
 Manifest = dict[str, Any]
 
@@ -656,6 +657,7 @@ def shadowpod_policy() -> Manifest:
     host_namespaces = " || ".join(
         f"(has({pod}.{field}) && {pod}.{field} == true)" for field in ("hostNetwork", "hostPID", "hostIPC")
     )
+    chosen_here = " || ".join(f"has({pod}.{field})" for field in FIELDS_THE_FOREIGN_CLUSTER_DECIDES)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -705,6 +707,13 @@ def shadowpod_policy() -> Manifest:
                     "expression": f"!({host_namespaces})",
                     "message": "spec.pod.hostNetwork, hostPID and hostIPC are refused for offloaded pods: "
                     "the foreign cluster's host namespaces are not shared",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"!({chosen_here})",
+                    "message": "spec.pod."
+                    + ", ".join(FIELDS_THE_FOREIGN_CLUSTER_DECIDES)
+                    + " are the foreign cluster's to decide: an offloaded pod sets none of them",
                     "reason": "Forbidden",
                 },
                 {

@@ -158,6 +158,10 @@ def test_the_home_identity_cannot_write_a_shadowpod_the_home_side_would_not_make
     assert "hostPath" in refusal(attacker, shadow_pod("attack", twin, host_path_only))
     plain = {"containers": [{"name": "c", "image": "busybox"}]}
     assert "origin" in refusal(attacker, shadow_pod("attack", twin, plain, origin="someone-else"))
+    # a node of its choosing (past the foreign scheduler and its taints), or a priority over the cluster's pods
+    for field, value in (("nodeName", "foreign-1-worker-0"), ("priorityClassName", "system-cluster-critical")):
+        message = refusal(attacker, shadow_pod("attack", twin, {**plain, field: value}))
+        assert "the foreign cluster's to decide" in message, message
     for namespace in ("default", TENANT):  # not twins: RBAC refuses before any policy
         with pytest.raises(ApiError) as denied:
             attacker.create(shadow_pod("attack", namespace, plain))

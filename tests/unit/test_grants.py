@@ -15,9 +15,11 @@ from lightkube.resources.core_v1 import Pod
 from runtime.api import names
 from runtime.api.quota import LimitsEnforcement, grant_problem, limits_problem, spec_requests
 from runtime.api.resources import QuotaResource, ResourceAdvertisementResource, ShadowPodResource
+from runtime.api.shadowpod import FIELDS_THE_FOREIGN_CLUSTER_DECIDES
 from runtime.controllers.granting import Grants
 from runtime.controllers.namespacemap import twin_floor
 from runtime.controllers.shadowpod import ShadowPodController
+from runtime.forging.pods import HOME_SCHEDULING_FIELDS
 from runtime.kube.packing import Packer, unpacked
 from runtime.virtualkubelet.node import CORDONED_CONDITION, node_apply, node_conditions
 
@@ -257,3 +259,7 @@ def test_a_shadowpod_refused_for_its_namespace_is_checked_again_later() -> None:
     assert rechecks == [(f"{TWIN}/a", 5.0)]
     twins[TWIN] = "home"
     assert granted.admit(f"{TWIN}/a", shadow("a")) is None
+
+
+def test_the_fields_the_admission_policy_refuses_are_ones_the_home_side_never_sets() -> None:
+    assert set(FIELDS_THE_FOREIGN_CLUSTER_DECIDES) <= set(HOME_SCHEDULING_FIELDS)
