@@ -32,6 +32,7 @@ from lightkube.core.resource import NamespacedResource
 from lightkube.core.selector import build_selector
 
 from runtime.kube.client import watch_lines
+from runtime.kube.errors import status_code_of
 from runtime.kube.packing import Packer
 from runtime.kube.serving import EngineMetrics
 
@@ -276,7 +277,7 @@ class Informer:
                     continue
                 if isinstance(err, msgspec.MsgspecError):
                     self.resource_version = None  # we cannot tell what we missed: list again
-                absent = isinstance(err, ApiError) and err.status.code in (403, 404)
+                absent = status_code_of(err) in (403, 404)  # a list answers through httpx2, not ApiError
                 if self.absent_ok and absent and not self.synced.is_set():
                     log.warning("%s cannot be listed (%s): none, until it can", self.resource.__name__, err)
                     self.synced.set()

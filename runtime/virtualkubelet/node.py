@@ -37,6 +37,7 @@ from runtime.api.advertisement import largest_pod_labels, pool_offer
 from runtime.api.plan import shared_resources, virtual_node_labels, virtual_node_taints
 from runtime.api.resources import ResourceAdvertisementResource
 from runtime.kube import Informer, WorkQueue
+from runtime.kube.errors import status_code_of
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +74,6 @@ def now() -> str:
 
 def micro_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def status_code_of(err: BaseException) -> int | None:
-    """The HTTP status of a failed request, None when no answer came (connection, TLS, timeout)."""
-    if isinstance(err, ApiError) and err.status is not None and err.status.code:
-        return int(err.status.code)
-    response = getattr(err, "response", None)  # httpx2.HTTPStatusError: an answer that is no Status
-    code = getattr(response, "status_code", None) if response is not None else None
-    return code if isinstance(code, int) else None
 
 
 def health_failure(status_code: int | None) -> str | None:

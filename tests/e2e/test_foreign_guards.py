@@ -184,28 +184,24 @@ def test_the_home_identity_cannot_read_or_change_its_grant_or_its_floor(
     assert can_i("create", "pods", "-n", offloaded + TWIN_SUFFIX) == "no", "create pods itself"
 
 
-def home_cpu_in_use(client: Client) -> Decimal:
-    """What home's pods in foreign-1 request, once none is on its way out (the agent counts each until
-    its ShadowPod is gone: a pod still terminating would make the two counts differ)."""
+# A resource nothing else in the suite requests (an extended resource of no node): what home's pods in
+# foreign-1 hold of it is the burst's alone, whatever other modules left behind or are still deleting.
+PROBE = "liqo-stack.dev/grant-probe"
 
-    def settled() -> list[Any] | None:
-        pods = [cast(Any, p) for p in client.list(Pod, namespace="*", labels={names.ORIGIN_LABEL: "home"})]
-        shadows = [cast(Any, s) for s in client.list(ShadowPodResource, namespace="*")]
-        if any(p.metadata.deletionTimestamp for p in pods) or any(s.metadata.deletionTimestamp for s in shadows):
-            return None
-        return [p.to_dict() for p in pods if p.status.phase not in ("Succeeded", "Failed")]
 
-    running = wait_until(settled, 60, "no pod or ShadowPod of home on its way out of foreign-1")
-    return sum((spec_requests(p["spec"]).get("cpu", Decimal(0)) for p in running), Decimal(0))
+def home_probe_in_use(client: Client) -> Decimal:
+    pods = [cast(Any, p) for p in client.list(Pod, namespace="*", labels={names.ORIGIN_LABEL: "home"})]
+    running = [p.to_dict() for p in pods if p.status.phase not in ("Succeeded", "Failed")]
+    return sum((spec_requests(p["spec"]).get(PROBE, Decimal(0)) for p in running), Decimal(0))
 
 
 @pytest.fixture
 def tight_grant(foreign: dict[str, Client]) -> Iterator[Decimal]:
-    """foreign-1's grant to home cut to what home's pods there request now plus one cpu; put back after."""
+    """foreign-1's grant to home: 10 of the probe resource (and nothing else held); put back after."""
     client = foreign[FOREIGN]
-    used = home_cpu_in_use(client)
-    grant = used + 1
-    patch = {"spec": {"resources": {"cpu": str(grant)}}}
+    assert home_probe_in_use(client) == 0
+    grant = Decimal(10)
+    patch = {"spec": {"resources": {PROBE: str(grant)}}}
     client.patch(QuotaResource, "home", patch, namespace=TENANT, patch_type=PatchType.MERGE)
     try:
         yield grant
@@ -216,16 +212,17 @@ def tight_grant(foreign: dict[str, Client]) -> Iterator[Decimal]:
 def test_fifty_concurrent_creates_never_put_more_than_the_grant_in_use(
     offloaded: str, home: Client, foreign: dict[str, Client], tight_grant: Decimal
 ) -> None:
-    """50 pods of 100m each, created at once at home and placed on foreign-1 (its virtual node has room
-    for them all): the foreign agent lets 10 start, and the others say why at home."""
+    """50 pods, each asking 1 of the 10 granted, created at once at home and bound to foreign-1's virtual
+    node: the foreign agent lets 10 start (their pods made there), and the others say why at home."""
     client, twin = foreign[FOREIGN], offloaded + TWIN_SUFFIX
     names_ = [f"burst-{n}" for n in range(50)]
 
     def create(name: str) -> None:
+        probe = {PROBE: "1"}  # an extended resource: limits equal to requests
         spec = {
             "nodeName": VIRTUAL_NODES[FOREIGN],
             "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists"}],
-            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": probe, "limits": probe}}],
         }
         home.create(cast(Pod, Pod.from_dict({"metadata": {"name": name, "namespace": offloaded}, "spec": spec})))
 
@@ -242,14 +239,13 @@ def test_fifty_concurrent_creates_never_put_more_than_the_grant_in_use(
         return shadows if len(shadows) == 50 and len(started) + len(refused) == 50 else None
 
     shadows = wait_until(decided, 120, "every ShadowPod of the burst started or refused")
-    total = home_cpu_in_use(client)
-    assert total <= tight_grant, f"{total} cpu in use, grant {tight_grant}"
+    assert home_probe_in_use(client) == tight_grant, "all of the grant in use, and no more"
     started = [s for s in shadows if (s.get("status") or {}).get("reason") != "CreateFailed"]
-    assert len(started) == 10, "as many as the one cpu left holds: no more, and no fewer"
+    assert len(started) == 10
     refused = next(s for s in shadows if (s.get("status") or {}).get("reason") == "CreateFailed")
     assert "exceeds what foreign-1" in refused["status"]["message"]
     name = refused.metadata.name
-    wait_until(lambda: warning_on(home, offloaded, name, "cpu 100m asked"), 60, "the reason on the home pod")
+    wait_until(lambda: warning_on(home, offloaded, name, f"{PROBE} 1 asked"), 60, "the reason on the home pod")
     pod: Any = home.get(Pod, name, namespace=offloaded)
     assert pod.status.phase == "Pending" and pod.status.reason == "FailedOffloading"
     for each in names_:

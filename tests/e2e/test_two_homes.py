@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 FOREIGN = "foreign-1"
 HOMES = ("home", "home-2")
-NAMESPACE = "shop"
+NAMESPACE = "two-homes-shop"  # its own: the namespace is deleted when the module ends
 GRANT_OF_HOME_2 = "1"  # cpu
 
 
@@ -138,6 +138,8 @@ def two_homes(
     finally:
         for home in reversed(list(homes.values())):  # each destroyed while its runtime runs (finalizers)
             home.stack.destroy(on_output=print)
+            if get_or_none(home.client, Namespace, NAMESPACE) is not None:
+                home.client.delete(Namespace, NAMESPACE)
             home.runtime.stop_all()
             home.stack.workspace.remove_stack(home.stack.name)
         side.destroy(on_output=print)
@@ -185,7 +187,7 @@ def test_each_home_peers_through_its_own_tenant_identity_and_grant_with_no_admin
     assert "liqo-home-identity-least-privilege" not in side_preview.stdout
     # `liqo-stack preview` of a home stack reads foreign-1 as its identity: nothing to foresee, no failure
     code, output = run_preview(two_homes.homes["home"].stack, pulumi_env, "text")
-    assert code == 0, output
+    assert code in (0, 2) and "no resource changes" in output, output  # 2: an advisory policy speaks
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 
+from runtime.kube.errors import status_code_of
 from runtime.virtualkubelet.node import (
     FORBIDDEN_REASON,
     SERVER_ERROR_REASON,
@@ -18,7 +19,6 @@ from runtime.virtualkubelet.node import (
     VirtualNodeController,
     health_failure,
     node_conditions,
-    status_code_of,
 )
 
 
