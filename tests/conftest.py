@@ -52,6 +52,7 @@ FIRST_LANE = {
     "test_failover",
     "test_preview",
     "test_soak",
+    "test_two_homes",  # clusters of its own making (a second home): without the shared stack, as the others here
 }
 
 
