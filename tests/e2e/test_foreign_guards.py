@@ -272,6 +272,17 @@ def fast_health_checks(home: Client) -> Iterator[None]:
         )
 
 
+def running_on_foreign_1(home: Client, namespace: str, name: str) -> Any:
+    """A plain pod created at home with a nodeSelector for foreign-1, once Running there (read at home)."""
+    spec = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN}, "containers": [{"name": "c", "image": "nginx"}]}
+    home.create(cast(Pod, Pod.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": spec})))
+    return wait_until(
+        lambda: (p := cast(Any, get_or_none(home, Pod, name, namespace))) and p.status.phase == "Running" and p,
+        60,
+        f"pod {name} Running on foreign-1",
+    )
+
+
 def test_a_revoked_token_then_a_new_one_is_picked_up_live_with_no_pod_touched(
     offloaded: str,
     home: Client,
@@ -283,13 +294,7 @@ def test_a_revoked_token_then_a_new_one_is_picked_up_live_with_no_pod_touched(
     """The foreign side revokes the home identity's token (its Secret deleted); `pulumi up` issues a
     new one: the virtual node goes NotReady (ForeignUnauthorized), then Ready, with the same virtual
     kubelet process and the same pods at home and there."""
-    spec = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN}, "containers": [{"name": "c", "image": "nginx"}]}
-    home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "steady", "namespace": offloaded}, "spec": spec})))
-    running = wait_until(
-        lambda: (p := cast(Any, get_or_none(home, Pod, "steady", offloaded))) and p.status.phase == "Running" and p,
-        60,
-        "a pod Running on foreign-1",
-    )
+    running = running_on_foreign_1(home, offloaded, "steady")
     remote = cast(Any, foreign[FOREIGN].get(Pod, "steady", namespace=offloaded + TWIN_SUFFIX))
     kubelet_pid = runtime.pid(f"kubelet-{FOREIGN}")
     node = names.virtual_node_name(FOREIGN)
@@ -419,13 +424,7 @@ def test_a_new_floor_is_previewed_with_the_pods_it_would_refuse_and_applied_with
 ) -> None:
     """Last in the module: the stack's floor of foreign-1 raised to restricted (the module's `installed`
     puts the config back afterwards)."""
-    spec = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN}, "containers": [{"name": "c", "image": "nginx"}]}
-    home.create(cast(Pod, Pod.from_dict({"metadata": {"name": "lax", "namespace": offloaded}, "spec": spec})))
-    lax = wait_until(
-        lambda: (p := cast(Any, get_or_none(home, Pod, "lax", offloaded))) and p.status.phase == "Running" and p,
-        60,
-        "a pod Running on foreign-1 that the restricted level forbids",
-    )
+    lax = running_on_foreign_1(home, offloaded, "lax")
     config = PulumiEnvironment.liqo_config(installed)
     for cluster in config["foreignClusters"]:
         if cluster["clusterId"] == FOREIGN:
