@@ -40,8 +40,8 @@ from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.controlling import gate_on
 from runtime.kube.leaderelection import LeaderElector, default_identity
 from runtime.kube.memory import GcPauses, release_free_memory_every
-from runtime.virtualkubelet import kubelet
 from runtime.virtualkubelet.node import KUBELET_PORT, NODE_ADDRESS
+from runtime.virtualkubelet.peerings import KubeletPorts, Peerings
 
 
 def _ip_address(value: str) -> str:
@@ -51,12 +51,26 @@ def _ip_address(value: str) -> str:
         raise argparse.ArgumentTypeError(f"not an IP address: {value!r}") from None
 
 
+def _shard_name(value: str) -> str:
+    if not names.is_pool_name(value):
+        raise argparse.ArgumentTypeError(f"not a shard name (lowercase letters, digits, '-'): {value!r}")
+    return value
+
+
 def _cluster_selector(value: str) -> str:
     try:
         parse_term(value)
     except SelectorSyntaxError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return value
+
+
+def _cluster_port(value: str) -> tuple[str, int]:
+    """`ID=PORT`: where the first virtual node of foreign cluster ID serves the kubelet API."""
+    cluster_id, _, port = value.partition("=")
+    if not cluster_id or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"not FOREIGN_CLUSTER_ID=PORT (a port 1-65535): {value!r}")
+    return cluster_id, int(port)
 
 
 def _pool(value: str) -> tuple[str, int | None]:
@@ -232,18 +246,24 @@ async def controller_manager(home: AsyncClient, args: argparse.Namespace, probes
 async def virtual_kubelet(
     home: AsyncClient, args: argparse.Namespace, probes: ProbeServer, leads: Callable[[], bool]
 ) -> None:
-    """The virtual node of one foreign cluster (runtime.virtualkubelet.kubelet assembles it)."""
-    await kubelet.serve(
+    """The virtual nodes of the foreign clusters this process serves (runtime.virtualkubelet.peerings)."""
+    ports = KubeletPorts(
+        base=args.kubelet_port or None,
+        address=args.node_address,
+        given=dict(args.kubelet_port_of),
+        pools=[pool for pool, _ in args.pool],
+        pool_ports=[port for _, port in args.pool] if all(port for _, port in args.pool) else (),
+    )
+    peerings = Peerings(
         home,
         home_cluster_id=args.home_cluster_id,
-        foreign_cluster_id=args.foreign_cluster_id,
-        probes=probes,
-        leads=leads,
+        metrics=probes.metrics,
+        shard=args.foreign_cluster_id,
+        ports=ports,
         node_address=args.node_address,
-        kubelet_port=args.kubelet_port or None,
-        pools=[pool for pool, _ in args.pool],
-        kubelet_ports=[port for _, port in args.pool] if all(port for _, port in args.pool) else (),
     )
+    probes.add_readiness("peerings synced", lambda: peerings.ready(leads))
+    await peerings.run()
 
 
 async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServer) -> None:
@@ -310,10 +330,25 @@ def build_parser() -> argparse.ArgumentParser:
     agent = commands.add_parser("foreign-agent", help="foreign side: NamespaceMap")
     agent.add_argument("--kubeconfig", help="of this foreign cluster (default: in-cluster service account)")
     agent.add_argument("--cluster-id", required=True)
-    kubelet = commands.add_parser("virtual-kubelet", help="home side: the virtual node of one foreign cluster")
+    kubelet = commands.add_parser(
+        "virtual-kubelet", help="home side: the virtual nodes of the foreign clusters (all, or a shard of them)"
+    )
     kubelet.add_argument("--kubeconfig", help="of the home cluster (default: in-cluster service account)")
     kubelet.add_argument("--home-cluster-id", required=True)
-    kubelet.add_argument("--foreign-cluster-id", required=True)
+    kubelet.add_argument(
+        "--foreign-cluster-id",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a foreign cluster this process serves (repeat for a shard of them); none: every foreign cluster "
+        "with a VirtualNode at home, each served from when its VirtualNode appears",
+    )
+    kubelet.add_argument(
+        "--shard",
+        default="all",
+        type=_shard_name,
+        help="the name of this shard of peerings: its leader Lease (with one --foreign-cluster-id: that cluster's)",
+    )
     kubelet.add_argument(
         "--node-address",
         default=NODE_ADDRESS,
@@ -325,8 +360,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--kubelet-port",
         type=int,
         default=KUBELET_PORT,
-        help="where the kubelet API (logs, exec, attach, port-forward) listens; the Node advertises it, so "
-        "each virtual kubelet on a host needs its own; 0 serves no kubelet API",
+        help="where the kubelet APIs (logs, exec, attach, port-forward) listen: each virtual node takes the first "
+        "free port from here up (the Node advertises it); 0 serves no kubelet API",
+    )
+    kubelet.add_argument(
+        "--kubelet-port-of",
+        action="append",
+        default=[],
+        type=_cluster_port,
+        metavar="ID=PORT",
+        help="the kubelet API port of foreign cluster ID's first virtual node (its node pools take the next ones)",
     )
     kubelet.add_argument(
         "--pool",
@@ -349,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "virtual-kubelet" and not 0 <= args.kubelet_port <= 65535:
         parser.error(f"--kubelet-port must be between 1 and 65535 (0: no kubelet API), got {args.kubelet_port}")
     if args.command == "virtual-kubelet":
+        if args.pool and len(args.foreign_cluster_id) != 1:
+            parser.error("--pool: name the one foreign cluster whose node pools these are (--foreign-cluster-id)")
+        if len(set(args.foreign_cluster_id)) != len(args.foreign_cluster_id):
+            parser.error(f"--foreign-cluster-id: each cluster may be named once, got {args.foreign_cluster_id}")
         pools = [pool for pool, _ in args.pool]
         if len(set(pools)) != len(pools):
             parser.error(f"--pool: each pool may be named once, got {pools}")
@@ -381,7 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "virtual-kubelet":
         home = client_from(args.kubeconfig, "liqo-virtual-kubelet")
         metrics.count_requests(home, args.home_cluster_id)
-        elector = elector_for(home, args, names.virtual_kubelet_lease(args.foreign_cluster_id))
+        shard = args.foreign_cluster_id
+        lease = (
+            names.virtual_kubelet_lease(shard[0]) if len(shard) == 1 else names.virtual_kubelet_shard_lease(args.shard)
+        )
+        elector = elector_for(home, args, lease)
         leads = elector.is_leader.is_set if elector else lambda: True
         asyncio.run(serve(virtual_kubelet(home, args, probes, leads), probes, home, args, elector))
     else:

@@ -1,5 +1,8 @@
-"""The runtime in external mode: controller-manager, one foreign agent and one virtual kubelet per
-foreign cluster, as local processes (`python -m runtime ...`), logs and pids in the state folder.
+"""The runtime in external mode: controller-manager, one foreign agent per foreign cluster and one
+virtual-kubelet process serving every foreign cluster (or, `one_kubelet=False`, one per foreign
+cluster, as the scale-out bench compares), as local processes (`python -m runtime ...`), logs and
+pids in the state folder. The shared virtual kubelet's component is `virtual-kubelet`; the name
+`kubelet-<foreign id>` stands for the process that serves that cluster, whichever it is.
 
 The dev env and the tests run it this way; the stack installs the same objects with their
 Deployments scaled to zero. Processes outlive the CLI that started them (the demo leaves them
@@ -34,6 +37,7 @@ from lightkube.resources.apps_v1 import Deployment
 from liqo_stack.dev import paths
 from runtime.api import names
 
+SHARED_KUBELET = "virtual-kubelet"  # the component of the one process serving every foreign cluster
 KUBELET_BASE_PORT = 10250  # the kubelet's port; the next virtual kubelets take the next free ones
 LOG_TAIL_LINES = 20  # of a dead component's log, in the error that reports it
 # what the stack's Deployment says for the cluster, and this runtime says for the local processes
@@ -78,13 +82,16 @@ class ExternalRuntime:
         state_dir: Path | None = None,
         leader_election: bool = False,
         agents: bool = True,
+        one_kubelet: bool = True,
     ) -> None:
         """`kubeconfigs`: admin kubeconfig of each cluster by id, the home cluster's included.
         `kubelet_ports`: where each foreign cluster's virtual kubelet serves the kubelet API (its
         Node advertises it, so each needs its own); by default the first ports from 10250 up that
         nothing listens on, in cluster order. `agents`: whether it runs the foreign agents too (a second
-        home's runtime leaves them to the first: one agent serves every home of a foreign cluster)."""
+        home's runtime leaves them to the first: one agent serves every home of a foreign cluster).
+        `one_kubelet`: one virtual-kubelet process serves every foreign cluster (else one each)."""
         self.agents = agents
+        self.one_kubelet = one_kubelet
         self.kubeconfigs = kubeconfigs
         self.home_cluster_id = home_cluster_id
         self.foreign_ids = [c for c in kubeconfigs if c != home_cluster_id]
@@ -103,13 +110,24 @@ class ExternalRuntime:
 
     @property
     def components(self) -> list[str]:
-        kinds = ("agent", "kubelet") if self.agents else ("kubelet",)
+        kinds = [kind for kind in ("agent", "kubelet") if (kind == "agent") == self.agents or kind == "kubelet"]
+        if self.one_kubelet:
+            kinds.remove("kubelet")
         first = ["controller-manager"] + [f"{kind}-{c}" for c in self.foreign_ids for kind in kinds]
-        return first + self.replicas
+        return first + ([SHARED_KUBELET] if self.one_kubelet else []) + self.replicas
+
+    def component(self, name: str) -> str:
+        """The component (or replica) `name` stands for: `kubelet-<id>` is the shared virtual kubelet's
+        process when one serves every foreign cluster."""
+        base, at, replica = name.partition("@")
+        if self.one_kubelet and base.startswith("kubelet-") and base.removeprefix("kubelet-") in self.foreign_ids:
+            return f"{SHARED_KUBELET}{at}{replica}"
+        return name
 
     def add_replica(self, component: str, extra_args: list[str] | None = None) -> str:
         """Another replica of `component` (not started); `extra_args` go after the component's own, e.g.
         a port of its own for what it serves. Returns its name."""
+        component = self.component(component)
         if "@" in component or component not in self.components:
             raise ValueError(f"component: not a component of this runtime: {component!r}")
         if not self.leader_election:
@@ -119,8 +137,17 @@ class ExternalRuntime:
         self.extra_args[replica] = [*self.extra_args.get(component, []), *(extra_args or [])]
         return replica
 
+    def _extra_args(self, replica: str) -> list[str]:
+        """What the tests added to the command: a shared virtual kubelet takes those given for it and
+        for each `kubelet-<id>` it stands for."""
+        found = list(self.extra_args.get(replica, []))
+        if self.one_kubelet and replica.partition("@")[0] == SHARED_KUBELET and "@" not in replica:
+            for cluster_id in self.foreign_ids:
+                found += self.extra_args.get(f"kubelet-{cluster_id}", [])
+        return found
+
     def command(self, component: str) -> list[str]:
-        replica = component
+        replica = component = self.component(component)
         component = component.partition("@")[0]
         home = ["--kubeconfig", str(self.kubeconfigs[self.home_cluster_id]), "--home-cluster-id", self.home_cluster_id]
         if component == "controller-manager":
@@ -128,12 +155,16 @@ class ExternalRuntime:
         elif component.startswith("agent-"):
             cluster_id = component.removeprefix("agent-")
             args = ["foreign-agent", "--kubeconfig", str(self.kubeconfigs[cluster_id]), "--cluster-id", cluster_id]
+        elif component == SHARED_KUBELET:
+            ports = [f"--kubelet-port-of={c}={self.kubelet_ports[c]}" for c in self.foreign_ids]
+            # a foreign cluster added later (a pool, a peering) takes free ports from the base up
+            args = ["virtual-kubelet", *home, *ports, "--kubelet-port", str(KUBELET_BASE_PORT)]
         else:
             cluster_id = component.removeprefix("kubelet-")
             port = str(self.kubelet_ports[cluster_id])
             args = ["virtual-kubelet", *home, "--foreign-cluster-id", cluster_id, "--kubelet-port", port]
         identity = f"--leader-elect-identity={self.identity(replica)}" if self.leader_election else "--no-leader-elect"
-        return [sys.executable, "-m", "runtime", *args, identity, *self.extra_args.get(replica, [])]
+        return [sys.executable, "-m", "runtime", *args, identity, *self._extra_args(replica)]
 
     def declared_settings(self) -> list[str]:
         """The controller-manager's settings the stack declares on its Deployment (scaled to zero in
@@ -159,10 +190,10 @@ class ExternalRuntime:
 
     def identity(self, component: str) -> str:
         """The replica's name in its component's Lease: the same across restarts of that replica."""
-        return f"{component}@{socket.gethostname()}"
+        return f"{self.component(component)}@{socket.gethostname()}"
 
     def log(self, component: str) -> Path:
-        return self.folder / f"{component}.log"
+        return self.folder / f"{self.component(component)}.log"
 
     def probes_url(self, component: str) -> str | None:
         """Where the component's latest start serves /healthz, /readyz and /metrics (it logs it)."""
@@ -185,7 +216,7 @@ class ExternalRuntime:
             return False
 
     def _pid_file(self, component: str) -> Path:
-        return self.folder / f"{component}.pid"
+        return self.folder / f"{self.component(component)}.pid"
 
     def pid(self, component: str) -> int | None:
         """The component's process id, if it runs (a zombie, ended but not yet reaped, does not)."""

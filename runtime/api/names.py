@@ -163,6 +163,11 @@ def virtual_kubelet_lease(foreign_cluster_id: str) -> str:
     return virtual_kubelet_name(foreign_cluster_id)
 
 
+def virtual_kubelet_shard_lease(shard: str) -> str:
+    """One leader per shard of peerings served by one process (runtime/virtualkubelet/peerings.py)."""
+    return f"liqo-virtual-kubelets-{shard}"
+
+
 def tenant_namespace(home_cluster_id: str) -> str:
     """The namespace a foreign cluster dedicates to one home cluster."""
     return f"liqo-tenant-{home_cluster_id}"

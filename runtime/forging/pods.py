@@ -417,3 +417,32 @@ def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, A
         elif key not in current or old != value:
             patch[key] = wire_copy(value)
     return patch
+
+
+ABORTED_REASON = "OffloadingAborted"  # offloaded, and the twin namespace went away
+KILLED_EXIT_CODE = 137  # the container was killed with its twin namespace
+
+
+def aborted_status(status: dict[str, Any], message: str, now: str, reason: str = ABORTED_REASON) -> dict[str, Any]:
+    """A pod whose remote side was removed under it: Failed, not ready, its containers killed."""
+    aborted = {**status, "phase": "Failed", "reason": reason, "message": message}
+    aborted["conditions"] = [
+        {**c, "status": "False", "reason": reason, "lastTransitionTime": now}
+        if c.get("status") == "True" and c.get("type") != "PodScheduled"
+        else c
+        for c in status.get("conditions") or []
+    ]
+    for kind in ("containerStatuses", "initContainerStatuses"):
+        if status.get(kind):
+            aborted[kind] = [_killed(c, now, reason) for c in status[kind]]
+    return aborted
+
+
+def _killed(container: dict[str, Any], now: str, reason: str = ABORTED_REASON) -> dict[str, Any]:
+    if "terminated" in (container.get("state") or {}):
+        return container
+    started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
+    terminated = {"exitCode": KILLED_EXIT_CODE, "reason": reason, "finishedAt": now}
+    if started:
+        terminated["startedAt"] = started
+    return {**container, "ready": False, "started": False, "state": {"terminated": terminated}}

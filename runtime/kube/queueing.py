@@ -62,8 +62,10 @@ class WorkQueue:
         self._first_in_a_row = 0
         # the metrics' children, looked up once: prometheus_client's labels() takes a lock per call
         if metrics is not None:
-            self._depth = metrics.queue_depth.labels(name)
-            self._durations = {r: metrics.reconcile_seconds.labels(name, r) for r in ("success", "failure")}
+            self._depth = metrics.queue_depth.labels(name, metrics.cluster)
+            self._durations = {
+                r: metrics.reconcile_seconds.labels(name, metrics.cluster, r) for r in ("success", "failure")
+            }
         self._queued: set[str] = set()
         self._processing: set[str] = set()
         self._dirty: set[str] = set()
@@ -195,7 +197,7 @@ class WorkQueue:
                 task.cancel()  # waiting for a key: the queue keeps it for the others
         del self._tasks[workers:]
         if self.metrics:
-            self.metrics.queue_workers.labels(self.name).set(workers)
+            self.metrics.queue_workers.labels(self.name, self.metrics.cluster).set(workers)
 
     async def shutdown(self, drain_timeout: float = 10.0) -> None:
         """Let queued work finish (up to `drain_timeout`), then stop the workers and pending retries."""

@@ -7,6 +7,7 @@ with authentication instead (cluster mode: runtime/kube/securemetrics.py).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -21,14 +22,18 @@ ReadinessCheck = Callable[[], bool]
 
 
 class EngineMetrics:
-    """The figures every controller reports, in one registry per process."""
+    """The figures every controller reports, in one registry per process. A work queue's figures are
+    labelled with the foreign cluster it works for (`cluster`, empty for the process's own): a
+    virtual-kubelet process serves many peerings, each with queues of the same names."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.queue_depth = Gauge("liqo_queue_depth", "keys waiting in a work queue", ["queue"], registry=self.registry)
-        self.queue_workers = Gauge("liqo_queue_workers", "workers of a work queue", ["queue"], registry=self.registry)
+        self.cluster = ""
+        queue = ["queue", "cluster"]
+        self.queue_depth = Gauge("liqo_queue_depth", "keys waiting in a work queue", queue, registry=self.registry)
+        self.queue_workers = Gauge("liqo_queue_workers", "workers of a work queue", queue, registry=self.registry)
         self.reconcile_seconds = Histogram(
-            "liqo_reconcile_seconds", "duration of one reconcile", ["queue", "result"], registry=self.registry
+            "liqo_reconcile_seconds", "duration of one reconcile", [*queue, "result"], registry=self.registry
         )
         self.api_calls = Counter(
             "liqo_api_calls_total",
@@ -42,6 +47,12 @@ class EngineMetrics:
             ["cluster", "method", "resource"],
             registry=self.registry,
         )
+
+    def for_cluster(self, cluster: str) -> EngineMetrics:
+        """The same figures, with the work queues labelled `cluster` (one peering's)."""
+        scoped = copy.copy(self)
+        scoped.cluster = cluster
+        return scoped
 
     def count_requests(self, client: RuntimeClient, cluster: str) -> None:
         """Counts every request `client` sends: a stand-by replica shows it writes nothing."""

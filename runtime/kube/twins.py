@@ -20,11 +20,11 @@ from runtime.kube.echoes import OwnWrites
 from runtime.kube.informing import Event, Informer
 from runtime.kube.queueing import WorkQueue
 from runtime.kube.serving import EngineMetrics
-from runtime.kube.shared import NamespaceView
+from runtime.kube.shared import NamespaceView, SharedView
 
 Twins = Mapping[str, str]  # home namespace -> its twin namespace in the foreign cluster
-# A scope's informer of one namespace: its own watch, or a view of a cluster-wide one (runtime/kube/shared.py)
-Watched = Informer | NamespaceView
+# An informer: its own watch, or a view of a shared one (runtime/kube/shared.py)
+Watched = Informer | NamespaceView | SharedView
 
 
 class TwinScope:

@@ -15,13 +15,18 @@ from runtime.kube.shared import SharedWatches
 from runtime.kube.warnings import Warnings
 
 
-@dataclass
+@dataclass(frozen=True)
 class Peering:
-    """`node_spec`: the VirtualNode's spec as the home informer holds it now (None before it is known);
+    """Built once, by whoever knows its virtual nodes (runtime/virtualkubelet/kubelet.py), and read by
+    every member: nothing is patched in afterwards.
+
+    `node_spec`: the VirtualNode's spec as the home informer holds it now (None before it is known);
     `virtual_node`: the VirtualNode itself (what its conditions and events are written on).
     `node_names`: the virtual nodes of the foreign cluster (its node pools), the first the primary one,
     whose VirtualNode's settings the cluster's one reflector set follows; `spec_of`: a node's spec;
-    `node_labels`: the labels a virtual Node carries now (what the scheduler at home sees)."""
+    `node_labels`: the labels a virtual Node carries now (what the scheduler at home sees);
+    `shared_home`: the home cluster's shared informers, one per process (every peering it serves
+    shares them; default: this peering's own)."""
 
     home: AsyncClient
     foreign: AsyncClient
@@ -33,14 +38,22 @@ class Peering:
     node_names: tuple[str, ...] = ()
     spec_of: Callable[[str], VirtualNodeSpec | None] = lambda _: None
     node_labels: Callable[[str], Mapping[str, str]] = lambda _: {}
-    warnings: Warnings = field(init=False)
     # the members' informers at home: one watch per kind, whatever the number of twinned namespaces
-    home_watches: SharedWatches = field(init=False)
+    shared_home: SharedWatches | None = None
+    warnings: Warnings = field(init=False)
 
     def __post_init__(self) -> None:
-        self.node_names = self.node_names or (names.virtual_node_name(self.foreign_cluster_id),)
-        self.warnings = Warnings(self.home, "liqo-virtual-kubelet", self.node_name)
-        self.home_watches = SharedWatches(self.home)
+        # frozen: the defaults derived from the other fields are set once, here
+        set_once = object.__setattr__
+        set_once(self, "node_names", self.node_names or (names.virtual_node_name(self.foreign_cluster_id),))
+        set_once(self, "warnings", Warnings(self.home, "liqo-virtual-kubelet", self.node_name))
+        if self.shared_home is None:
+            set_once(self, "shared_home", SharedWatches(self.home))
+
+    @property
+    def home_watches(self) -> SharedWatches:
+        assert self.shared_home is not None  # set in __post_init__
+        return self.shared_home
 
     @property
     def node_name(self) -> str:

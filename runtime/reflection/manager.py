@@ -10,8 +10,8 @@ from typing import Any
 from runtime.api import names
 from runtime.api.namespaceoffloading import Placement, placement, ready_twin
 from runtime.forging.objects import ReflectionSettings, is_owned
-from runtime.kube import Event, Informer, ObjectSource
-from runtime.kube.twins import TwinMember, Twins
+from runtime.kube import Event, ObjectSource
+from runtime.kube.twins import TwinMember, Twins, Watched
 from runtime.reflection.context import Peering
 from runtime.reflection.custom import CustomResources
 from runtime.reflection.events import EventReflector
@@ -21,7 +21,7 @@ from runtime.reflection.storage import StorageProvisioner
 from runtime.reflection.tokens import TokenReflector
 
 
-def followed_twins(offloadings: Informer, cluster_id: str, following: Twins) -> dict[str, str]:
+def followed_twins(offloadings: Watched, cluster_id: str, following: Twins) -> dict[str, str]:
     """Home namespace -> its twin here: those Ready in this cluster, and those already `following`
     whose cluster stays selected with the same twin (unready, e.g. unreachable: nothing is lost)."""
     found = {}
@@ -38,7 +38,7 @@ class ReflectionManager:
     def __init__(
         self,
         peering: Peering,
-        offloadings: Informer,
+        offloadings: Watched,
         pods: ObjectSource,
         *,
         kinds: tuple[ReflectedKind, ...] = ALL_KINDS,
@@ -47,7 +47,7 @@ class ReflectionManager:
         """`pods`: the home pods on the virtual node (their tokens); `members`: more to follow the twins."""
         self.peering = peering
         self.offloadings = offloadings
-        stats = ReflectionMetrics(peering.metrics.registry) if peering.metrics is not None else None
+        stats = ReflectionMetrics.of(peering.metrics.registry) if peering.metrics is not None else None
         self.reflectors = [Reflector(kind, peering, reflection_metrics=stats) for kind in kinds]
         self.by_kind = {reflector.kind.name: reflector for reflector in self.reflectors}
         for reflector in self.reflectors:

@@ -17,6 +17,7 @@ deletes its twin with everything in it.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,17 @@ class ReflectionMetrics:
             registry=registry,
         )
         self.errors = Counter("liqo_reflection_errors_total", "reconciles that failed", labels, registry=registry)
+
+    @classmethod
+    def of(cls, registry: CollectorRegistry) -> ReflectionMetrics:
+        """The registry's (made with its first peering: every peering of a process reports in it)."""
+        found = _REFLECTION_METRICS.get(registry)
+        if found is None:
+            found = _REFLECTION_METRICS[registry] = cls(registry)
+        return found
+
+
+_REFLECTION_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, ReflectionMetrics] = weakref.WeakKeyDictionary()
 
 
 class Reflector(TwinFollower):

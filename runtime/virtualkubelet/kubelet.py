@@ -8,71 +8,92 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from lightkube import AsyncClient, KubeConfig
 
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, ResourceAdvertisementResource, VirtualNodeResource
-from runtime.kube import Event, Informer, ProbeServer
+from runtime.kube import EngineMetrics, Event, Informer
 from runtime.kube.client import async_client
 from runtime.kube.controlling import leading
 from runtime.kube.packing import unpacked
+from runtime.kube.shared import SharedWatches
+from runtime.kube.twins import Watched
 from runtime.reflection import Peering, ReflectionManager
 from runtime.virtualkubelet.credentials import Credentials
 from runtime.virtualkubelet.node import FIELD_MANAGER, NODE_ADDRESS, VirtualNodeController
 from runtime.virtualkubelet.pods import PodOffloader
 from runtime.virtualkubelet.resourcemetrics import OffloadedPod
+from runtime.virtualkubelet.restarts import PeeringRestarts
+
+T = TypeVar("T")
 
 
 class VirtualKubelet:
     def __init__(
         self,
-        peering: Peering,
+        home: AsyncClient,
+        foreign: AsyncClient,
         *,
+        home_cluster_id: str,
+        foreign_cluster_id: str,
+        node_names: Sequence[str],
+        shared_home: SharedWatches,
+        metrics: EngineMetrics | None = None,
         node_address: str = NODE_ADDRESS,
-        kubelet_port: int | None = None,
         kubelet_ports: Mapping[str, int | None] | None = None,
         credentials: Credentials | None = None,
+        restarts: PeeringRestarts | None = None,
     ) -> None:
-        """`node_address` and `kubelet_port`: the Node's InternalIP and hostIP of its pods, where the kubelet
-        API listens (port None: not served). One process serves every virtual node of its foreign cluster
-        (`peering.node_names`, its node pools), each a Node of its own with its own kubelet API port
-        (`kubelet_ports`, by node; default: `kubelet_port` for the first, the next ones for the others),
-        and one pod offloader and one reflector set for all of them: they share the twin namespaces.
-        `credentials`: read again when the foreign API server refuses them (health checks)."""
-        home, foreign = peering.home, peering.foreign
-        tenant = names.tenant_namespace(peering.home_cluster_id)
-        self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
+        """The virtual nodes of one foreign cluster (`node_names`, its node pools, the primary first),
+        each a Node of its own with its own kubelet API port (`kubelet_ports`, by node; None: not
+        served), and one pod offloader and one reflector set for all of them: they share the twin
+        namespaces. `node_address`: the Nodes' InternalIP and the hostIP of their pods.
+        `shared_home`: the process's informers of the home cluster (every peering reads the same
+        VirtualNodes and NamespaceOffloadings); `credentials`: read again when the foreign API server
+        refuses them (health checks); `restarts`: how often this peering was restarted (its Nodes say)."""
+        tenant = names.tenant_namespace(home_cluster_id)
+        self.virtual_nodes = shared_home.informer(VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
         self.advertisements = Informer(foreign, ResourceAdvertisementResource, namespace=tenant)
-        self.offloadings = Informer(home, NamespaceOffloadingResource)
-        ports = dict(kubelet_ports) if kubelet_ports is not None else default_ports(peering.node_names, kubelet_port)
+        self.offloadings = shared_home.informer(NamespaceOffloadingResource)
+        ports = dict(kubelet_ports or {})
         self.nodes = {
             name: VirtualNodeController(
                 home,
                 foreign,
-                home_cluster_id=peering.home_cluster_id,
-                foreign_cluster_id=peering.foreign_cluster_id,
+                home_cluster_id=home_cluster_id,
+                foreign_cluster_id=foreign_cluster_id,
                 virtual_nodes=self.virtual_nodes,
                 advertisements=self.advertisements,
                 address=node_address,
                 kubelet_port=ports.get(name),
                 node_name=name,
                 on_unauthorized=credentials.refresh if credentials is not None else None,
+                restarts=restarts,
             )
-            for name in peering.node_names
+            for name in node_names
         }
-        self.node = self.nodes[peering.node_name]  # the primary: the cluster's reflection settings are its
-        peering.node_spec = self.node.spec
-        peering.virtual_node = self._virtual_node
-        peering.spec_of = lambda name: node.spec() if (node := self.nodes.get(name)) is not None else None
-        peering.node_labels = self._node_labels
-        self.peering = peering
-        self.pods = PodOffloader(peering, self.offloadings, node_address=node_address)
-        self.reflection = ReflectionManager(peering, self.offloadings, self.pods.pods, members=(self.pods,))
+        self.node = self.nodes[node_names[0]]  # the primary: the cluster's reflection settings are its
+        self.peering = Peering(
+            home,
+            foreign,
+            home_cluster_id,
+            foreign_cluster_id,
+            metrics=metrics,
+            node_names=tuple(node_names),
+            node_spec=self.node.spec,
+            virtual_node=self._virtual_node,
+            spec_of=lambda name: node.spec() if (node := self.nodes.get(name)) is not None else None,
+            node_labels=self._node_labels,
+            shared_home=shared_home,
+        )
+        self.pods = PodOffloader(self.peering, self.offloadings, node_address=node_address)
+        self.reflection = ReflectionManager(self.peering, self.offloadings, self.pods.pods, members=(self.pods,))
         self.virtual_nodes.add_handler(self._on_virtual_node)
-        self.informers = [
+        self.informers: list[Watched] = [
             self.virtual_nodes,
             self.advertisements,
             self.offloadings,
@@ -82,7 +103,7 @@ class VirtualKubelet:
         self.synced = asyncio.Event()
 
     def _virtual_node(self) -> dict[str, Any] | None:
-        found = self.virtual_nodes.store.get(f"{names.LIQO_NAMESPACE}/{self.peering.node_name}")
+        found = self.virtual_nodes.store.get(f"{names.LIQO_NAMESPACE}/{self.node.node_name}")
         return found.to_dict() if found is not None else None
 
     def _node_labels(self, name: str) -> dict[str, str]:
@@ -92,9 +113,8 @@ class VirtualKubelet:
 
     def warm(self) -> bool:
         """The home informers are synced: what a stand-by replica can be ready with."""
-        return all(
-            informer.synced.is_set() for informer in (self.virtual_nodes, self.offloadings, *self.pods.informers)
-        )
+        home: list[Watched] = [self.virtual_nodes, self.offloadings, *self.pods.informers]
+        return all(informer.synced.is_set() for informer in home)
 
     def remote_of(self, namespace: str, name: str, node: str | None = None) -> tuple[str, str] | None:
         """The remote pod (twin namespace, name) of a home pod on `node` (default: the primary), or None."""
@@ -137,7 +157,11 @@ class VirtualKubelet:
         """
         tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
         try:
-            for informer in (self.virtual_nodes, *(i for node in self.nodes.values() for i in node.informers)):
+            node_side: list[Watched] = [
+                self.virtual_nodes,
+                *(i for node in self.nodes.values() for i in node.informers),
+            ]
+            for informer in node_side:
                 await informer.synced.wait()
             await leading()
             for node in self.nodes.values():
@@ -146,12 +170,13 @@ class VirtualKubelet:
                 node.queue.add(node.node_name)
                 tasks += [asyncio.create_task(node.keep_lease()), asyncio.create_task(node.check_health())]
             tasks.append(asyncio.create_task(self._capacity_once_advertised()))
-            for informer in (self.offloadings, *self.pods.informers):
+            pod_side: list[Watched] = [self.offloadings, *self.pods.informers]
+            for informer in pod_side:
                 await informer.synced.wait()
             await self.reflection.start()  # the pod offloader with it
             self.synced.set()
             running: asyncio.Future[Any] = asyncio.gather(*tasks)
-            # removal.py: the process stops once every node it serves is removed
+            # removal.py: the peering ends once every node it serves is removed
             every_removed = asyncio.gather(*(node.removed.wait() for node in self.nodes.values()))
             removed: asyncio.Future[Any] = asyncio.ensure_future(every_removed)
             tasks.append(cast(Any, removed))
@@ -173,16 +198,6 @@ class VirtualKubelet:
         await self.advertisements.synced.wait()
         for node in self.nodes.values():
             node.queue.add(node.node_name)
-
-
-async def existing_virtual_nodes(home: AsyncClient, foreign_cluster_id: str) -> dict[str, bool]:
-    """The VirtualNodes of a foreign cluster at home: name -> whether a virtual kubelet holds it (our finalizer)."""
-    found = home.list(
-        VirtualNodeResource,
-        namespace=names.LIQO_NAMESPACE,
-        labels={names.REMOTE_CLUSTER_ID_LABEL: foreign_cluster_id},
-    )
-    return {vn.metadata.name: names.VIRTUAL_NODE_FINALIZER in (vn.metadata.finalizers or []) async for vn in found}
 
 
 def served_nodes(
@@ -216,47 +231,82 @@ def default_ports(node_names: Sequence[str], first: int | None) -> dict[str, int
     return {name: (first + index if first else None) for index, name in enumerate(node_names)}
 
 
-async def serve(
+@dataclass
+class ServedPeering:
+    """One peering as its process serves it: what its readiness checks read."""
+
+    foreign_cluster_id: str
+    kubelet: VirtualKubelet | None = None
+    serves_api: bool = False
+    serving: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def ready(self, leads: Callable[[], bool]) -> bool:
+        """Synced (a stand-by: its home informers warm, what a rollout waits on) and, on the leader,
+        its kubelet APIs listening: the Nodes name their ports, `kubectl logs` before they listen fails."""
+        kubelet = self.kubelet
+        if kubelet is None:
+            return False
+        if not leads():
+            return kubelet.synced.is_set() or kubelet.warm()
+        return kubelet.synced.is_set() and (self.serving.is_set() or not self.serves_api)
+
+
+async def serve_peering(
     home: AsyncClient,
+    served: ServedPeering,
     *,
     home_cluster_id: str,
-    foreign_cluster_id: str,
-    probes: ProbeServer,
-    leads: Callable[[], bool],
+    node_names: Sequence[str],
+    ports: Mapping[str, int | None],
+    shared_home: SharedWatches,
+    metrics: EngineMetrics,
     node_address: str = NODE_ADDRESS,
-    kubelet_port: int | None = None,
-    pools: Sequence[str] = (),
-    kubelet_ports: Sequence[int] = (),
+    restarts: PeeringRestarts | None = None,
 ) -> None:
-    """The virtual node(s), their pods, the reflection of what they use and their kubelet APIs
-    (`kubelet_port` None: none), with their readiness checks: the one place a virtual kubelet is
-    assembled. `pools`: the node pools the foreign cluster is offered as (none: one virtual node);
-    `kubelet_ports`: one per pool (default: consecutive from `kubelet_port`)."""
-    started = asyncio.Event()  # /readyz answers from the start: not ready before the real checks exist
-    probes.add_readiness("started", started.is_set)
+    """The virtual nodes of one foreign cluster, their pods, the reflection of what they use and their
+    kubelet APIs (`ports`, by node; None: not served): the one place a peering is assembled. Returns
+    once every node it serves is removed (removal.py); raises what makes it fail."""
+    foreign_cluster_id = served.foreign_cluster_id
     credentials = await Credentials.load(home, foreign_cluster_id)
     kubeconfig = credentials.kubeconfig
     foreign = async_client(
         KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER, token_source=credentials.token
     )
-    probes.metrics.count_requests(foreign, foreign_cluster_id)
-    existing = await existing_virtual_nodes(home, foreign_cluster_id)
-    while not pools and not existing:  # external mode: its pools are known once `pulumi up` made them
-        print(f"waiting for the VirtualNodes of {foreign_cluster_id}", flush=True)
-        await asyncio.sleep(2)
-        existing = await existing_virtual_nodes(home, foreign_cluster_id)
-    node_names, ports = served_nodes(existing, foreign_cluster_id, pools, kubelet_port, kubelet_ports)
-    peering = Peering(home, foreign, home_cluster_id, foreign_cluster_id, metrics=probes.metrics, node_names=node_names)
-    kubelet = VirtualKubelet(peering, node_address=node_address, kubelet_ports=ports, credentials=credentials)
-    # a stand-by is ready once its home informers are warm (a rollout waits on it; it must not hang)
-    probes.add_readiness("informers synced", lambda: kubelet.synced.is_set() or (not leads() and kubelet.warm()))
-    serving = asyncio.Event()
-    if kubelet_port:  # the leader's Nodes name these ports: `kubectl logs` before they listen is refused
-        probes.add_readiness("kubelet API serving", lambda: serving.is_set() or not leads())
-    started.set()
-    if not kubelet_port:
-        await kubelet.run()
-        return
+    metrics.count_requests(foreign, foreign_cluster_id)
+    kubelet = VirtualKubelet(
+        home,
+        foreign,
+        home_cluster_id=home_cluster_id,
+        foreign_cluster_id=foreign_cluster_id,
+        node_names=node_names,
+        shared_home=shared_home,
+        metrics=metrics,
+        node_address=node_address,
+        kubelet_ports=ports,
+        credentials=credentials,
+        restarts=restarts,
+    )
+    served.serves_api = any(port is not None for port in ports.values())
+    served.kubelet = kubelet
+    try:
+        if not served.serves_api:
+            await kubelet.run()
+            return
+        await _with_kubelet_apis(home, kubelet, served, kubeconfig, credentials, ports, node_address)
+    finally:
+        served.kubelet = None
+        await foreign.close()
+
+
+async def _with_kubelet_apis(
+    home: AsyncClient,
+    kubelet: VirtualKubelet,
+    served: ServedPeering,
+    kubeconfig: dict[str, Any],
+    credentials: Credentials,
+    ports: Mapping[str, int | None],
+    node_address: str,
+) -> None:
     # Imported here: aiohttp adds ~10 MB to a process (measured: docs/performance.md#memory).
     from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer
     from runtime.virtualkubelet.servingcert import serving_certificate
@@ -267,11 +317,11 @@ async def serve(
     # node`) are its own pods'.
     apis: list[KubeletApiServer] = []
     try:
-        await leading()
+        await _first_of(leading(), running)
         for node_name, port in ports.items():
             if port is None:
                 continue  # a VirtualNode only waiting for its removal
-            certificate = await serving_certificate(home, node_name, [node_address])
+            certificate = await _first_of(serving_certificate(home, node_name, [node_address]), running)
             endpoint = ForeignEndpoint.from_kubeconfig(kubeconfig)
             credentials.on_change(endpoint.use_token)
             api = KubeletApiServer(
@@ -286,10 +336,22 @@ async def serve(
             )
             await api.start()
             apis.append(api)
-        serving.set()
+        served.serving.set()
         await running
     finally:
+        served.serving.clear()
         for api in apis:
             await api.stop()
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
+
+
+async def _first_of(step: Awaitable[T], running: asyncio.Future[Any]) -> T:
+    """`step`'s result, unless the peering ends (or fails) first: then its outcome, raised."""
+    task = asyncio.ensure_future(step)
+    await asyncio.wait([task, running], return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+        running.result()  # raises its failure
+        raise asyncio.CancelledError  # it ended (removed) before this step: nothing more to do
+    return task.result()

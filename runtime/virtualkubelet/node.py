@@ -38,6 +38,9 @@ from runtime.api.plan import shared_resources, virtual_node_labels, virtual_node
 from runtime.api.resources import ResourceAdvertisementResource
 from runtime.kube import Informer, WorkQueue
 from runtime.kube.errors import status_code_of
+from runtime.kube.twins import Watched
+from runtime.virtualkubelet.removal import NodeRemoval
+from runtime.virtualkubelet.restarts import PeeringRestarts
 
 log = logging.getLogger(__name__)
 
@@ -270,19 +273,22 @@ class VirtualNodeController:
         *,
         home_cluster_id: str,
         foreign_cluster_id: str,
-        virtual_nodes: Informer,
+        virtual_nodes: Watched,
         advertisements: Informer,
         address: str = NODE_ADDRESS,
         kubelet_port: int | None = KUBELET_PORT,
         node_name: str | None = None,
         on_unauthorized: Callable[[], Awaitable[bool]] | None = None,
+        restarts: PeeringRestarts | None = None,
     ) -> None:
         """`address`: the InternalIP the home API server reaches the kubelet API at, on
         `kubelet_port` (None: no kubelet API is served, the Node declares no endpoint); `node_name`:
         its VirtualNode and Node (default: the cluster's one virtual node, else one of its pools);
         `on_unauthorized`: called when a health check is answered 401, whether it brought new
-        credentials (the check is then made again at once)."""
+        credentials (the check is then made again at once); `restarts`: the peering's restarts in this
+        process (a Node condition)."""
         self.on_unauthorized = on_unauthorized
+        self.restarts = restarts or PeeringRestarts()
         self.address, self.kubelet_port = address, kubelet_port
         self.home, self.foreign = home, foreign
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
@@ -292,9 +298,6 @@ class VirtualNodeController:
         self.queue = WorkQueue(self.reconcile, workers=1, name="virtual-node")
         for informer in (self.virtual_nodes, self.advertisements, self.nodes):
             informer.add_handler(lambda _: self.queue.add(self.node_name))
-        # imported here: removal.py ends pods the way pods.py does, and pods.py reads this module
-        from runtime.virtualkubelet.removal import NodeRemoval
-
         self.removal = NodeRemoval(
             home,
             foreign,
@@ -378,13 +381,16 @@ class VirtualNodeController:
         status = {
             "capacity": shared.capacity,
             "allocatable": shared.capacity,
-            "conditions": node_conditions(
-                self.healthy,
-                self.failures,
-                shared.rounded_to_zero,
-                self.failure_reason,
-                cordoned_by=self.foreign_cluster_id if self.cordoned() else None,
-            ),
+            "conditions": [
+                *node_conditions(
+                    self.healthy,
+                    self.failures,
+                    shared.rounded_to_zero,
+                    self.failure_reason,
+                    cordoned_by=self.foreign_cluster_id if self.cordoned() else None,
+                ),
+                self.restarts.condition(),
+            ],
             # no Hostname: the node's name resolves nowhere, and the API server would prefer it
             "addresses": [{"type": "InternalIP", "address": self.address}],
             "nodeInfo": {

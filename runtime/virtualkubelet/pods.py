@@ -44,9 +44,11 @@ from runtime.api.namespaceoffloading import Placement, move_unfit_after, placeme
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, EVICTED_REASON, pod_spec_of
 from runtime.forging.pods import (
+    ABORTED_REASON,
     TERMINAL_PHASES,
     CidrMapping,
     TranslationError,
+    aborted_status,
     home_pod_status,
     live_pod_spec,
     merge_patch,
@@ -59,16 +61,13 @@ from runtime.kube import Event, Informer, InformerUnion, OwnWrites, unless_gone
 from runtime.kube.packing import unpacked
 from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
-from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.webhooks.podmutation import fit_requirements, fits
 
 log = logging.getLogger(__name__)
 
 BACKOFF_REASON = "OffloadingBackOff"  # seed 002: not offloaded (yet)
-ABORTED_REASON = "OffloadingAborted"  # offloaded, and the twin namespace went away
 FAILED_EVENT_REASON = "FailedOffloading"
 UNFIT_REASON = "NoForeignNodeFits"  # moved off the virtual node: its foreign scheduler found no node
-KILLED_EXIT_CODE = 137  # the container was killed with its twin namespace
 # A ShadowPod create refused by the foreign cluster's admission (its ValidatingAdmissionPolicy: 403,
 # or 422 for an invalid object) rather than failed: said on the home pod.
 REFUSED_CODES = (400, 403, 422)
@@ -88,31 +87,6 @@ def controlled(pod: Any) -> bool:
 def ever_ran(status: dict[str, Any]) -> bool:
     """Whether the pod got past Pending remotely (Liqo's test: a phase past Pending or containers)."""
     return status.get("phase", "Pending") != "Pending" or bool(status.get("containerStatuses"))
-
-
-def aborted_status(status: dict[str, Any], message: str, now: str, reason: str = ABORTED_REASON) -> dict[str, Any]:
-    """A pod whose remote side was removed under it: Failed, not ready, its containers killed."""
-    aborted = {**status, "phase": "Failed", "reason": reason, "message": message}
-    aborted["conditions"] = [
-        {**c, "status": "False", "reason": reason, "lastTransitionTime": now}
-        if c.get("status") == "True" and c.get("type") != "PodScheduled"
-        else c
-        for c in status.get("conditions") or []
-    ]
-    for kind in ("containerStatuses", "initContainerStatuses"):
-        if status.get(kind):
-            aborted[kind] = [_killed(c, now, reason) for c in status[kind]]
-    return aborted
-
-
-def _killed(container: dict[str, Any], now: str, reason: str = ABORTED_REASON) -> dict[str, Any]:
-    if "terminated" in (container.get("state") or {}):
-        return container
-    started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
-    terminated = {"exitCode": KILLED_EXIT_CODE, "reason": reason, "finishedAt": now}
-    if started:
-        terminated["startedAt"] = started
-    return {**container, "ready": False, "started": False, "state": {"terminated": terminated}}
 
 
 def not_offloaded_message(namespace: str, foreign_cluster_id: str, *, offloaded: bool) -> str:
@@ -161,10 +135,10 @@ class PodOffloader(TwinFollower):
     def __init__(
         self,
         peering: Peering,
-        offloadings: Informer,
+        offloadings: Watched,
         *,
         pod_cidr_mapping: CidrMapping | None = None,
-        node_address: str = NODE_ADDRESS,
+        node_address: str,
         workers: int = 16,
     ) -> None:
         """`peering.node_spec`: its apiServerTokenSupport and home API server shape new remote pods."""

@@ -34,9 +34,8 @@ from lightkube.types import PatchType
 
 from runtime.api import names
 from runtime.api.resources import NamespaceMapResource, VirtualNodeResource
-from runtime.forging.pods import TERMINAL_PHASES, merge_patch
+from runtime.forging.pods import TERMINAL_PHASES, aborted_status, merge_patch
 from runtime.kube import unless_gone
-from runtime.virtualkubelet.pods import aborted_status
 
 log = logging.getLogger(__name__)
 

@@ -145,7 +145,7 @@ def test_a_bad_kubelet_port_is_refused_naming_the_flag(capsys: pytest.CaptureFix
     assert exited.value.code == 2 and "--kubelet-port must be between 1 and 65535" in capsys.readouterr().err
 
 
-def test_the_external_runtime_gives_each_virtual_kubelet_its_own_port() -> None:
+def test_the_external_runtime_gives_each_foreign_clusters_virtual_node_its_own_port() -> None:
     from liqo_stack.dev.external_runtime import ExternalRuntime
 
     kubeconfigs = {c: Path(f"/{c}.yaml") for c in ("home", "foreign-1", "foreign-2")}
@@ -153,8 +153,12 @@ def test_the_external_runtime_gives_each_virtual_kubelet_its_own_port() -> None:
     ports = runtime.kubelet_ports
     assert set(ports) == {"foreign-1", "foreign-2"} and ports["foreign-1"] < ports["foreign-2"]
     assert min(ports.values()) >= 10250
-    command = runtime.command("kubelet-foreign-2")
-    assert command[command.index("--kubelet-port") + 1] == str(ports["foreign-2"])
+    shared = runtime.command("kubelet-foreign-2")  # the one process serving both clusters
+    assert shared == runtime.command("virtual-kubelet") and "--foreign-cluster-id" not in shared
+    assert {f"--kubelet-port-of={c}={port}" for c, port in ports.items()} <= set(shared)
+    own = ExternalRuntime(kubeconfigs, "home", one_kubelet=False).command("kubelet-foreign-2")
+    assert own[own.index("--foreign-cluster-id") + 1] == "foreign-2"
+    assert own[own.index("--kubelet-port") + 1] == str(ports["foreign-2"])
     with pytest.raises(ValueError, match="kubelet_ports"):
         ExternalRuntime(kubeconfigs, "home", kubelet_ports={"foreign-1": 10300, "foreign-2": 10300})
 

@@ -72,7 +72,7 @@ def offloader(foreign: ForeignCreates) -> tuple[PodOffloader, TwinScope]:
         node_names=(NODE,),
         spec_of=lambda _: VirtualNodeSpec.model_validate({"clusterID": "foreign-1"}),
     )
-    pods = PodOffloader(peering, Informer(cast(Any, None), NamespaceOffloadingResource))
+    pods = PodOffloader(peering, Informer(cast(Any, None), NamespaceOffloadingResource), node_address="127.0.0.1")
     scope = TwinScope(NAMESPACE, TWIN, pods.open_scope(NAMESPACE, TWIN), pods.written)
     for name, informer in scope.informers.items():  # as scope.start wires them, without the watches
         informer.add_handler(lambda event, name=name: pods.on_event(scope, name, event))  # type: ignore[misc]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runtime.api import names
-from runtime.virtualkubelet.pods import aborted_status
+from runtime.forging.pods import aborted_status
 from runtime.virtualkubelet.removal import REMOVED_REASON, drain_action, has_finalizer, removed_message, twins_left
 
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "u", "controller": True}

@@ -18,6 +18,7 @@ from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import pod_spec_of
 from runtime.controllers.shadowpod import ShadowPodController, applied_hash, live_changes
 from runtime.forging.pods import (
+    aborted_status,
     home_pod_status,
     live_pod_spec,
     merge_patch,
@@ -25,7 +26,7 @@ from runtime.forging.pods import (
     remote_pod_spec,
 )
 from runtime.kube.packing import Packer
-from runtime.virtualkubelet.pods import aborted_status, ever_ran
+from runtime.virtualkubelet.pods import ever_ran
 
 IDS = {"home_cluster_id": "home", "foreign_cluster_id": "foreign-1"}
 RUNNING = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}

@@ -70,9 +70,9 @@ def test_metrics_report_queue_depth_and_reconciles(server: ProbeServer) -> None:
     asyncio.run(scenario())
     status, body = get(server, "/metrics")
     assert status == 200
-    assert 'liqo_queue_depth{queue="offloading"} 0.0' in body
-    assert 'liqo_reconcile_seconds_count{queue="offloading",result="success"} 1.0' in body
-    assert 'liqo_reconcile_seconds_count{queue="offloading",result="failure"} 1.0' in body
+    assert 'liqo_queue_depth{cluster="",queue="offloading"} 0.0' in body
+    assert 'liqo_reconcile_seconds_count{cluster="",queue="offloading",result="success"} 1.0' in body
+    assert 'liqo_reconcile_seconds_count{cluster="",queue="offloading",result="failure"} 1.0' in body
 
 
 def test_unknown_paths_say_what_exists(server: ProbeServer) -> None:
