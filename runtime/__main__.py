@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import ipaddress
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
@@ -40,6 +41,7 @@ from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.controlling import gate_on
 from runtime.kube.leaderelection import LeaderElector, default_identity
 from runtime.kube.memory import GcPauses, release_free_memory_every
+from runtime.kube.supervising import restarting
 from runtime.virtualkubelet.node import KUBELET_PORT, NODE_ADDRESS
 from runtime.virtualkubelet.peerings import KubeletPorts, Peerings
 
@@ -71,6 +73,13 @@ def _cluster_port(value: str) -> tuple[str, int]:
     if not cluster_id or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"not FOREIGN_CLUSTER_ID=PORT (a port 1-65535): {value!r}")
     return cluster_id, int(port)
+
+
+def _cluster_kubeconfig(value: str) -> tuple[str, str]:
+    cluster_id, _, kubeconfig = value.partition("=")
+    if not cluster_id or not kubeconfig:
+        raise argparse.ArgumentTypeError(f"not FOREIGN_CLUSTER_ID=KUBECONFIG: {value!r}")
+    return cluster_id, kubeconfig
 
 
 def _pool(value: str) -> tuple[str, int | None]:
@@ -283,8 +292,23 @@ async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServe
         advertisements=shadows.grants.advertisements,
         quotas=shadows.grants.quotas,
     )
-    probes.add_readiness("informers synced", lambda: maps.maps.synced.is_set() and shadows.shadows.synced.is_set())
+    probes.add_readiness(  # by cluster: an agent process may serve several (a restarted agent replaces its own)
+        f"informers synced ({cluster_id})", lambda: maps.maps.synced.is_set() and shadows.shadows.synced.is_set()
+    )
     await asyncio.gather(maps.run(), shadows.run(), advertisements.run())
+
+
+async def foreign_agents(clients: Mapping[str, AsyncClient], probes: ProbeServer) -> None:
+    """The agents of several foreign clusters in one process (external mode), each restarted alone
+    when it fails: one cluster's API server down or failing holds up only its own agent."""
+    await asyncio.gather(
+        *(
+            restarting(
+                f"the foreign agent of {cluster_id}", functools.partial(foreign_agent, client, cluster_id, probes)
+            )
+            for cluster_id, client in clients.items()
+        )
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -327,9 +351,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_GRACE_PERIOD_SECONDS,
         help="seconds an on-demand offloading stays without pods on virtual nodes before it is removed",
     )
-    agent = commands.add_parser("foreign-agent", help="foreign side: NamespaceMap")
+    agent = commands.add_parser("foreign-agent", help="foreign side: NamespaceMap, ShadowPods, advertisements")
     agent.add_argument("--kubeconfig", help="of this foreign cluster (default: in-cluster service account)")
-    agent.add_argument("--cluster-id", required=True)
+    agent.add_argument("--cluster-id", help="this foreign cluster's id")
+    agent.add_argument(
+        "--cluster",
+        action="append",
+        default=[],
+        type=_cluster_kubeconfig,
+        metavar="ID=KUBECONFIG",
+        help="serve this foreign cluster too, from this process (repeat; external mode: one process for every "
+        "agent, each isolated and restarted alone; needs --no-leader-elect)",
+    )
     kubelet = commands.add_parser(
         "virtual-kubelet", help="home side: the virtual nodes of the foreign clusters (all, or a shard of them)"
     )
@@ -402,6 +435,19 @@ def main(argv: list[str] | None = None) -> int:
         ports = [port for _, port in args.pool if port]
         if ports and (len(ports) != len(pools) or len(set(ports)) != len(ports)):
             parser.error(f"--pool: give every pool its own port or none, got {[f'{n}={p}' for n, p in args.pool]}")
+    if args.command == "foreign-agent":
+        if bool(args.cluster_id) == bool(args.cluster) or (args.kubeconfig and args.cluster):
+            parser.error(
+                "foreign-agent: give --cluster-id (with --kubeconfig, or in the cluster) or --cluster ID=KUBECONFIG"
+            )
+        ids = [cluster_id for cluster_id, _ in args.cluster]
+        if len(set(ids)) != len(ids):
+            parser.error(f"--cluster: each foreign cluster may be named once, got {ids}")
+        if args.cluster and args.leader_elect:
+            parser.error(
+                "--cluster: an agent process serving clusters by name runs without leader election "
+                "(--no-leader-elect); in a cluster each agent runs in its own"
+            )
     if args.metrics_secure_port is not None and not 0 <= args.metrics_secure_port <= 65535:
         parser.error(f"--metrics-secure-port must be between 0 and 65535, got {args.metrics_secure_port}")
     timing = LeaderElectionTiming(
@@ -435,6 +481,12 @@ def main(argv: list[str] | None = None) -> int:
         elector = elector_for(home, args, lease)
         leads = elector.is_leader.is_set if elector else lambda: True
         asyncio.run(serve(virtual_kubelet(home, args, probes, leads), probes, home, args, elector))
+    elif args.cluster:
+        clients = {cluster_id: client_from(kubeconfig, "liqo-foreign-agent") for cluster_id, kubeconfig in args.cluster}
+        for cluster_id, client in clients.items():
+            metrics.count_requests(client, cluster_id)
+        first = next(iter(clients.values()))  # the secure /metrics' reviews: asked of the first cluster
+        asyncio.run(serve(foreign_agents(clients, probes), probes, first, args))
     else:
         client = client_from(args.kubeconfig, "liqo-foreign-agent")
         metrics.count_requests(client, args.cluster_id)

@@ -1,8 +1,9 @@
-"""The runtime in external mode: controller-manager, one foreign agent per foreign cluster and one
-virtual-kubelet process serving every foreign cluster (or, `one_kubelet=False`, one per foreign
-cluster, as the scale-out bench compares), as local processes (`python -m runtime ...`), logs and
-pids in the state folder. The shared virtual kubelet's component is `virtual-kubelet`; the name
-`kubelet-<foreign id>` stands for the process that serves that cluster, whichever it is.
+"""The runtime in external mode, as local processes (`python -m runtime ...`), logs and pids in the
+state folder: the controller-manager, one process for the foreign agents of every foreign cluster
+and one virtual-kubelet process serving every foreign cluster (`one_process=False`: one of each per
+foreign cluster, as the scale-out bench compares). Their components are `foreign-agents` and
+`virtual-kubelet`; the names `agent-<foreign id>` and `kubelet-<foreign id>` stand for the process
+that serves that cluster, whichever it is.
 
 The dev env and the tests run it this way; the stack installs the same objects with their
 Deployments scaled to zero. Processes outlive the CLI that started them (the demo leaves them
@@ -38,6 +39,7 @@ from liqo_stack.dev import paths
 from runtime.api import names
 
 SHARED_KUBELET = "virtual-kubelet"  # the component of the one process serving every foreign cluster
+SHARED_AGENT = "foreign-agents"  # the one process of every foreign cluster's agent
 KUBELET_BASE_PORT = 10250  # the kubelet's port; the next virtual kubelets take the next free ones
 LOG_TAIL_LINES = 20  # of a dead component's log, in the error that reports it
 # what the stack's Deployment says for the cluster, and this runtime says for the local processes
@@ -82,16 +84,18 @@ class ExternalRuntime:
         state_dir: Path | None = None,
         leader_election: bool = False,
         agents: bool = True,
-        one_kubelet: bool = True,
+        one_process: bool = True,
     ) -> None:
         """`kubeconfigs`: admin kubeconfig of each cluster by id, the home cluster's included.
         `kubelet_ports`: where each foreign cluster's virtual kubelet serves the kubelet API (its
         Node advertises it, so each needs its own); by default the first ports from 10250 up that
         nothing listens on, in cluster order. `agents`: whether it runs the foreign agents too (a second
         home's runtime leaves them to the first: one agent serves every home of a foreign cluster).
-        `one_kubelet`: one virtual-kubelet process serves every foreign cluster (else one each)."""
+        `one_process`: one virtual-kubelet process serves every foreign cluster, and one agent process
+        (without leader election: with it, each agent elects in its own cluster, one process each)."""
         self.agents = agents
-        self.one_kubelet = one_kubelet
+        self.one_kubelet = one_process
+        self.one_agent = one_process and not leader_election
         self.kubeconfigs = kubeconfigs
         self.home_cluster_id = home_cluster_id
         self.foreign_ids = [c for c in kubeconfigs if c != home_cluster_id]
@@ -110,18 +114,27 @@ class ExternalRuntime:
 
     @property
     def components(self) -> list[str]:
-        kinds = [kind for kind in ("agent", "kubelet") if (kind == "agent") == self.agents or kind == "kubelet"]
+        kinds = [kind for kind in ("agent", "kubelet") if kind != "agent" or self.agents]
+        shared = []
+        if self.agents and self.one_agent:
+            kinds.remove("agent")
+            shared.append(SHARED_AGENT)
         if self.one_kubelet:
             kinds.remove("kubelet")
+            shared.append(SHARED_KUBELET)
         first = ["controller-manager"] + [f"{kind}-{c}" for c in self.foreign_ids for kind in kinds]
-        return first + ([SHARED_KUBELET] if self.one_kubelet else []) + self.replicas
+        return first + shared + self.replicas
 
     def component(self, name: str) -> str:
         """The component (or replica) `name` stands for: `kubelet-<id>` is the shared virtual kubelet's
         process when one serves every foreign cluster."""
         base, at, replica = name.partition("@")
-        if self.one_kubelet and base.startswith("kubelet-") and base.removeprefix("kubelet-") in self.foreign_ids:
-            return f"{SHARED_KUBELET}{at}{replica}"
+        kind, _, cluster_id = base.partition("-")
+        if cluster_id in self.foreign_ids:
+            if kind == "kubelet" and self.one_kubelet:
+                return f"{SHARED_KUBELET}{at}{replica}"
+            if kind == "agent" and self.one_agent:
+                return f"{SHARED_AGENT}{at}{replica}"
         return name
 
     def add_replica(self, component: str, extra_args: list[str] | None = None) -> str:
@@ -141,9 +154,10 @@ class ExternalRuntime:
         """What the tests added to the command: a shared virtual kubelet takes those given for it and
         for each `kubelet-<id>` it stands for."""
         found = list(self.extra_args.get(replica, []))
-        if self.one_kubelet and replica.partition("@")[0] == SHARED_KUBELET and "@" not in replica:
+        if replica in (SHARED_KUBELET, SHARED_AGENT):
+            kind = "kubelet" if replica == SHARED_KUBELET else "agent"
             for cluster_id in self.foreign_ids:
-                found += self.extra_args.get(f"kubelet-{cluster_id}", [])
+                found += self.extra_args.get(f"{kind}-{cluster_id}", [])
         return found
 
     def command(self, component: str) -> list[str]:
@@ -152,6 +166,9 @@ class ExternalRuntime:
         home = ["--kubeconfig", str(self.kubeconfigs[self.home_cluster_id]), "--home-cluster-id", self.home_cluster_id]
         if component == "controller-manager":
             args = ["controller-manager", *home, "--webhook-port", str(self.webhook_port), *self.declared_settings()]
+        elif component == SHARED_AGENT:
+            clusters = [f"--cluster={c}={self.kubeconfigs[c]}" for c in self.foreign_ids]
+            args = ["foreign-agent", *clusters]
         elif component.startswith("agent-"):
             cluster_id = component.removeprefix("agent-")
             args = ["foreign-agent", "--kubeconfig", str(self.kubeconfigs[cluster_id]), "--cluster-id", cluster_id]

@@ -7,9 +7,9 @@ process's shared home informers and keeps one task per foreign cluster:
   back after its removal, is served without a restart of anything);
 - ended by the peering itself once every virtual node of it is removed (removal.py), or cancelled
   when the cluster has no VirtualNode left (its finalizer removed by hand: abandoned);
-- restarted alone when it fails, after a backoff that doubles up to `MAX_BACKOFF_SECONDS`; the
-  restart is an event on the VirtualNode, the metric `liqo_peering_restarts_total{cluster}` and the
-  Nodes' condition `PeeringRestarted`.
+- restarted alone when it fails, with backoff (runtime/kube/supervising.py); the restart is an
+  event on the VirtualNode, the metric `liqo_peering_restarts_total{cluster}` and the Nodes'
+  condition `PeeringRestarted`.
 Each peering has its own foreign client, informers and work queues (with their own workers), so a
 foreign API server that is down, slow or failing holds up only its own peering's work, and one
 peering's burst fills only its own queues: the others' status updates keep their workers.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,21 +31,13 @@ from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
 from runtime.kube import EngineMetrics, Event, WorkQueue
 from runtime.kube.shared import SharedWatches
+from runtime.kube.supervising import Backoff
 from runtime.kube.warnings import Warnings
 from runtime.virtualkubelet.kubelet import ServedPeering, default_ports, serve_peering, served_nodes
 from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.restarts import RESTARTED_REASON, PeeringRestarts
 
 log = logging.getLogger(__name__)
-
-FIRST_BACKOFF_SECONDS = 1.0
-MAX_BACKOFF_SECONDS = 60.0
-STEADY_AFTER_SECONDS = 120.0  # a peering that ran this long before failing starts its backoff afresh
-
-
-def backoff_seconds(failures_in_a_row: int) -> float:
-    """The wait before restarting a peering that failed `failures_in_a_row` times (1: the first)."""
-    return float(min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** max(0, failures_in_a_row - 1)))
 
 
 def wanted_clusters(virtual_nodes: Mapping[str, Any], shard: Sequence[str]) -> dict[str, dict[str, bool]]:
@@ -155,6 +146,7 @@ class Peerings:
         self.virtual_nodes.add_handler(self._on_virtual_node)
         self.queue = WorkQueue(self.reconcile, workers=1, name="peerings", metrics=metrics)
         self.served: dict[str, ServedPeering] = {}
+        self.serving_nodes: dict[str, tuple[str, ...]] = {}  # by foreign cluster: the nodes its peering serves
         self.restarts: dict[str, PeeringRestarts] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.warnings = Warnings(home, "liqo-virtual-kubelet")
@@ -176,6 +168,11 @@ class Peerings:
         if cluster_id in wanted and task is None:
             log.info("serving the peering with %s", cluster_id)
             self._tasks[cluster_id] = asyncio.create_task(self._serve(cluster_id), name=f"peering-{cluster_id}")
+        elif task is not None and cluster_id in wanted and not self.ports.pools:
+            new = sorted(set(wanted[cluster_id]) - set(self.serving_nodes.get(cluster_id, ())))
+            if new:  # node pools declared since it started: served by the same peering, started again
+                log.info("%s has new virtual nodes %s: its peering starts again to serve them", cluster_id, new)
+                task.cancel()
         elif task is not None and not any(
             (vn.get("spec") or {}).get("clusterID") == cluster_id for vn in self.virtual_nodes.store.values()
         ):
@@ -184,15 +181,16 @@ class Peerings:
             task.cancel()
 
     async def _serve(self, cluster_id: str) -> None:
-        failures = 0
+        backoff = Backoff()
         restarts = self.restarts.setdefault(cluster_id, PeeringRestarts())
         self.stats.served.labels(cluster_id).set(1)
         try:
             while True:
                 served = self.served[cluster_id] = ServedPeering(cluster_id)
-                started = time.monotonic()
+                backoff.start()
                 existing = wanted_clusters(self.virtual_nodes.store, (cluster_id,)).get(cluster_id, {})
                 node_names, ports = self.ports.assign(cluster_id, existing)
+                self.serving_nodes[cluster_id] = node_names
                 try:
                     await serve_peering(
                         self.home,
@@ -210,8 +208,7 @@ class Peerings:
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:
-                    failures = 1 if time.monotonic() - started > STEADY_AFTER_SECONDS else failures + 1
-                    delay = backoff_seconds(failures)
+                    delay = backoff.failed()
                     restarts.count += 1
                     restarts.last_error = f"{type(err).__name__}: {err}"
                     self.stats.restarts.labels(cluster_id).inc()
@@ -219,6 +216,7 @@ class Peerings:
                     await self._report(cluster_id, node_names, restarts, delay)
                 finally:
                     self.served.pop(cluster_id, None)
+                    self.serving_nodes.pop(cluster_id, None)
                     self.ports.release(cluster_id)
                 await asyncio.sleep(delay)  # the backoff: a peering failing at once must not spin
         finally:

@@ -156,7 +156,7 @@ def test_the_external_runtime_gives_each_foreign_clusters_virtual_node_its_own_p
     shared = runtime.command("kubelet-foreign-2")  # the one process serving both clusters
     assert shared == runtime.command("virtual-kubelet") and "--foreign-cluster-id" not in shared
     assert {f"--kubelet-port-of={c}={port}" for c, port in ports.items()} <= set(shared)
-    own = ExternalRuntime(kubeconfigs, "home", one_kubelet=False).command("kubelet-foreign-2")
+    own = ExternalRuntime(kubeconfigs, "home", one_process=False).command("kubelet-foreign-2")
     assert own[own.index("--foreign-cluster-id") + 1] == "foreign-2"
     assert own[own.index("--kubelet-port") + 1] == str(ports["foreign-2"])
     with pytest.raises(ValueError, match="kubelet_ports"):

@@ -1,0 +1,55 @@
+"""Restarting one part of a process alone: the peerings of a virtual-kubelet process, the foreign
+agents of an agent process. A part that fails is started again after a backoff that doubles up to
+`MAX_BACKOFF_SECONDS` (as a crash-looping container's), so a part failing at once never spins, and
+one that ran steadily for a while starts its backoff afresh."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+FIRST_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 60.0
+STEADY_AFTER_SECONDS = 120.0  # a part that ran this long before failing starts its backoff afresh
+
+
+def backoff_seconds(failures_in_a_row: int) -> float:
+    """The wait before restarting a part that failed `failures_in_a_row` times (1: the first)."""
+    return float(min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** max(0, failures_in_a_row - 1)))
+
+
+class Backoff:
+    """The failures in a row of one part, and the wait before its next start."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.started = time.monotonic()
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+
+    def failed(self) -> float:
+        """Count a failure of the run begun at the last `start`; the seconds to wait."""
+        steady = time.monotonic() - self.started > STEADY_AFTER_SECONDS
+        self.failures = 1 if steady else self.failures + 1
+        return backoff_seconds(self.failures)
+
+
+async def restarting(name: str, run: Callable[[], Awaitable[None]]) -> None:
+    """`run()` until it returns (or is cancelled), started again with backoff whenever it fails."""
+    backoff = Backoff()
+    while True:
+        backoff.start()
+        try:
+            await run()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            delay = backoff.failed()
+            log.exception("%s failed; restarting it alone in %.0f s", name, delay)
+        await asyncio.sleep(delay)  # the backoff

@@ -1,0 +1,287 @@
+"""One virtual-kubelet process serves foreign-1 and foreign-2: a peering that misbehaves holds up only
+itself (runtime/virtualkubelet/peerings.py).
+
+foreign-2's misbehaviour is real network behaviour in front of the virtual kubelet: its credentials
+Secret is pointed at a server of this test's own, which
+- relays to foreign-2's API server but holds every answer 5 s ("slow");
+- answers every request 500, over TLS the kubeconfig trusts ("failing");
+- is not there at all ("down").
+The process is restarted to read the Secret (the server address is read at start; a token at a 401).
+A pod pinned to foreign-1 then runs as fast as with foreign-2 healthy; foreign-2's Node turns NotReady.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import ssl
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+import yaml
+from lightkube import Client
+from lightkube.resources.core_v1 import Event, Node, Pod, Secret
+from lightkube.types import PatchType
+
+from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
+from runtime.api import names
+from runtime.tls.minting import issue_with, new_ca
+from tests.support.kube import free_port, get_or_none, metric_samples, node_ready, offload, wait_phase, wait_until
+
+HEALTHY, SLOW, FAILING, DOWN = "healthy", "slow", "failing", "down"
+HELD_SECONDS = 5.0  # how long the slow server holds each answer
+PODS_PER_FIGURE = 3  # single pods offloaded one after the other: their median is the figure
+SLACK_SECONDS = 0.5  # a 2-core machine's noise on a sub-second figure; a blocked peering costs seconds
+
+
+class Misbehaving:
+    """A server standing for foreign-2's API server, in a thread of its own."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        authority = new_ca("misbehaving-foreign-2")
+        certificate = issue_with(authority, ["127.0.0.1"])
+        self.ca_pem = authority.cert_pem
+        self.tls = certificate.ssl_context()
+        self.servers: dict[str, asyncio.AbstractServer] = {}
+        self.ports = {SLOW: self._listen(self._relay_slowly, None), FAILING: self._listen(self._fail, self.tls)}
+
+    def _listen(self, handler: Any, tls: ssl.SSLContext | None) -> int:
+        server = asyncio.run_coroutine_threadsafe(asyncio.start_server(handler, "127.0.0.1", 0, ssl=tls), self.loop)
+        started = server.result(10)
+        port = int(started.sockets[0].getsockname()[1])
+        self.servers[str(port)] = started
+        return port
+
+    async def _relay_slowly(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """TLS passes through untouched (foreign-2's own certificate); every answer is held."""
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, hold: float) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while chunk := await source.read(65536):
+                    if hold:
+                        await asyncio.sleep(hold)
+                    sink.write(chunk)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer, 0), pipe(up_reader, writer, HELD_SECONDS))
+
+    async def _fail(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Every request answered 500, as a control plane whose storage is gone."""
+        body = b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd gone","code":500}'
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
+                if length:
+                    await reader.readexactly(length)
+                writer.write(
+                    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            self.loop.call_soon_threadsafe(server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def credentials(home: Client, cluster_id: str) -> Any:
+    return home.get(Secret, names.credentials_secret_name(cluster_id), namespace=names.LIQO_NAMESPACE)
+
+
+def kubeconfig_of(secret: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], yaml.safe_load(base64.b64decode(secret.data["kubeconfig"])))
+
+
+def set_kubeconfig(home: Client, cluster_id: str, content: bytes) -> None:
+    home.patch(
+        Secret,
+        names.credentials_secret_name(cluster_id),
+        {"data": {"kubeconfig": base64.b64encode(content).decode()}},
+        namespace=names.LIQO_NAMESPACE,
+        patch_type=PatchType.MERGE,
+    )
+
+
+def pointed_at(kubeconfig: dict[str, Any], server: str, ca_pem: bytes | None) -> bytes:
+    changed = yaml.safe_load(yaml.safe_dump(kubeconfig))
+    for cluster in changed["clusters"]:
+        cluster["cluster"]["server"] = server
+        if ca_pem is not None:
+            cluster["cluster"]["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    return yaml.safe_dump(changed).encode()
+
+
+def restart_kubelet(runtime: ExternalRuntime, home: Client) -> None:
+    """The shared process again, once it serves foreign-1's Node (its port, Ready)."""
+    runtime.stop(SHARED_KUBELET)
+    runtime.start(SHARED_KUBELET)
+    port = runtime.kubelet_ports["foreign-1"]
+
+    def served() -> bool:
+        node: Any = get_or_none(home, Node, names.virtual_node_name("foreign-1"))
+        endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
+        return bool(endpoint and endpoint.Port == port and node_ready(home, node.metadata.name))
+
+    wait_until(lambda: runtime.pid(SHARED_KUBELET) is not None and runtime.ready(SHARED_KUBELET), 90, "restarted")
+    wait_until(served, 60, "foreign-1's node served by the restarted process")
+
+
+def seconds_to_running(home: Client, namespace: str, name: str) -> float:
+    """From the create of a pod pinned to foreign-1's node to Running at home, as a watch sees it."""
+    pod = cast(
+        Pod,
+        Pod.from_dict(
+            {
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "nodeName": names.virtual_node_name("foreign-1"),
+                    "containers": [{"name": "c", "image": "busybox"}],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            }
+        ),
+    )
+    started = time.monotonic()
+    created = home.create(pod)
+    version = created.metadata.resourceVersion if created.metadata else None
+    for _, seen in home.watch(
+        Pod, namespace=namespace, fields={"metadata.name": name}, resource_version=version, server_timeout=60
+    ):
+        if seen.status and seen.status.phase == "Running":
+            return time.monotonic() - started
+    raise AssertionError(f"pod {name} not Running at home within 60 s")
+
+
+def median_seconds(home: Client, namespace: str, label: str) -> float:
+    figures = [seconds_to_running(home, namespace, f"{label}-{n}") for n in range(PODS_PER_FIGURE)]
+    for n in range(PODS_PER_FIGURE):
+        home.delete(Pod, f"{label}-{n}", namespace=namespace, grace_period=0)
+    return statistics.median(figures)
+
+
+@pytest.fixture(scope="module")
+def isolated(runtime: ExternalRuntime, home: Client) -> Iterator[str]:
+    """An offloaded namespace, and foreign-2's credentials put back (and the process restarted)
+    whatever a test did to them."""
+    namespace = f"isolation-{os.getpid() % 1000}"
+    offload(home, namespace, {"podOffloadingStrategy": "Remote"})
+    wait_phase(home, namespace, "Ready")
+    original = credentials(home, "foreign-2")
+    try:
+        yield namespace
+    finally:
+        set_kubeconfig(home, "foreign-2", base64.b64decode(original.data["kubeconfig"]))
+        restart_kubelet(runtime, home)
+        wait_until(lambda: node_ready(home, names.virtual_node_name("foreign-2")), 90, "foreign-2 Ready again")
+
+
+@pytest.fixture(scope="module")
+def misbehaving(home: Client) -> Iterator[Misbehaving]:
+    server = kubeconfig_of(credentials(home, "foreign-2"))["clusters"][0]["cluster"]["server"]
+    host, _, port = server.removeprefix("https://").partition(":")
+    found = Misbehaving((host, int(port or 443)))
+    yield found
+    found.close()
+
+
+@pytest.fixture(scope="module")
+def healthy_seconds(isolated: str, runtime: ExternalRuntime, home: Client) -> float:
+    """One pod to foreign-1 with foreign-2 healthy, after a restart as the misbehaving cases have."""
+    restart_kubelet(runtime, home)
+    return median_seconds(home, isolated, "healthy")
+
+
+@pytest.mark.parametrize("how", [SLOW, FAILING, DOWN])
+def test_a_misbehaving_foreign_cluster_does_not_delay_another_peerings_pods(
+    how: str, isolated: str, healthy_seconds: float, misbehaving: Misbehaving, runtime: ExternalRuntime, home: Client
+) -> None:
+    healthy = kubeconfig_of(credentials(home, "foreign-2"))
+    original = base64.b64decode(credentials(home, "foreign-2").data["kubeconfig"])
+    before = healthy_seconds
+    if how == DOWN:
+        nowhere = free_port()  # nothing listens there
+        changed = pointed_at(healthy, f"https://127.0.0.1:{nowhere}", None)
+    else:
+        ca = misbehaving.ca_pem if how == FAILING else None
+        changed = pointed_at(healthy, f"https://127.0.0.1:{misbehaving.ports[how]}", ca)
+    set_kubeconfig(home, "foreign-2", changed)
+    try:
+        restart_kubelet(runtime, home)
+        during = median_seconds(home, isolated, f"{how}-misbehaving")
+        print(f"foreign-2 {how}: one pod to foreign-1 in {during:.3f} s, against {before:.3f} s with it healthy")
+        assert during <= max(1.2 * before, before + SLACK_SECONDS), (how, before, during)
+        wait_until(
+            lambda: not node_ready(home, names.virtual_node_name("foreign-2")),
+            90,
+            f"foreign-2's node NotReady while its API server is {how}",
+        )
+        assert node_ready(home, names.virtual_node_name("foreign-1"))
+    finally:
+        set_kubeconfig(home, "foreign-2", original)
+
+
+def test_a_failing_peering_is_restarted_alone_with_backoff_and_says_so(
+    isolated: str, runtime: ExternalRuntime, home: Client
+) -> None:
+    """foreign-2's credentials unreadable: its peering fails as it starts, again and again, each time
+    an event on its VirtualNode and a count in the metric; foreign-1 runs pods all along. Once the
+    Secret is right again the peering comes back by itself, and its Node says it was restarted."""
+    original = base64.b64decode(credentials(home, "foreign-2").data["kubeconfig"])
+    set_kubeconfig(home, "foreign-2", b"clusters: [unreadable")
+    try:
+        restart_kubelet(runtime, home)
+        url = cast(str, runtime.probes_url(SHARED_KUBELET))
+
+        def restarts() -> float:
+            samples = metric_samples(url, "liqo_peering_restarts_total")
+            return sum(value for labels, value in samples.items() if dict(labels)["cluster"] == "foreign-2")
+
+        wait_until(lambda: restarts() >= 2, 60, "foreign-2's peering restarted twice")
+        events = [
+            e
+            for e in home.list(Event, namespace=names.LIQO_NAMESPACE)
+            if e.reason == "PeeringFailed" and e.involvedObject.name == names.virtual_node_name("foreign-2")
+        ]
+        assert events and "restarting it in" in (events[0].message or ""), events
+        assert seconds_to_running(home, isolated, "while-foreign-2-fails") < 30
+        home.delete(Pod, "while-foreign-2-fails", namespace=isolated, grace_period=0)
+        assert not any(
+            dict(labels)["cluster"] == "foreign-1" and value
+            for labels, value in metric_samples(url, "liqo_peering_restarts_total").items()
+        ), "foreign-1 was never restarted"
+    finally:
+        set_kubeconfig(home, "foreign-2", original)
+
+    def says_restarted() -> bool:
+        node: Any = get_or_none(home, Node, names.virtual_node_name("foreign-2"))
+        conditions = {c.type: c for c in (node.status.conditions or [])} if node and node.status else {}
+        restarted = conditions.get("PeeringRestarted")
+        return bool(restarted and restarted.status == "True" and node_ready(home, node.metadata.name))
+
+    wait_until(says_restarted, 120, "foreign-2 served again, its Node saying it was restarted")
