@@ -10,7 +10,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from lightkube import AsyncClient, KubeConfig
 
@@ -156,6 +156,7 @@ class VirtualKubelet:
         A stand-by replica (leader election) runs its informers only, and writes once it leads.
         """
         tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
+        watched: list[asyncio.Future[Any]] = []
         try:
             node_side: list[Watched] = [
                 self.virtual_nodes,
@@ -179,15 +180,14 @@ class VirtualKubelet:
             # removal.py: the peering ends once every node it serves is removed
             every_removed = asyncio.gather(*(node.removed.wait() for node in self.nodes.values()))
             removed: asyncio.Future[Any] = asyncio.ensure_future(every_removed)
-            tasks.append(cast(Any, removed))
-            await asyncio.wait([running, removed], return_when=asyncio.FIRST_COMPLETED)
+            watched = [running, removed]
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             if running.done():
-                running.result()  # a failure ends the kubelet
-            else:
-                running.cancel()
+                running.result()  # a failure ends the peering (its supervisor restarts it)
         finally:
-            for task in tasks:
-                task.cancel()
+            for future in (*tasks, *watched):
+                future.cancel()
+            await asyncio.gather(*tasks, *watched, return_exceptions=True)  # each outcome retrieved: no noise
             for node in self.nodes.values():
                 await node.queue.shutdown()
             await self.reflection.stop()

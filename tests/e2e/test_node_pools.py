@@ -28,7 +28,6 @@ from runtime.api import names
 from tests.e2e.test_kubelet_api import kubectl, kubelet_get
 from tests.support.cli import previewed
 from tests.support.kube import (
-    free_port,
     get_or_none,
     node_ready,
     offload,
@@ -72,35 +71,27 @@ def with_pools(config: dict[str, Any]) -> dict[str, Any]:
     return pooled
 
 
-def restart_kubelet(runtime: ExternalRuntime, extra_args: list[str]) -> None:
-    """The virtual kubelet of foreign-1 ends once every node it served was removed; start it again."""
-    component = f"kubelet-{CLUSTER}"
-    wait_until(lambda: runtime.pid(component) is None, 120, f"the virtual kubelet of {CLUSTER} ended")
-    runtime.extra_args[component] = extra_args
-    runtime.start(component)
-
-
 @pytest.fixture
 def pooled(
     dev_env: DevEnvironment, foreign: dict[str, Client], installed: auto.Stack, runtime: ExternalRuntime, home: Client
 ) -> Iterator[list[str]]:
-    """foreign-1 as two pools, served with a kubelet API port each. Yields its nodes (gpu, general).
-    Put back by the `installed` fixture, as after any module that ran `pulumi up`: its `up` drains
-    and deletes the pools' nodes (this virtual kubelet, still running, then ends), and the next
-    module's runtime starts the virtual kubelet of foreign-1 again, serving its one virtual node."""
+    """foreign-1 as two pools, served with a kubelet API port each by the running virtual-kubelet
+    process, which takes up the pools' VirtualNodes as `pulumi up` makes them (nobody restarts it).
+    Yields its nodes (gpu, general). Put back by the `installed` fixture, as after any module that
+    ran `pulumi up`: its `up` drains and deletes the pools' nodes, and the same process serves
+    foreign-1's one virtual node again."""
     cluster = foreign[CLUSTER]
     nodes = foreign_nodes(cluster)
     declared = PulumiEnvironment.liqo_config(installed)
     label_foreign_nodes(dev_env, dict(zip(nodes, POOLS, strict=True)))
     try:
         PulumiEnvironment.set_liqo_config(installed, with_pools(declared))
+        process = runtime.pid(f"kubelet-{CLUSTER}")
         installed.up(on_output=print)
-        ports = [free_port() for _ in POOLS]
-        restart_kubelet(runtime, [f"--pool={pool}={port}" for pool, port in zip(POOLS, ports, strict=True)])
         wait_until(lambda: all(node_ready(home, n) for n in (GPU_NODE, GENERAL_NODE)), 90, "both pools Ready")
+        assert runtime.pid(f"kubelet-{CLUSTER}") == process, "served by the process that ran"
         yield nodes
     finally:
-        runtime.extra_args.pop(f"kubelet-{CLUSTER}", None)
         label_foreign_nodes(dev_env, dict.fromkeys(nodes))
 
 

@@ -240,7 +240,11 @@ def test_settings_patched_on_the_virtual_node_apply_live(
 
     def secret_reconciles() -> float:
         samples = metric_samples(url, "liqo_reconcile_seconds_count")
-        return sum(value for labels, value in samples.items() if dict(labels)["queue"] == "reflection-secret")
+        return sum(
+            value
+            for labels, value in samples.items()
+            if dict(labels)["queue"] == "reflection-secret" and dict(labels)["cluster"] == "foreign-1"
+        )
 
     wait_until(lambda: queue_drained(url, "reflection-secret"), 30, "foreign-1's Secret reflector idle")
     before = secret_reconciles()
@@ -348,8 +352,8 @@ def test_worker_counts_on_the_virtual_node_apply_live_to_every_kind(
     url = cast(str, runtime.probes_url("kubelet-foreign-1"))
 
     def workers() -> dict[str, float]:
-        samples = metric_samples(url, "liqo_queue_workers")
-        return {dict(labels)["queue"]: value for labels, value in samples.items()}
+        samples = metric_samples(url, "liqo_queue_workers")  # the process serves foreign-2 too
+        return {dict(labels)["queue"]: value for labels, value in samples.items() if ("cluster", "foreign-1") in labels}
 
     for step, count in enumerate((3, 8, 0, 3)):
         virtual_node_patched({"reflection": {kind: {"workers": count} for kind in REFLECTED_KINDS}})
@@ -404,7 +408,7 @@ def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
     writes = {
         (dict(labels)["kind"], dict(labels)["verb"]): value
         for labels, value in metric_samples(url, "liqo_reflection_writes_total").items()
-        if value
+        if value and dict(labels)["cluster"] == "foreign-1"
     }
     assert writes == {("configmap", "apply"): 1.0}, "only the object created after the restart was written"
     assert steady() == before, "no copy rewritten or recreated"

@@ -442,8 +442,16 @@ def test_a_removed_peering_drains_and_deletes_its_node_and_the_twins(
     """foreign-2 taken out of the stack config, then `pulumi up`: the pods with a controller are
     recreated on liqo-foreign-1, a bare pod ends Failed with reason VirtualNodeRemoved, no pod is
     left Terminating, the Node and the twin namespace (with what was reflected into it) are gone,
-    and the virtual kubelet ends. Put back, foreign-2 serves again."""
+    and the peering ends in its virtual-kubelet process, which goes on. Put back, foreign-2 is served
+    again by that same process: nobody restarts anything."""
     cluster, node_name, twin = foreign["foreign-2"], VIRTUAL_NODES["foreign-2"], f"{offloaded}-home"
+    kubelet_pid, url = runtime.pid("kubelet-foreign-2"), cast(str, runtime.probes_url("kubelet-foreign-2"))
+
+    def served() -> float | None:
+        samples = metric_samples(url, "liqo_peering_served")
+        return next((value for labels, value in samples.items() if dict(labels)["cluster"] == "foreign-2"), None)
+
+    assert served() == 1
     running = deploy_running(home, offloaded, "movers", 4)
     assert any(p.spec.nodeName == node_name for p in running), "the scheduler spreads 4 pods over both nodes"
     bare = {
@@ -499,12 +507,11 @@ def test_a_removed_peering_drains_and_deletes_its_node_and_the_twins(
         moved = wait_until(lambda: all_running(home, offloaded, "movers", 4), 60, "4 movers Running")
         assert {p.spec.nodeName for p in moved} == {VIRTUAL_NODES["foreign-1"]}
         assert get_or_none(cluster, Namespace, twin) is None, "the twin namespace and what was in it are gone"
-        wait_until(lambda: runtime.pid("kubelet-foreign-2") is None, 30, "the virtual kubelet of foreign-2 ended")
+        wait_until(lambda: served() == 0, 30, "the peering with foreign-2 ended")
+        assert runtime.pid("kubelet-foreign-2") == kubelet_pid, "the process serving it goes on"
     finally:
         home.delete(Pod, "bare", namespace=offloaded, grace_period=0)
         stack_up(installed, declared_again)
-        for component in ("agent-foreign-2", "kubelet-foreign-2"):  # its CRDs and credentials are new
-            runtime.stop(component)
-            runtime.start(component)
     wait_until(lambda: node_ready(home, node_name), 90, "liqo-foreign-2 back and Ready")
+    assert served() == 1 and runtime.pid("kubelet-foreign-2") == kubelet_pid, "served again by the same process"
     wait_until(lambda: get_or_none(cluster, ConfigMap, "settings", twin), 60, "the twin back, with the ConfigMap")
