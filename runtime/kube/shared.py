@@ -203,6 +203,7 @@ class SharedWatches:
                     namespace=namespace,
                     labels=dict(labels) if labels else None,
                     fields=dict(fields) if fields else None,
+                    multiplexed=True,
                 )
             )
         return shared.whole()

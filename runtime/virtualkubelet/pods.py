@@ -248,7 +248,11 @@ class PodOffloader(TwinFollower):
             if pod is None:
                 return
             if pod.metadata.deletionTimestamp:
-                await self._release(pod)  # nothing of it is left remotely, or ever will be
+                if twin is None or not ever_ran(pod.to_dict().get("status") or {}):
+                    await self._release(pod)  # nothing of it is left remotely, or ever will be
+                # else a copy may run in a twin this process has not followed yet (its cluster
+                # unreachable since the process started): released once that twin is followed and
+                # the copy is gone, as a pod on any unreachable node stays Terminating
             elif where is Placement.WITHDRAWN:
                 await self._withdrawn(pod, self.not_offloaded_message(namespace))
             else:

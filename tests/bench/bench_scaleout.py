@@ -1,11 +1,14 @@
-"""Scale-out: what each added foreign cluster costs, at 1, 2, 4 and 8 of them, and a cost model to 100.
+"""Scale-out: what each added foreign cluster costs, at 1, 8 and 16 of them, with the peerings served
+by one process against one process each, and a cost model to 100.
 
-    .venv/bin/python -m tests.bench.bench_scaleout [--sizes 1,2,4,8] [--window 30] [--pods 100] [--keep]
+    .venv/bin/python -m tests.bench.bench_scaleout [--sizes 1,8,16] [--window 30] [--pods 100] [--keep]
 
 Fresh clusters (home and the largest size of foreign ones, one kwok node each, every API server
 writing an audit log of writes); the time until all are Ready. Then, for each size N in turn, the
-stack peers foreign-1 ... foreign-N (`pulumi up`), the runtime runs N virtual kubelets and N agents,
-and namespace `scale` is offloaded to every cluster (Remote). At each size:
+stack peers foreign-1 ... foreign-N (`pulumi up`) and namespace `scale` is offloaded to every
+cluster (Remote). At each size the runtime runs in two layouts, one after the other, in this run:
+"one process" (one virtual-kubelet process serving the N peerings, one process for the N agents:
+the default) and "one each" (N virtual kubelets and N agents). For each layout:
 - idle, over `--window` seconds: each runtime process's RSS and CPU, its open connections to each
   API server, and the writes the home API server receives per second (its audit log);
 - the same with a Deployment of `--pods` replicas Running, spread over the N virtual nodes;
@@ -33,7 +36,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, NodeShape, foreign_cluster_id
-from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.external_runtime import SHARED_AGENT, SHARED_KUBELET, ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.namespaceoffloading import ready_twin
@@ -57,11 +60,15 @@ MODEL_SIZE = 100
 NODE = NodeShape(cpu="64", memory="256Gi", pods=500)
 
 
+LAYOUTS = {"one process": True, "one each": False}  # name -> ExternalRuntime(one_process=...)
+
+
 @dataclass
 class Point:
-    """The figures at one number of foreign clusters."""
+    """The figures at one number of foreign clusters, in one layout."""
 
     clusters: int
+    layout: str
     rss: dict[str, dict[str, float]] = field(default_factory=dict)  # "idle" / "pods" -> component -> MB
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # ... -> component -> CPU % over the window
     connections: dict[str, dict[str, int]] = field(default_factory=dict)  # ... -> component -> to all servers
@@ -103,7 +110,7 @@ class Scaling:
         self.offloaded = False
         self.home = env.client(HOME)
 
-    def peer(self, foreign_ids: list[str]) -> ExternalRuntime:
+    def peer(self, foreign_ids: list[str]) -> None:
         config = {
             "home": {"clusterId": HOME, "kubeconfigPath": str(self.env.kubeconfig(HOME))},
             "foreignClusters": [{"clusterId": c, "kubeconfigPath": str(self.env.kubeconfig(c))} for c in foreign_ids],
@@ -112,10 +119,16 @@ class Scaling:
         self.pulumi.set_liqo_config(self.stack, config)
         print(f"[bench] pulumi up: {len(foreign_ids)} foreign clusters ...", flush=True)
         self.stack.up(on_output=lambda line: None)
+
+    def start(self, foreign_ids: list[str], layout: str) -> ExternalRuntime:
+        """The runtime in `layout`, once every virtual node is Ready and every twin too."""
         if self.runtime is not None:
             self.runtime.stop_all()
         kubeconfigs = {c: self.env.kubeconfig(c) for c in (HOME, *foreign_ids)}
-        self.runtime = ExternalRuntime(kubeconfigs, HOME, webhook_port=self.port, state_dir=self.state)
+        state = self.state / layout.replace(" ", "-")
+        self.runtime = ExternalRuntime(
+            kubeconfigs, HOME, webhook_port=self.port, state_dir=state, one_process=LAYOUTS[layout]
+        )
         self.runtime.stop_all()  # a previous, interrupted run's processes
         self.runtime.start_all()
         runtime = self.runtime
@@ -188,12 +201,20 @@ async def one_pod(client: AsyncClient, rounds: int = 3) -> float:
     return statistics.median(seconds)
 
 
-async def measure_size(scaling: Scaling, size: int, args: argparse.Namespace, last: bool) -> Point:
+async def measure_size(scaling: Scaling, size: int, args: argparse.Namespace, last: bool) -> list[Point]:
     foreign_ids = [foreign_cluster_id(i) for i in range(1, size + 1)]
-    runtime = scaling.peer(foreign_ids)
+    scaling.peer(foreign_ids)
+    return [await measure_layout(scaling, foreign_ids, layout, args, last) for layout in LAYOUTS]
+
+
+async def measure_layout(
+    scaling: Scaling, foreign_ids: list[str], layout: str, args: argparse.Namespace, last: bool
+) -> Point:
+    size = len(foreign_ids)
+    runtime = scaling.start(foreign_ids, layout)
     env, home = scaling.env, scaling.home
     cluster_ids = [HOME, *foreign_ids]
-    point = Point(size)
+    point = Point(size, layout)
     await asyncio.sleep(args.settle)  # start-up work (lists, first syncs) out of the idle figures
     rss, cpu, conns, writes, writers = await window(env, runtime, cluster_ids, args.window)
     point.rss["idle"], point.cpu["idle"], point.connections["idle"] = rss, cpu, conns
@@ -202,7 +223,7 @@ async def measure_size(scaling: Scaling, size: int, args: argparse.Namespace, la
     home.apply(spread_deployment(args.pods), field_manager="bench", force=True)
     wait_until(lambda: sum(running_by_node(home).values()) == args.pods, 600, f"{args.pods} replicas Running")
     by_node = running_by_node(home)
-    print(f"[bench] {size} clusters: replicas per virtual node {dict(sorted(by_node.items()))}", flush=True)
+    print(f"[bench] {size} clusters, {layout}: replicas per node {dict(sorted(by_node.items()))}", flush=True)
     if last:
         missing = [c for c in foreign_ids if by_node.get(names.virtual_node_name(c), 0) == 0]
         assert not missing, f"no replica ran on the virtual nodes of {missing}"
@@ -229,8 +250,17 @@ async def measure_size(scaling: Scaling, size: int, args: argparse.Namespace, la
     return point
 
 
-def per_kind(values: dict[str, float], kind: str) -> list[float]:
-    return [v for component, v in values.items() if component.startswith(kind)]
+def kubelet_side(values: dict[str, float]) -> float:
+    """The virtual kubelets' figure, all of them together (one process, or one per peering)."""
+    return sum(v for component, v in values.items() if component == SHARED_KUBELET or component.startswith("kubelet-"))
+
+
+def agent_side(values: dict[str, float]) -> float:
+    return sum(v for component, v in values.items() if component == SHARED_AGENT or component.startswith("agent-"))
+
+
+def as_floats(counts: dict[str, int]) -> dict[str, float]:
+    return {k: float(v) for k, v in counts.items()}
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -244,38 +274,43 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 def report(points: list[Point], ready_seconds: float, largest: int) -> None:
     print(f"\n== {largest} foreign clusters and home started, all Ready: {ready_seconds:.1f} s")
     for state, label in (("idle", "idle"), ("pods", "with the Deployment's pods Running")):
-        print(f"\n== {label} (per process; CPU % of one core over the window)")
-        columns = ("VK RSS MB", "VK CPU %", "VK conns", "agent RSS", "agent CPU", "agent conns", "CM RSS", "home w/s")
-        print(f"  {'clusters':>8}  " + " ".join(f"{c:>11}" for c in columns))
+        print(f"\n== {label} (all the virtual kubelets together, all the agents together; CPU % of one core)")
+        columns = ("VK RSS MB", "VK CPU %", "VK conns", "agents RSS", "agents CPU", "agents conn", "CM RSS", "home w/s")
+        print(f"  {'clusters':>8}  {'layout':<12}" + " ".join(f"{c:>11}" for c in columns))
         for p in points:
-            rss, cpu, conns = p.rss[state], p.cpu[state], p.connections[state]
-            vk_rss, vk_cpu = per_kind(rss, "kubelet-"), per_kind(cpu, "kubelet-")
-            ag_rss, ag_cpu = per_kind(rss, "agent-"), per_kind(cpu, "agent-")
-            vk_conns = per_kind({k: float(v) for k, v in conns.items()}, "kubelet-")
-            ag_conns = per_kind({k: float(v) for k, v in conns.items()}, "agent-")
-            cells = [statistics.mean(values) for values in (vk_rss, vk_cpu, vk_conns, ag_rss, ag_cpu, ag_conns)]
+            rss, cpu = p.rss[state], p.cpu[state]
+            conns = as_floats(p.connections[state])
+            cells = [kubelet_side(rss), kubelet_side(cpu), kubelet_side(conns)]
+            cells += [agent_side(rss), agent_side(cpu), agent_side(conns)]
             cells += [rss.get("controller-manager", 0.0), p.home_writes[state]]
-            print(f"  {p.clusters:>8}  " + " ".join(f"{c:>11.2f}" for c in cells))
+            print(f"  {p.clusters:>8}  {p.layout:<12}" + " ".join(f"{c:>11.2f}" for c in cells))
     print("\n== one new pod, create -> Running at home (median of 3), at each size")
-    print("  " + ", ".join(f"{p.clusters}: {p.one_pod_seconds:.2f} s" for p in points))
-    writers = points[-1].home_writers["idle"]
-    print(f"\n== the home API server's writes at idle with {points[-1].clusters} clusters, by client")
+    print("  " + ", ".join(f"{p.clusters} ({p.layout}): {p.one_pod_seconds:.2f} s" for p in points))
+    last = points[-1]
+    writers = last.home_writers["idle"]
+    print(f"\n== the home API server's writes at idle with {last.clusters} clusters ({last.layout}), by client")
     for key, count in writers.most_common(12):
         print(f"  {count:>6}  {key}")
 
-    xs = [float(p.clusters) for p in points]
-    print(f"\n== cost model: a + b x N foreign clusters (least squares over {len(points)} sizes), at N = {MODEL_SIZE}")
-    for state in ("idle", "pods"):
-        rows = {
-            "runtime RSS, MB (all processes)": [sum(p.rss[state].values()) for p in points],
-            "runtime CPU, % of a core (all processes)": [sum(p.cpu[state].values()) for p in points],
-            "runtime connections to API servers": [float(sum(p.connections[state].values())) for p in points],
-            "home API server writes per second": [p.home_writes[state] for p in points],
-        }
-        print(f"  {state}:")
-        for name, ys in rows.items():
-            a, b = fit(xs, ys)
-            print(f"    {name:<42} {a:9.2f} + {b:8.2f} x N  -> {a + b * MODEL_SIZE:10.1f} at {MODEL_SIZE}")
+    for layout in LAYOUTS:
+        ours = [p for p in points if p.layout == layout]
+        xs = [float(p.clusters) for p in ours]
+        print(f"\n== {layout}: a + b x N foreign clusters (least squares over {len(ours)} sizes), at N = {MODEL_SIZE}")
+        for state in ("idle", "pods"):
+            rows = {
+                "virtual kubelets' RSS, MB (the home side)": [kubelet_side(p.rss[state]) for p in ours],
+                "runtime RSS, MB (all processes)": [sum(p.rss[state].values()) for p in ours],
+                "runtime CPU, % of a core (all processes)": [sum(p.cpu[state].values()) for p in ours],
+                "virtual kubelets' connections": [
+                    kubelet_side({k: float(v) for k, v in p.connections[state].items()}) for p in ours
+                ],
+                "runtime connections to API servers": [float(sum(p.connections[state].values())) for p in ours],
+                "home API server writes per second": [p.home_writes[state] for p in ours],
+            }
+            print(f"  {state}:")
+            for name, ys in rows.items():
+                a, b = fit(xs, ys)
+                print(f"    {name:<44} {a:9.2f} + {b:8.2f} x N  -> {a + b * MODEL_SIZE:10.1f} at {MODEL_SIZE}")
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -289,7 +324,7 @@ async def run(args: argparse.Namespace) -> None:
     points = []
     try:
         for size in sizes:
-            points.append(await measure_size(scaling, size, args, last=size == largest))
+            points += await measure_size(scaling, size, args, last=size == largest)
         report(points, ready_seconds, largest)
     finally:
         if scaling.runtime is not None:
@@ -300,7 +335,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1,2,4,8", help="numbers of foreign clusters, comma-separated")
+    parser.add_argument("--sizes", default="1,8,16", help="numbers of foreign clusters, comma-separated")
     parser.add_argument("--window", type=float, default=30, help="seconds each idle figure is measured over")
     parser.add_argument("--settle", type=float, default=15, help="seconds before each window")
     parser.add_argument("--pods", type=int, default=100, help="replicas of the spread Deployment")

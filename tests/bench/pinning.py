@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from liqo_stack.dev.clusters import DevEnvironment
-from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.external_runtime import SHARED_AGENT, ExternalRuntime
 
 
 def cpu_plan(cluster_ids: list[str], cpus: list[int] | None = None) -> dict[str, set[int]]:
@@ -47,6 +47,8 @@ def cluster_of_processes(env: DevEnvironment, runtime: ExternalRuntime) -> dict[
         runtime_pid = runtime.pid(component)
         if runtime_pid is not None:
             agent_of = component.removeprefix("agent-") if component.startswith("agent-") else None
+            if component == SHARED_AGENT and len(runtime.foreign_ids) == 1:  # the agents' one process
+                agent_of = runtime.foreign_ids[0]
             found[runtime_pid] = agent_of or runtime.home_cluster_id
     return found
 

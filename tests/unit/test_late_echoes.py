@@ -196,3 +196,45 @@ def patched_body(foreign: ForeignCreates, tier: str, version: str) -> dict[str, 
     body["metadata"]["labels"] = {**body["metadata"].get("labels", {}), "tier": tier}
     body["metadata"]["resourceVersion"] = version
     return body
+
+
+class HomeDeletes:
+    """The home API server's answers to the offloader's writes: deletes recorded, patches accepted."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    async def delete(self, resource: Any, name: str, **_: Any) -> None:
+        self.deleted.append(name)
+
+    async def patch(self, resource: Any, name: str, patch: Any, **_: Any) -> Any:
+        return None
+
+
+def test_a_deleted_pod_that_ran_waits_for_a_twin_not_followed_yet_and_one_that_never_ran_goes() -> None:
+    """A process started while its foreign cluster is down follows no twin of it (none Ready): a home
+    pod deleted meanwhile may still run there, so it stays Terminating (as on any unreachable node)
+    rather than being released; one that never ran there is released at once."""
+    home = HomeDeletes()
+    peering = Peering(cast(Any, home), cast(Any, None), "home", "foreign-1", node_names=(NODE,))
+    offloadings = Informer(cast(Any, None), NamespaceOffloadingResource)
+    unreachable = [{"type": "OffloadingRequired", "status": "True"}, {"type": "Ready", "status": "False"}]
+    offloadings.store[f"{NAMESPACE}/offloading"] = NamespaceOffloadingResource.from_dict(
+        {
+            "metadata": {"name": "offloading", "namespace": NAMESPACE},
+            "spec": {},
+            "status": {"remoteNamespaceName": TWIN, "remoteNamespacesConditions": {"foreign-1": unreachable}},
+        }
+    )
+    pods = PodOffloader(peering, offloadings, node_address="127.0.0.1")
+
+    def deleting(name: str, phase: str) -> Any:
+        body = home_pod().to_dict()
+        body["metadata"].update(name=name, deletionTimestamp="2026-11-27T00:00:00Z", deletionGracePeriodSeconds=30)
+        body["status"]["phase"] = phase
+        return Pod.from_dict(body)
+
+    for pod in (deleting("ran", "Running"), deleting("never-ran", "Pending")):
+        pods.node_pods[NODE].store[f"{NAMESPACE}/{pod.metadata.name}"] = pod
+        asyncio.run(pods.reconcile(f"{NAMESPACE}/{pod.metadata.name}"))
+    assert home.deleted == ["never-ran"]
