@@ -516,7 +516,7 @@ class NamespaceOffloadingConfig(ConfigModel):
 
 class NamespaceSelectorConfig(ConfigModel):
     """Every namespace whose labels match `selector` offloaded, now and whenever one is labelled later
-    (a NamespaceOffloadingSelector, as `liqo-stack offload namespaces --selector` makes)."""
+    (a NamespaceOffloadingSelector, as `liqo-stack offload namespaces --namespace-selector` makes)."""
 
     name: ClusterId = Field(description="the NamespaceOffloadingSelector's name (a DNS label)")
     selector: str = Field(

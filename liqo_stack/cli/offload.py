@@ -193,7 +193,7 @@ KUBERNETES_LABELS = ("kubernetes.io/", "node.kubernetes.io/", "beta.kubernetes.i
 FIGURE_LABELS = (names.LARGEST_POD_CPU_LABEL, names.LARGEST_POD_MEMORY_LABEL)
 
 
-def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool, flag: str = "--selector") -> str:
+def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool) -> str:
     """The refusal of a selector that matches no virtual node, with what it could have meant."""
     suggestion = next(
         (
@@ -210,7 +210,7 @@ def no_cluster_selected(selector: NodeSelector, peers: list[Peer], given: bool, 
     text += describe_peers(peers)
     text += "\nNothing was changed."
     if suggestion:
-        text += f" Select by those labels, e.g. {flag} '{suggestion}'"
+        text += f" Select by those labels, e.g. --selector '{suggestion}'"
     text += "; to stop offloading the namespace, use `liqo-stack unoffload namespace`."
     return text
 

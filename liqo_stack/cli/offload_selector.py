@@ -1,4 +1,4 @@
-"""`liqo-stack offload|unoffload namespaces --selector ...`: many namespaces by label.
+"""`liqo-stack offload|unoffload namespaces --namespace-selector ...`: many namespaces by label.
 
 `offload namespaces` applies a NamespaceOffloadingSelector (cluster-scoped, named after the selector
 unless --name says otherwise); the controller-manager offloads every namespace it matches, now and
@@ -64,8 +64,10 @@ from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadi
 POLL_SECONDS = 1.0  # a burst of hundreds of namespaces: each poll lists them all
 SHOWN = 10  # namespace names listed in a line; the count says how many in all
 
+# `--selector` is Liqo's word for the foreign clusters everywhere on this CLI; namespaces are picked
+# with their own name (and kubectl's -l)
 selector_option = click.option(
-    "--selector",
+    "--namespace-selector",
     "-l",
     "namespace_selector",
     required=True,
@@ -78,10 +80,10 @@ def parsed_selector(text: str) -> LabelSelector:
     try:
         selector = parse_label_selector(text)
     except SelectorSyntaxError as err:
-        raise click.BadParameter(str(err), param_hint="--selector") from err
+        raise click.BadParameter(str(err), param_hint="--namespace-selector") from err
     problems = selector_problems(selector)
     if problems:
-        raise click.BadParameter("; ".join(problems), param_hint="--selector")
+        raise click.BadParameter("; ".join(problems), param_hint="--namespace-selector")
     return selector
 
 
@@ -170,7 +172,7 @@ def going_with(
     help="where their pods may run",
 )
 @click.option(
-    "--cluster-selector",
+    "--selector",
     "cluster_selectors",
     multiple=True,
     help="which foreign clusters, on the virtual nodes' labels, e.g. 'region=europe'; repeat to OR "
@@ -197,7 +199,7 @@ def offload_namespaces(
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
-    """Offload every namespace whose labels match --selector, and each one labelled later.
+    """Offload every namespace whose labels match --namespace-selector, and each one labelled later.
 
     The controller-manager keeps a NamespaceOffloading in each (a namespace offloaded by hand keeps its
     own) and removes it when the namespace's label goes; waits until all are Ready."""
@@ -208,7 +210,7 @@ def offload_namespaces(
     try:
         cluster_selector = parse_selector(list(cluster_selectors))
     except SelectorSyntaxError as err:
-        raise click.BadParameter(str(err), param_hint="--cluster-selector") from err
+        raise click.BadParameter(str(err), param_hint="--selector") from err
     spec = NamespaceOffloadingSelectorSpec(
         namespace_selector=selector,
         namespace_mapping_strategy=namespace_mapping_strategy,  # a Choice of the two
@@ -226,16 +228,16 @@ def offload_namespaces(
     peers = read_peers(client)
     selected = clusters_matching(cluster_selector, {p.cluster_id: p.labels for p in peers})
     if not selected:
-        message = no_cluster_selected(cluster_selector, peers, given=bool(cluster_selectors), flag="--cluster-selector")
+        message = no_cluster_selected(cluster_selector, peers, given=bool(cluster_selectors))
         message = message.replace("unoffload namespace`", "unoffload namespaces`")
-        raise click.BadParameter(message, param_hint="--cluster-selector")
+        raise click.BadParameter(message, param_hint="--selector")
     found = get_selector(client, name)
     if found is not None:
         refuse_stack_managed(found, name)
         if found.metadata and found.metadata.deletionTimestamp:
             raise click.ClickException(
                 f"NamespaceOffloadingSelector {name} is being deleted: wait until it is gone "
-                f"(`liqo-stack unoffload namespaces --selector '{format_label_selector(selector)}'` waits for it)"
+                f"(`liqo-stack unoffload namespaces --namespace-selector '{format_label_selector(selector)}'` waits for it)"
             )
         offloadings = offloadings_by_namespace(client)
         matched = set(matching_namespaces(client, selector))
@@ -325,7 +327,7 @@ def wait_offloaded(client: Client, name: str, selector: LabelSelector, timeout: 
 def unoffload_namespaces(
     namespace_selector: str, name: str | None, yes: bool, timeout: float, kubeconfig: str | None, context: str | None
 ) -> None:
-    """Stop offloading the namespaces offloaded by --selector: their twin namespaces, and everything in
+    """Stop offloading the namespaces offloaded by --namespace-selector: their twin namespaces, and everything in
     them, are deleted in every foreign cluster (namespaces offloaded by hand stay); waits until they are gone."""
     selector = parsed_selector(namespace_selector)
     text = format_label_selector(selector)

@@ -1,7 +1,7 @@
 """NamespaceOffloadingSelector: offload every namespace whose labels a selector matches.
 
 One cluster-scoped object per selector (the stack's `liqo:namespaceSelectors`, or
-`liqo-stack offload namespaces --selector`). The controller-manager gives each matching namespace
+`liqo-stack offload namespaces --namespace-selector`). The controller-manager gives each matching namespace
 a NamespaceOffloading made from the template here, labelled with the selector's name, and deletes
 those it made once the namespace no longer matches. The namespace selector is a core
 LabelSelector (as a NetworkPolicy's), so the API server validates its shape.
@@ -152,7 +152,7 @@ _NAME_CHARS = re.compile(r"[^a-z0-9]+")
 
 
 def selector_object_name(selector: LabelSelector) -> str:
-    """The NamespaceOffloadingSelector `liqo-stack offload namespaces --selector` makes: readable, and
+    """The NamespaceOffloadingSelector `liqo-stack offload namespaces --namespace-selector` makes: readable, and
     the same for the same selector (so offloading it again updates it, and unoffload finds it)."""
     text = format_label_selector(selector)
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]

@@ -1,6 +1,6 @@
 """Home side: NamespaceOffloadingSelectors -> one NamespaceOffloading per matching namespace.
 
-The stack (`liqo:namespaceSelectors`) and `liqo-stack offload namespaces --selector` only declare a
+The stack (`liqo:namespaceSelectors`) and `liqo-stack offload namespaces --namespace-selector` only declare a
 selector: namespaces are labelled, created and relabelled at any time, so a controller keeps the
 offloadings in step. It watches every namespace (one cluster-wide watch, whatever their number),
 the selectors and the NamespaceOffloadings (the offloading controller's informer, shared).

@@ -1,4 +1,4 @@
-"""Namespaces offloaded by label selector: `liqo-stack offload|unoffload namespaces --selector`, a
+"""Namespaces offloaded by label selector: `liqo-stack offload|unoffload namespaces --namespace-selector`, a
 namespace labelled later, a label removed, an offloading made by hand left alone, and the stack's
 `liqo:namespaceSelectors` through `pulumi up`."""
 
@@ -60,7 +60,7 @@ def test_cli_selector_offloads_labelled_namespaces_later_ones_too_and_unoffloads
     )  # fmt: skip
     kubeconfig = ["--kubeconfig", str(dev_env.kubeconfig("home"))]
 
-    args = ["offload", "namespaces", "--selector", label, "--cluster-selector", "region=europe", *kubeconfig]
+    args = ["offload", "namespaces", "--namespace-selector", label, "--selector", "region=europe", *kubeconfig]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "2/2 namespaces Ready" in result.output
@@ -97,12 +97,12 @@ def test_cli_selector_offloads_labelled_namespaces_later_ones_too_and_unoffloads
     assert (status["matchedNamespaces"], status["offloadedNamespaces"], status["notOwned"]) == (3, 2, [by_hand])
 
     # unoffload by selector: says what goes, asks first, then only the selector's namespaces go
-    refused = CliRunner().invoke(main, ["unoffload", "namespaces", "--selector", label, *kubeconfig], input="n\n")
+    refused = CliRunner().invoke(main, ["unoffload", "namespaces", "--namespace-selector", label, *kubeconfig], input="n\n")
     assert refused.exit_code != 0
     assert f"{second}-home" in refused.output and f"{later}-home" in refused.output
     assert f"Left as they are (offloaded by hand): {by_hand}" in refused.output
     assert get_or_none(home, NamespaceOffloadingSelectorResource, name) is not None, "nothing deleted without a yes"
-    result = CliRunner().invoke(main, ["unoffload", "namespaces", "--selector", label, "--yes", *kubeconfig])
+    result = CliRunner().invoke(main, ["unoffload", "namespaces", "--namespace-selector", label, "--yes", *kubeconfig])
     assert result.exit_code == 0, result.output
     assert f"NamespaceOffloadingSelector {name} removed: 2 namespaces unoffloaded" in result.output
     for namespace in (second, later):
@@ -130,7 +130,7 @@ def test_stack_config_selector_through_pulumi_up(
 
     # the stack's selector is the stack's: the CLI refuses to remove it and says where to
     kubeconfig = ["--kubeconfig", str(runtime.kubeconfigs["home"])]
-    args = ["unoffload", "namespaces", "--selector", f"stack-selected={unique_name}", "--yes", *kubeconfig]
+    args = ["unoffload", "namespaces", "--namespace-selector", f"stack-selected={unique_name}", "--yes", *kubeconfig]
     refused = CliRunner().invoke(main, args)
     assert refused.exit_code == 1 and "liqo:namespaceSelectors" in refused.output
     assert offloading(home, namespace) is not None

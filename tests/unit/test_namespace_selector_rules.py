@@ -118,7 +118,7 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 def test_cli_output_is_the_selector_manifest() -> None:
-    code, out = invoke("--selector", "team=shop", "--pod-offloading-strategy", "Remote", "-o", "yaml")
+    code, out = invoke("--namespace-selector", "team=shop", "--pod-offloading-strategy", "Remote", "-o", "yaml")
     assert code == 0
     assert yaml.safe_load(out) == {
         "apiVersion": "offloading.liqo.io/v1beta1",
@@ -136,10 +136,10 @@ def test_cli_output_is_the_selector_manifest() -> None:
 @pytest.mark.parametrize(
     ("args", "flag"),
     [
-        (("--selector", ""), "--selector"),
-        (("--selector", "env in ()"), "--selector"),
-        (("--selector", "x", "--cluster-selector", "region in ()"), "--cluster-selector"),
-        (("--selector", "x", "--name", "Not_A_Name"), "--name"),
+        (("--namespace-selector", ""), "--namespace-selector"),
+        (("--namespace-selector", "env in ()"), "--namespace-selector"),
+        (("--namespace-selector", "x", "--selector", "region in ()"), "--selector"),
+        (("--namespace-selector", "x", "--name", "Not_A_Name"), "--name"),
     ],
 )
 def test_cli_bad_flags_name_the_flag_and_apply_nothing(args: tuple[str, ...], flag: str) -> None:
