@@ -24,7 +24,7 @@ from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, default_pod_c
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 
 # The two foreign clusters share one pod range, as independently installed clusters often do: the
-# stack must remap one of them so that no two pods share an IP at home (seed 002).
+# stack must remap one of them so that no two pods share an IP at home (docs/reflection.md).
 SESSION_LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=2, pod_cidrs={"foreign-2": default_pod_cidr(1)})
 REPO = Path(__file__).resolve().parents[1]
 

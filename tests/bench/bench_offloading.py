@@ -511,9 +511,11 @@ def install(
     extra_config: dict[str, object] | None = None,
     kubelet_ports: dict[str, int] | None = None,
     foreign_ids: tuple[str, ...] = (FOREIGN,),
+    one_process: bool = True,
 ) -> ExternalRuntime:
     """The stack on the bench's clusters, the runtime running, namespace `bench` offloaded (Remote)
-    to every foreign cluster, and in each of them the plain namespace of the direct way."""
+    to every foreign cluster, and in each of them the plain namespace of the direct way.
+    `one_process`: the external runtime's layout (one virtual-kubelet process for every peering, or one each)."""
     project = state / "project"
     project.mkdir(parents=True, exist_ok=True)
     for name in ("Pulumi.yaml", "__main__.py"):
@@ -531,7 +533,9 @@ def install(
     print("[bench] pulumi up ...", flush=True)
     stack.up(on_output=lambda line: None)
     kubeconfigs = {c: env.kubeconfig(c) for c in (HOME, *foreign_ids)}
-    runtime = ExternalRuntime(kubeconfigs, HOME, webhook_port=port, kubelet_ports=kubelet_ports, state_dir=state)
+    runtime = ExternalRuntime(
+        kubeconfigs, HOME, webhook_port=port, kubelet_ports=kubelet_ports, state_dir=state, one_process=one_process
+    )
     runtime.stop_all()  # a previous, interrupted run's processes
     runtime.start_all()
     home = env.client(HOME)
@@ -748,13 +752,19 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60, help="idle seconds counted (0: skip)")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     parser.add_argument(
+        "--processes",
+        choices=["one", "each"],
+        default="one",
+        help="the runtime's layout: one process for the virtual kubelets (and one for the agents), or one each",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy profile of the runtime and pprof of the API servers, last largest bursts",
     )
     args = parser.parse_args()
 
-    with running_stack("bench-offloading", args.keep) as (env, runtime):
+    with running_stack("bench-offloading", args.keep, one_process=args.processes == "one") as (env, runtime):
         asyncio.run(measure(env, runtime, args))
 
 

@@ -323,7 +323,7 @@ def main() -> None:
     if unknown := set(args.workloads) - set(WORKLOADS):
         parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
 
-    # the reflectors get the concurrency the plain script has (seed 002: reflection.<kind>.workers)
+    # the reflectors get the concurrency the plain script has (docs/reflection.md: reflection.<kind>.workers)
     workers = {
         "reflection": {
             "resources": {"configmap": {"workers": CONCURRENCY}},

@@ -1,6 +1,6 @@
 """Namespace offloading end to end: the stack installed, the runtime running as local processes.
 
-Seed 003's behaviour: twin namespaces per mapping strategy in the clusters the selector matches,
+docs/offloading.md's behaviour: twin namespaces per mapping strategy in the clusters the selector matches,
 per-cluster status and phase, conflicts refused without touching the foreign namespace, unoffload
 removing the twins; and a controller killed mid-offload converging after restart.
 """
@@ -75,7 +75,7 @@ def test_seed_003_selector_examples(runtime: ExternalRuntime, home: Client, fore
     ]}]}})  # fmt: skip
     status = wait_phase(home, "anded", "Ready")
     assert selected(status) == {"foreign-1"}
-    # seed 003: the status reports for each remote cluster whether it has been selected
+    # docs/offloading.md: the status reports for each remote cluster whether it has been selected
     not_selected = status["remoteNamespacesConditions"]["foreign-2"]
     assert [(c["type"], c["status"], c["reason"]) for c in not_selected] == [
         ("OffloadingRequired", "False", "NotSelected")
@@ -225,7 +225,7 @@ def test_info_shows_peerings_and_offloaded_namespaces(
 def test_selector_follows_labels_added_to_virtual_nodes_at_home(
     runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
-    """Seed 003: the selector sees the virtual Nodes' labels, an administrator's included, and
+    """docs/offloading.md: the selector sees the virtual Nodes' labels, an administrator's included, and
     re-selects when they change (issue: `kubectl label node liqo-foreign-2 team=ml`)."""
     from click.testing import CliRunner
 
@@ -288,7 +288,7 @@ def test_changing_the_cluster_selector_at_run_time_moves_the_twin(
 def test_selected_name_twin_and_a_second_namespace_asking_for_it_is_refused(
     runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
 ) -> None:
-    """Seed 003's SelectedName end to end; two home namespaces never share one twin."""
+    """docs/offloading.md's SelectedName end to end; two home namespaces never share one twin."""
     offload(home, "alpha", {"namespaceMappingStrategy": "SelectedName", "remoteNamespaceName": "shared-twin"})
     status = wait_phase(home, "alpha", "Ready")
     assert status["remoteNamespaceName"] == "shared-twin"
@@ -353,7 +353,7 @@ def test_the_home_api_server_refuses_a_twin_name_too_long(runtime: ExternalRunti
 def test_an_unreachable_foreign_cluster_fails_only_itself(
     runtime: ExternalRuntime, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
-    """Seed 003's per-cluster status: with foreign-2 down, offloads still reach foreign-1, report
+    """docs/offloading.md's per-cluster status: with foreign-2 down, offloads still reach foreign-1, report
     SomeFailed naming foreign-2, pods are admitted, and an unoffload withdraws from foreign-1 at
     once and from foreign-2 when it is back."""
     offload(home, "before-outage", {})
@@ -538,7 +538,7 @@ def test_cli_dropping_a_cluster_shows_what_is_deleted_and_asks(
 def test_a_pod_on_a_virtual_node_of_a_namespace_not_offloaded_is_told_what_to_run(
     runtime: ExternalRuntime, home: Client, dev_env: DevEnvironment
 ) -> None:
-    """Issue 35 (4): seed 002's OffloadingBackOff, with a Warning event and the command that fixes it."""
+    """Issue 35 (4): docs/reflection.md's OffloadingBackOff, with a Warning event and the command that fixes it."""
     create_namespace(home, "cli-later")
     eager = {
         "metadata": {"name": "eager", "namespace": "cli-later"},

@@ -97,7 +97,8 @@ def test_cli_selector_offloads_labelled_namespaces_later_ones_too_and_unoffloads
     assert (status["matchedNamespaces"], status["offloadedNamespaces"], status["notOwned"]) == (3, 2, [by_hand])
 
     # unoffload by selector: says what goes, asks first, then only the selector's namespaces go
-    refused = CliRunner().invoke(main, ["unoffload", "namespaces", "--namespace-selector", label, *kubeconfig], input="n\n")
+    unoffload = ["unoffload", "namespaces", "--namespace-selector", label, *kubeconfig]
+    refused = CliRunner().invoke(main, unoffload, input="n\n")
     assert refused.exit_code != 0
     assert f"{second}-home" in refused.output and f"{later}-home" in refused.output
     assert f"Left as they are (offloaded by hand): {by_hand}" in refused.output

@@ -99,7 +99,8 @@ def test_a_pod_asking_for_a_virtual_node_offloads_its_namespace_until_unused(
     # a nodeSelector alone: unschedulable, the virtual nodes' taint not tolerated outside offloaded namespaces
     # (admitted before the offloading exists, so the controller gives it the toleration: PodsPlacedOnDemand);
     # runtimeClassName liqo: bound to a virtual node at once, backing off there until the namespace is offloaded.
-    # One namespace each: the pod webhook refuses pods while a namespace's offloading is InProgress (seed 003).
+    # One namespace each: the pod webhook refuses pods while a namespace's offloading is InProgress
+    # (docs/offloading.md).
     pods: dict[str, dict[str, Any]] = {
         "by-node-selector": {"nodeSelector": {names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE}},
         "by-runtime-class": {"runtimeClassName": names.RUNTIME_CLASS_NAME},

@@ -1,4 +1,4 @@
-"""An offloaded pod's life after its creation, end to end (seeds 000, 002, 003).
+"""An offloaded pod's life after its creation, end to end (docs/offloading.md, 002, 003).
 
 What happens when its namespace is unoffloaded, when the remote status loses fields, when the home
 pod is updated, when the foreign cluster refuses it, when its remote pod is recreated after
@@ -378,7 +378,7 @@ def test_the_users_not_ready_and_unreachable_tolerations_are_kept(
     assert seconds["node.kubernetes.io/unreachable"] == 45
 
 
-# -- seed 002: anti-affinity presets spread remote pods over the foreign nodes -----------------
+# -- docs/reflection.md: anti-affinity presets spread remote pods over the foreign nodes -----------------
 def test_a_hard_anti_affinity_preset_puts_each_remote_pod_on_its_own_foreign_node(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
@@ -429,7 +429,7 @@ def test_a_soft_anti_affinity_preset_spreads_remote_pods(
     assert preferred[0].podAffinityTerm.labelSelector.matchLabels["app"] == "spread-soft"
 
 
-# -- seed 003: a new pod offloading strategy applies to new pods only ---------------------------
+# -- docs/offloading.md: a new pod offloading strategy applies to new pods only ---------------------------
 def kubelets_past_offloading_changes(home: Client, runtime: ExternalRuntime, namespace: str) -> None:
     """A sentinel: `namespace` offloaded now, a pod on each virtual node in it Running, then each
     virtual kubelet's pod queue drained; the namespace goes again.

@@ -1,4 +1,4 @@
-"""Pod IPs at home (seed 002): unique across foreign clusters that use the same pod range.
+"""Pod IPs at home (docs/reflection.md): unique across foreign clusters that use the same pod range.
 
 The session's foreign-1 and foreign-2 hand out pod IPs from the same range; the stack declares
 both ranges, so foreign-2's is remapped at home from the remapping pool, as the plan shows.

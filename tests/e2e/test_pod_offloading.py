@@ -1,4 +1,4 @@
-"""Pods offloaded through the virtual nodes, end to end (seeds 002 and 004).
+"""Pods offloaded through the virtual nodes, end to end (docs/reflection.md and 004).
 
 The vanilla scheduler places pods on the virtual nodes; the virtual kubelets turn them into
 ShadowPods in the twin namespaces; the foreign agents run them; status comes back home.

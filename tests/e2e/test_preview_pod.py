@@ -1,6 +1,6 @@
 """`liqo-stack preview pod` against what the runtime really does (issue 39, part 2).
 
-For a set of pods that together exercise every translation rule of seed 002 (scheduling constraints
+For a set of pods that together exercise every translation rule of docs/reflection.md (scheduling constraints
 dropped, a home PriorityClass and scheduler among them, host namespaces off, the three anti-affinity
 presets, RuntimeClass `liqo`, tolerations, the ServiceAccount token and the home API server, no token
 at all, the VirtualNodes' label and annotation skip lists), the remote pod the CLI previews,
@@ -42,7 +42,7 @@ TOKEN_VOLUME = re.compile(r"kube-api-access-[a-z0-9]{5}")
 
 FROM_MANIFEST = ("scheduling", "runtime-class", "anti-soft")
 PRIORITY_CLASS = "preview-high"
-# seed 002's skip lists, set on both VirtualNodes for the test: the pods carry both
+# docs/reflection.md's skip lists, set on both VirtualNodes for the test: the pods carry both
 SKIPPED_LABEL, SKIPPED_ANNOTATION = "release", "preview.example/owner"
 
 
@@ -51,7 +51,7 @@ def container(**extra: Any) -> list[dict[str, Any]]:
 
 
 def pods(namespace: str) -> dict[str, dict[str, Any]]:
-    """One pod per rule of seed 002 (several per pod where they do not interfere), by name."""
+    """One pod per rule of docs/reflection.md (several per pod where they do not interfere), by name."""
     app = {"app": "preview", "tier": "web", "release": "r1"}
 
     def pod(name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:

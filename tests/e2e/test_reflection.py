@@ -1,4 +1,4 @@
-"""Resource reflection end to end (seed 002): ConfigMaps, Secrets, Services and Ingresses of an
+"""Resource reflection end to end (docs/reflection.md): ConfigMaps, Secrets, Services and Ingresses of an
 offloaded namespace follow it into the twins, home is the truth, and foreign objects that are not
 ours are never touched."""
 
@@ -263,7 +263,7 @@ def test_settings_patched_on_the_virtual_node_apply_live(
 def test_an_offloaded_pod_runs_remotely_without_the_skipped_labels_and_annotations(
     offloaded: str, home: Client, foreign: dict[str, Client], virtual_node_patched: Any
 ) -> None:
-    """Seed 002's labelsNotReflected / annotationsNotReflected hold for offloaded pods too (never for the
+    """docs/reflection.md's labelsNotReflected / annotationsNotReflected hold for offloaded pods too (never for the
     ownership labels), and a change of the lists reaches the running remote pod."""
     from lightkube.resources.core_v1 import Pod
 
@@ -306,7 +306,7 @@ def test_an_offloaded_pod_runs_remotely_without_the_skipped_labels_and_annotatio
 def test_an_endpoint_slice_follows_its_service_unless_annotated_itself(
     offloaded: str, home: Client, foreign: dict[str, Client]
 ) -> None:
-    """Seed 002: a slice is reflected if its Service is, unless the slice carries liqo.io/allow-reflection
+    """docs/reflection.md: a slice is reflected if its Service is, unless the slice carries liqo.io/allow-reflection
     or liqo.io/skip-reflection itself. Slices made by hand (a managed-by of their own, so the home
     endpoint-slice controller leaves them alone), so their annotations stay as written."""
     from lightkube.resources.discovery_v1 import EndpointSlice
@@ -345,7 +345,7 @@ REFLECTED_KINDS = ("configmap", "secret", "service", "endpointslice", "ingress",
 def test_worker_counts_on_the_virtual_node_apply_live_to_every_kind(
     offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime, virtual_node_patched: Any
 ) -> None:
-    """Seed 002's `reflection.<kind>.workers`, changed 3 -> 8 -> 0 -> 3 while objects are reflected:
+    """docs/reflection.md's `reflection.<kind>.workers`, changed 3 -> 8 -> 0 -> 3 while objects are reflected:
     each kind's queue (events included) runs that many workers from then on; 0 turns the kind off
     (one worker still sees its keys through) and what was held back is reflected once it is back."""
     client = foreign["foreign-1"]
@@ -372,7 +372,7 @@ def test_worker_counts_on_the_virtual_node_apply_live_to_every_kind(
 def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
     offloaded: str, home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
 ) -> None:
-    """Seed 001's fault tolerance, at the issue's scale: 1,000 reflected objects, a restart, zero UIDs
+    """docs/offloading.md's fault tolerance, at the issue's scale: 1,000 reflected objects, a restart, zero UIDs
     changed and no write sent but the one for the object created afterwards."""
     count = 1000
     client = foreign["foreign-1"]
@@ -453,7 +453,7 @@ def test_endpoint_slices_let_every_cluster_reach_every_replica(
     home: Client,
     foreign: dict[str, Client],
 ) -> None:
-    """Seed 002: a Service whose pods run at home, in foreign-1 and in foreign-2 has, in each foreign
+    """docs/reflection.md: a Service whose pods run at home, in foreign-1 and in foreign-2 has, in each foreign
     cluster, endpoints for all three: its own from its control plane, the others reflected, at the
     addresses that cluster reaches them at. foreign-1 and foreign-2 use the same pod range, so
     foreign-2 gets foreign-1's replica moved out of its own range (the plan's reachesOthersIn)."""

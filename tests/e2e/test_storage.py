@@ -1,4 +1,4 @@
-"""Seed 002's storage fabric end to end: a claim of the home StorageClass `liqo` follows its first pod
+"""docs/reflection.md's storage fabric end to end: a claim of the home StorageClass `liqo` follows its first pod
 to a virtual node, is provisioned in that foreign cluster with the negotiated storage class, and
 comes back as a home PV bound to the claim with affinity to the virtual node.
 

@@ -1,4 +1,4 @@
-"""ServiceAccount tokens and events, end to end (seed 002).
+"""ServiceAccount tokens and events, end to end (docs/reflection.md).
 
 With apiServerTokenSupport on, an offloaded pod's ServiceAccount token is one the HOME API server
 issued, bound to the home pod: it authenticates at home as the pod's ServiceAccount and stops

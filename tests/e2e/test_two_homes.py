@@ -261,7 +261,7 @@ def test_each_virtual_node_shrinks_by_what_the_other_homes_pods_take(offloaded_i
     before = cpu_of(other)
     one.client.create(pod_manifest("big", NAMESPACE, "8"))
     wait_until(lambda: running(one.client, NAMESPACE, "big"), 90, "home's 8-cpu pod Running")
-    # seed 004: home-2 is offered a share of what is free, and home's pods take 8 cpu of it
+    # docs/offloading.md: home-2 is offered a share of what is free, and home's pods take 8 cpu of it
     wait_until(lambda: cpu_of(other) <= before - 7, 60, f"home-2's virtual node below {before - 7} cpu")
     one.client.delete(Pod, "big", namespace=NAMESPACE, grace_period=0)
 

@@ -1,6 +1,6 @@
 """The virtual nodes themselves, end to end: what they show, and how they follow the foreign cluster.
 
-Capacity is the foreign cluster's advertisement x the sharing percentage (seed 004), so it moves
+Capacity is the foreign cluster's advertisement x the sharing percentage (docs/offloading.md), so it moves
 when a foreign node comes or goes; health follows the foreign API server (the `installed` stack
 checks every 2 s and gives up after 2 failures).
 """

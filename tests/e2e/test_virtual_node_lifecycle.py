@@ -2,7 +2,7 @@
 changes, and an unreachable foreign cluster is a NotReady node, with the standard taint-based eviction.
 
 Declared changes go the user's way: the stack config changed, then `pulumi up`. Capacity follows
-seed 004: the share of what the foreign cluster has free, so it shrinks when the foreign cluster's
+docs/offloading.md: the share of what the foreign cluster has free, so it shrinks when the foreign cluster's
 own pods consume and loses a resource the cluster stops offering. The `installed` stack checks the
 foreign API server every 2 s and gives up after 2 failures.
 """
@@ -245,7 +245,7 @@ def test_a_resource_that_leaves_the_advertisement_leaves_the_node(
 
 
 def test_remote_pods_consume_and_the_node_shrinks(offloaded: str, home: Client, foreign: dict[str, Client]) -> None:
-    """Seed 004: the foreign cluster's own pods take 4 cpu: the virtual node loses 90% of them."""
+    """docs/offloading.md: the foreign cluster's own pods take 4 cpu: the virtual node loses 90% of them."""
     cluster = foreign["foreign-1"]
     before = {r: parse_quantity(q) or Decimal(0) for r, q in capacity_of(home, "foreign-1").items()}
     namespace = "local-work"
@@ -280,7 +280,7 @@ def tolerating(name: str, namespace: str, replicas: int, seconds: int) -> Deploy
 def test_taint_based_eviction_after_not_ready_with_a_short_toleration(
     offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
-    """Seed 000: a NotReady virtual node triggers the standard eviction by the pods' tolerations."""
+    """docs/offloading.md: a NotReady virtual node triggers the standard eviction by the pods' tolerations."""
     apply_deployment(home, tolerating("short-lived", offloaded, 4, 5))
     running: list[Any] = wait_until(lambda: all_running(home, offloaded, "short-lived", 4), 90, "4 pods Running")
     doomed = {p.metadata.name for p in running if p.spec.nodeName == VIRTUAL_NODES["foreign-2"]}
@@ -406,7 +406,7 @@ def test_a_virtual_kubelet_started_while_its_foreign_cluster_is_down_turns_its_n
     wait_until(lambda: all_running(home, offloaded, "steady", 4), 60, "the Deployment whole again")
 
 
-# -- credentials revoked (seed 000: an answer is not enough) --------------------------------------
+# -- credentials revoked (docs/offloading.md: an answer is not enough) --------------------------------------
 def test_revoked_rbac_turns_the_node_not_ready_with_a_reason_that_says_so(
     home: Client, foreign: dict[str, Client], runtime: ExternalRuntime
 ) -> None:

@@ -1,6 +1,6 @@
 """The admission webhooks through the real API server (TLS, the CA the controller-manager wrote).
 
-Seed 003: pods of an offloaded namespace get their strategy's constraints (the same table the unit
+docs/offloading.md: pods of an offloaded namespace get their strategy's constraints (the same table the unit
 tests check, now read back from the pods the API server stored); pod creation is rejected until the
 offloading is ready; the namespace mapping strategy can't change once set.
 """

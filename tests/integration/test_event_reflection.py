@@ -86,7 +86,7 @@ def test_an_event_missing_from_the_store_but_there_is_updated_in_place(
 def test_with_an_allow_list_only_events_about_annotated_objects_come_home(
     dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
 ) -> None:
-    """reflection.event.type AllowList (seed 002): an event comes home only when the home object it is
+    """reflection.event.type AllowList (docs/reflection.md): an event comes home only when the home object it is
     about (or the event) is annotated liqo.io/allow-reflection."""
     namespace, twin = namespaces
     targets: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """The virtual kubelet's health check against a real foreign API server: an answer is not enough.
 
-Seed 000: the node turns NotReady when the foreign API server cannot serve the home identity. A
+docs/offloading.md: the node turns NotReady when the foreign API server cannot serve the home identity. A
 401 (revoked or expired credentials) and a 403 (its RBAC removed) count as failed checks, with a
 reason that says which; a 404 (no advertisement yet) comes from a live, authorized server.
 """

@@ -2,7 +2,7 @@
 europe) and of foreign-2 (region us-west, staging), evaluated with core semantics: taints need a
 toleration, required node affinity terms are ORed and their expressions ANDed.
 
-EXPECTED is seed 003's table of strategies x `runtimeClassName: liqo` x cluster selector; the unit
+EXPECTED is docs/offloading.md's table of strategies x `runtimeClassName: liqo` x cluster selector; the unit
 tests check the mutation logic against it, the e2e tests the pods the real API server stores.
 """
 

@@ -115,7 +115,7 @@ def labelled_node(name: str, labels: dict[str, str] | None = None, ready: bool =
 
 
 def test_a_cluster_suggests_the_region_and_zone_all_its_nodes_share() -> None:
-    """Seed 000: the labels suggested for the virtual node (geographical region, ...), from the
+    """docs/offloading.md: the labels suggested for the virtual node (geographical region, ...), from the
     well-known topology labels on which every Ready physical node agrees."""
     region, zone = "topology.kubernetes.io/region", "topology.kubernetes.io/zone"
     one_zone = [labelled_node("a", {region: "eu", zone: "eu-1"}), labelled_node("b", {region: "eu", zone: "eu-1"})]

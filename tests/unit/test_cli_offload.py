@@ -68,7 +68,7 @@ def test_bad_flags_name_the_flag_and_apply_nothing() -> None:
 
 
 def test_a_remote_name_with_another_strategy_is_ignored_with_a_warning() -> None:
-    """Seed 003: --remote-namespace-name is only used with SelectedName, and ignored otherwise."""
+    """docs/offloading.md: --remote-namespace-name is only used with SelectedName, and ignored otherwise."""
     result = CliRunner().invoke(main, ["offload", "namespace", "foo", "-o", "yaml", "--remote-namespace-name", "bar"])
     assert result.exit_code == 0, result.output
     assert "warning: --remote-namespace-name is ignored with --namespace-mapping-strategy DefaultName" in result.stderr

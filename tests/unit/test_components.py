@@ -128,7 +128,7 @@ def test_external_mode_scales_runtime_deployments_to_zero(mocks: RecordingMocks)
 
 
 def test_the_virtual_kubelet_announces_its_pod_ip_as_node_address(mocks: RecordingMocks) -> None:
-    """Seed 002: the offloaded pods' hostIP is the virtual kubelet pod's IP (downward API)."""
+    """docs/reflection.md: the offloaded pods' hostIP is the virtual kubelet pod's IP (downward API)."""
     run_program()
 
     [deployment] = [

@@ -1,4 +1,4 @@
-"""Seed 000's health check: which answers of the foreign API server fail it, and when the node turns."""
+"""docs/offloading.md's health check: which answers of the foreign API server fail it, and when the node turns."""
 
 from __future__ import annotations
 

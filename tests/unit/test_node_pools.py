@@ -194,7 +194,8 @@ def test_the_pools_selector_replaces_the_home_one_in_the_remote_pod() -> None:
         },
     }
     assert remote_pod_spec_with(home_pod, None, GPU)["nodeSelector"] == GPU
-    assert "nodeSelector" not in remote_pod_spec_with(home_pod, None), "seed 002: home scheduling constraints go"
+    remote = remote_pod_spec_with(home_pod, None)
+    assert "nodeSelector" not in remote, "docs/reflection.md: home scheduling constraints go"
 
 
 # -- which virtual nodes one virtual kubelet serves ------------------------------------------------------

@@ -1,4 +1,4 @@
-"""NamespaceOffloading admission rules: name, SelectedName, immutable mapping (seed 003)."""
+"""NamespaceOffloading admission rules: name, SelectedName, immutable mapping (docs/offloading.md)."""
 
 from __future__ import annotations
 

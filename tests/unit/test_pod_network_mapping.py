@@ -1,4 +1,4 @@
-"""Which foreign pod ranges are remapped at home, and to what (seed 002), from config to VirtualNode."""
+"""Which foreign pod ranges are remapped at home, and to what (docs/reflection.md), from config to VirtualNode."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_the_virtual_node_carries_the_remapping_the_virtual_kubelet_uses() -> No
     assert plan["foreign-2"]["podNetwork"]["remapped"] is False
 
 
-# -- endpoints remapped for the destination (seed 002) -----------------------------------------------
+# -- endpoints remapped for the destination (docs/reflection.md) -----------------------------------------------
 HOME = ForeignPodNetwork("home", "10.100.0.0/16", None, "home")
 SAME_RANGE = [foreign("foreign-1", "10.101.0.0/16"), foreign("foreign-2", "10.101.0.0/16")]  # the dev clusters'
 
@@ -183,7 +183,7 @@ def test_the_virtual_node_carries_where_its_cluster_reaches_the_others() -> None
 
 
 def test_the_skip_lists_of_the_stack_config_reach_every_virtual_node() -> None:
-    """liqo:reflection.skipLabels / skipAnnotations become each VirtualNode's offloadingPatch (seed 002's
+    """liqo:reflection.skipLabels / skipAnnotations become each VirtualNode's offloadingPatch (docs/reflection.md's
     labelsNotReflected / annotationsNotReflected); none set: the patch is empty."""
     from liqo_stack.plan import virtual_node_spec
 

@@ -1,4 +1,4 @@
-"""Seed 002's reflected copies, as pure functions: policies, what each kind leaves out, change detection."""
+"""docs/reflection.md's reflected copies, as pure functions: policies, what each kind leaves out, change detection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cluster selectors (seed 003), twin namespace names, shared resources (seed 004), virtual-node identity."""
+"""Cluster selectors and shared resources (docs/offloading.md), twin namespace names, virtual-node identity."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def test_requirement_semantics(requirement: NodeSelectorRequirement, labels: dic
     assert selector_matches(selector(term(requirement)), labels) is expected
 
 
-# Seed 003: the same two requirements, as one selector (AND) or as two selectors (OR).
+# docs/offloading.md: the same two requirements, as one selector (AND) or as two selectors (OR).
 CLUSTERS: dict[str, dict[str, str]] = {
     "europe": {"region": "europe"},
     "us-west-staging": {"region": "us-west", "staging": ""},
@@ -249,7 +249,7 @@ def test_selected_name_without_a_name_is_an_error(remote: str | None) -> None:
         twin_namespace_name("foo", NamespaceMappingStrategy.SELECTED_NAME, "home", remote)
 
 
-# -- shared_resources (seed 004) --------------------------------------------------------------
+# -- shared_resources (docs/offloading.md) --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

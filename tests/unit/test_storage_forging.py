@@ -1,4 +1,4 @@
-"""Seed 002's storage fabric, the pure parts: which claims a virtual kubelet provisions, the remote
+"""docs/reflection.md's storage fabric, the pure parts: which claims a virtual kubelet provisions, the remote
 claim, the home PV, the StorageClass and settings the stack installs for it."""
 
 from __future__ import annotations

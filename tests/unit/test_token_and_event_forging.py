@@ -1,4 +1,4 @@
-"""The pure parts of token and event reflection (seed 002): what the remote pod mounts, when a token
+"""The pure parts of token and event reflection (docs/reflection.md): what the remote pod mounts, when a token
 is renewed, what a home event copied from a foreign one says; and where the home API server is."""
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def annotated(obj: dict[str, Any], **annotations: str) -> dict[str, Any]:
 
 
 def test_the_event_policy_follows_the_annotation_of_the_event_or_of_its_home_object() -> None:
-    """Seed 002's reflection.event.type: DenyList reflects all but what is annotated skip-reflection,
+    """docs/reflection.md's reflection.event.type: DenyList reflects all but what is annotated skip-reflection,
     AllowList only what is annotated allow-reflection (the home object, as users annotate it)."""
     deny, allow = ReflectionPolicy.DENY_LIST, ReflectionPolicy.ALLOW_LIST
     event = core_event()
@@ -352,7 +352,7 @@ def test_the_event_policy_follows_the_annotation_of_the_event_or_of_its_home_obj
 
 
 def test_a_home_event_carries_no_label_or_annotation_of_the_foreign_one() -> None:
-    """Seed 002's skip lists (labelsNotReflected / annotationsNotReflected) hold for events: the home
+    """docs/reflection.md's skip lists (labelsNotReflected / annotationsNotReflected) hold for events: the home
     copy carries only its own reflected-from label, nothing of the foreign event's metadata."""
     foreign = core_event(
         metadata={

@@ -1,4 +1,4 @@
-"""Pure parts of the virtual kubelet and the foreign agent: seed 002's pod translation, seed 004's
+"""Pure parts of the virtual kubelet and the foreign agent: docs/reflection.md's pod translation, docs/offloading.md's
 advertised resources, and the virtual node's conditions."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_remote_metadata_carries_origin_and_destination() -> None:
 
 
 def test_remote_metadata_leaves_out_the_virtual_nodes_skipped_labels_and_annotations() -> None:
-    """Seed 002's labelsNotReflected / annotationsNotReflected apply to offloaded pods too, but never
+    """docs/reflection.md's labelsNotReflected / annotationsNotReflected apply to offloaded pods too, but never
     to the ownership labels or to the labels the remote anti-affinity selects on."""
     spec = VirtualNodeSpec.model_validate(
         {
@@ -279,7 +279,7 @@ def test_capacity_and_allocatable_are_replaced_whole() -> None:
 
 
 def test_the_virtual_node_carries_the_labels_its_foreign_cluster_suggests() -> None:
-    """Seed 000 / DESIGN: the Node's labels are the advertisement's suggested ones, the VirtualNode's
+    """docs/offloading.md / DESIGN: the Node's labels are the advertisement's suggested ones, the VirtualNode's
     (which win on a shared key) and the two that identify it."""
     from runtime.api.resources import ResourceAdvertisementResource, VirtualNodeResource
     from runtime.kube import Informer

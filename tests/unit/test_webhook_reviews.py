@@ -50,7 +50,7 @@ def test_a_pod_is_denied_while_the_offloading_is_missing_or_behind() -> None:
 
 
 def test_a_pod_is_admitted_as_a_local_one_while_the_namespace_is_unoffloaded() -> None:
-    """Seed 003: unoffloading reschedules the offloaded pods locally; their replacements are not refused."""
+    """docs/offloading.md: unoffloading reschedules the offloaded pods locally; their replacements are not refused."""
     leaving = {**READY, "metadata": {**READY["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
     assert admit_pod(request(pod()), {"apps": leaving}.get)["response"] == {"uid": "u-1", "allowed": True}
 
