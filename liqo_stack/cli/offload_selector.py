@@ -237,7 +237,7 @@ def offload_namespaces(
         if found.metadata and found.metadata.deletionTimestamp:
             raise click.ClickException(
                 f"NamespaceOffloadingSelector {name} is being deleted: wait until it is gone "
-                f"(`liqo-stack unoffload namespaces --namespace-selector '{format_label_selector(selector)}'` waits for it)"
+                f"(`liqo-stack unoffload namespaces -l '{format_label_selector(selector)}'` waits for it)"
             )
         offloadings = offloadings_by_namespace(client)
         matched = set(matching_namespaces(client, selector))
