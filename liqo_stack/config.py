@@ -855,6 +855,14 @@ class RuntimeConfig(ConfigModel):
     leader_election: LeaderElectionConfig = Field(
         default_factory=LeaderElectionConfig, description="the leader election timings of every component"
     )
+    # One process serves many peerings (runtime/virtualkubelet/peerings.py); 1 keeps one Deployment per
+    # foreign cluster, as stacks made before it have (no Deployment is replaced by an upgrade).
+    peerings_per_process: Annotated[int, Field(ge=1, strict=True)] | Literal["all"] = Field(
+        default=1,
+        description="cluster mode: how many foreign clusters one virtual-kubelet Deployment serves: 1 (one "
+        "Deployment each), N (shards of N, in the order of liqo:foreignClusters) or `all`; external mode: one "
+        "local process serves them all",
+    )
 
     @model_validator(mode="after")
     def _one_digest(self) -> Self:

@@ -250,6 +250,13 @@ def _identities() -> list[tuple[str, str, str, list[manifests.Manifest]]]:
             "cluster-wide",
             manifests.virtual_kubelet_rules("<foreign>"),
         ),
+        (
+            "a shard of virtual kubelets (`liqo/liqo-virtual-kubelets-<shard>`, `liqo:runtime.peeringsPerProcess`): "
+            "these, and each of its peerings' rules above, bound to it by that peering",
+            "home",
+            "cluster-wide",
+            manifests.VIRTUAL_KUBELET_RULES,
+        ),
         ("foreign agent (`liqo/liqo-foreign-agent`)", "foreign", "cluster-wide", manifests.FOREIGN_AGENT_RULES),
         (home_identity, "foreign", "its tenant namespace `liqo-tenant-<home>`", manifests.HOME_IDENTITY_TENANT_RULES),
         (home_identity, "foreign", "each twin namespace of `<home>`", manifests.home_in_twin_namespace_rules()),

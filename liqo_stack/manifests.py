@@ -267,14 +267,21 @@ def secret(name: str, ns: str, string_data: dict[str, Any], component: str) -> M
 
 
 def virtual_node(
-    spec: VirtualNodeSpec, name: str | None = None, *, move_unfit_pods_after: int | None = None
+    spec: VirtualNodeSpec,
+    name: str | None = None,
+    *,
+    move_unfit_pods_after: int | None = None,
+    shard: str | None = None,
 ) -> Manifest:
     """`name`: a node pool's (default: the cluster's one virtual node); `move_unfit_pods_after`: the
-    stack-wide policy for pods no foreign node fits, which the runtime reads off the VirtualNodes."""
+    stack-wide policy for pods no foreign node fits, which the runtime reads off the VirtualNodes;
+    `shard`: the shard of virtual-kubelet processes that serves it (cluster mode)."""
     vn = VirtualNode(spec=spec)
     vn.metadata.name = name or names.virtual_node_name(spec.cluster_id)
     vn.metadata.namespace = names.LIQO_NAMESPACE
     vn.metadata.labels = {**_labels("virtual-node"), names.REMOTE_CLUSTER_ID_LABEL: spec.cluster_id}
+    if shard is not None:
+        vn.metadata.labels[names.VIRTUAL_KUBELET_SHARD_LABEL] = shard
     if move_unfit_pods_after is not None:
         vn.metadata.annotations = {names.MOVE_UNFIT_PODS_AFTER_ANNOTATION: str(move_unfit_pods_after)}
     wire = vn.to_wire()

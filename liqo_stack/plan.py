@@ -132,3 +132,16 @@ def stack_plan(config: StackConfig) -> dict[str, Any]:
         "foreignClusters": virtual_nodes_plan(config),
         "namespaces": namespaces_plan(config),
     }
+
+
+def virtual_kubelet_shards(config: StackConfig) -> dict[str, str]:
+    """Foreign cluster id -> the shard of virtual-kubelet Deployments that serves it (cluster mode,
+    liqo:runtime.peeringsPerProcess): shards of N in the order of liqo:foreignClusters, named `0`, `1`, ...;
+    none (one Deployment per foreign cluster) with 1. A cluster removed from the list moves the ones
+    after it to earlier shards: each moved peering is handed over between processes, its pods untouched."""
+    per_process = config.runtime.peerings_per_process
+    ids = [foreign.cluster_id for foreign in config.foreign_clusters]
+    if per_process == 1:
+        return {}
+    size = len(ids) if per_process == "all" else per_process
+    return {cluster_id: str(index // max(1, size)) for index, cluster_id in enumerate(ids)}

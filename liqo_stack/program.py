@@ -28,9 +28,10 @@ from liqo_stack import config as stack_config
 from liqo_stack.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
 from liqo_stack.components.cluster import provider
 from liqo_stack.components.credentials import server_of
+from liqo_stack.components.shard import VirtualKubeletShard
 from liqo_stack.components.tenant import ForeignTenant
 from liqo_stack.floor import refused_by_new_floor
-from liqo_stack.plan import stack_plan
+from liqo_stack.plan import stack_plan, virtual_kubelet_shards
 
 
 def load_config() -> stack_config.StackConfig | stack_config.ForeignSideStackConfig:
@@ -182,6 +183,11 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
     home_plane = HomeControlPlane("home", home, config.runtime, config.on_demand.args())
     handlers: list[pulumi.Resource] = [home_plane.controller_manager]
     peerings: dict[str, Peering] = {}
+    shard_of = virtual_kubelet_shards(config)
+    shards = {
+        shard: VirtualKubeletShard(shard, config=config, home=home, home_plane=home_plane)
+        for shard in dict.fromkeys(shard_of.values())
+    }
     for foreign_config in config.foreign_clusters:
         foreign = clusters.get(foreign_config.cluster_id)
         agent = None
@@ -207,6 +213,7 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
             foreign=foreign,
             home_plane=home_plane,
             agent=agent,
+            shard=shards.get(shard_of.get(foreign_config.cluster_id, "")),
         )
         handlers.append(peering.virtual_kubelet)
         peerings[foreign_config.cluster_id] = peering

@@ -268,6 +268,7 @@ async def virtual_kubelet(
         home_cluster_id=args.home_cluster_id,
         metrics=probes.metrics,
         shard=args.foreign_cluster_id,
+        shard_label=args.shard,
         ports=ports,
         node_address=args.node_address,
     )
@@ -378,9 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kubelet.add_argument(
         "--shard",
-        default="all",
         type=_shard_name,
-        help="the name of this shard of peerings: its leader Lease (with one --foreign-cluster-id: that cluster's)",
+        help=f"serve the foreign clusters whose VirtualNodes are labelled {names.VIRTUAL_KUBELET_SHARD_LABEL}=SHARD "
+        "(cluster mode, liqo:runtime.peeringsPerProcess); also names the leader Lease",
     )
     kubelet.add_argument(
         "--node-address",
@@ -474,10 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "virtual-kubelet":
         home = client_from(args.kubeconfig, "liqo-virtual-kubelet")
         metrics.count_requests(home, args.home_cluster_id)
-        shard = args.foreign_cluster_id
-        lease = (
-            names.virtual_kubelet_lease(shard[0]) if len(shard) == 1 else names.virtual_kubelet_shard_lease(args.shard)
-        )
+        given = args.foreign_cluster_id
+        one = len(given) == 1 and not args.shard
+        lease = names.virtual_kubelet_lease(given[0]) if one else names.virtual_kubelet_shard_name(args.shard or "all")
         elector = elector_for(home, args, lease)
         leads = elector.is_leader.is_set if elector else lambda: True
         asyncio.run(serve(virtual_kubelet(home, args, probes, leads), probes, home, args, elector))

@@ -9,6 +9,7 @@ from liqo_stack.components._controller import deploy_controller
 from liqo_stack.components.cluster import Cluster
 from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
+from liqo_stack.components.shard import VirtualKubeletShard
 from liqo_stack.components.tenant import TenantSide, declare_tenant
 from liqo_stack.config import ForeignCluster, StackConfig, VirtualNodeConfig
 from liqo_stack.plan import virtual_node_spec
@@ -26,10 +27,13 @@ class Peering(pulumi.ComponentResource):
         foreign: Cluster | None,
         home_plane: HomeControlPlane,
         agent: ForeignAgent | None,
+        shard: VirtualKubeletShard | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`foreign` and `agent`: that cluster's side, declared by this stack; None when it peers through
-        the identity that cluster's own stack issued (foreign_config.identityKubeconfig)."""
+        the identity that cluster's own stack issued (foreign_config.identityKubeconfig). `shard`: the
+        shard of virtual-kubelet processes that serves it (liqo:runtime.peeringsPerProcess); None: a
+        virtual-kubelet Deployment of its own."""
         super().__init__("liqo-stack:index:Peering", name, None, opts)
         home_id, foreign_id = home.cluster_id, foreign_config.cluster_id
         component = "peering"
@@ -63,30 +67,47 @@ class Peering(pulumi.ComponentResource):
             in_liqo,
             string_data=kubeconfig.apply(lambda text: {"kubeconfig": text}),
         )
-        self.virtual_kubelet = deploy_controller(
-            home,
-            self,
-            resource_name=f"virtual-kubelet-{foreign_id}",
-            name=names.virtual_kubelet_name(foreign_id),
-            component="virtual-kubelet",
-            rules=manifests.virtual_kubelet_rules(
-                foreign_id,
-                [pool.name for pool in foreign_config.virtual_nodes],
-                config.reflection.custom_reflection(),
-            ),
-            args=[
-                "virtual-kubelet",
-                f"--foreign-cluster-id={foreign_id}",
-                f"--home-cluster-id={home_id}",
-                "--node-address=$(POD_IP)",  # seed 002: the pods' hostIP is the virtual kubelet pod's IP
-                # one process serves every pool of the cluster (they share its twin namespaces)
-                *(f"--pool={pool.name}" for pool in foreign_config.virtual_nodes),
-            ],
-            runtime=config.runtime,
-            replicas=config.runtime.replicas.virtual_kubelet,
-            depends_on=[home_plane.namespace, secret],
-            env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        rules = manifests.virtual_kubelet_rules(
+            foreign_id, [pool.name for pool in foreign_config.virtual_nodes], config.reflection.custom_reflection()
         )
+        if shard is None:
+            self.virtual_kubelet = deploy_controller(
+                home,
+                self,
+                resource_name=f"virtual-kubelet-{foreign_id}",
+                name=names.virtual_kubelet_name(foreign_id),
+                component="virtual-kubelet",
+                rules=rules,
+                args=[
+                    "virtual-kubelet",
+                    f"--foreign-cluster-id={foreign_id}",
+                    f"--home-cluster-id={home_id}",
+                    "--node-address=$(POD_IP)",  # docs/reflection.md: the pods' hostIP is the virtual kubelet pod's IP
+                    # one process serves every pool of the cluster (they share its twin namespaces)
+                    *(f"--pool={pool.name}" for pool in foreign_config.virtual_nodes),
+                ],
+                runtime=config.runtime,
+                replicas=config.runtime.replicas.virtual_kubelet,
+                depends_on=[home_plane.namespace, secret],
+                env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            )
+            serving: list[pulumi.Resource] = [self.virtual_kubelet]
+        else:
+            # this peering's rights, given to the shard's identity: they go with the peering, after its
+            # VirtualNode (which depends on them) is released
+            name = names.virtual_kubelet_name(foreign_id)
+            role = home.object(
+                f"virtual-kubelet-{foreign_id}-role",
+                manifests.cluster_role(name, rules, "virtual-kubelet"),
+                pulumi.ResourceOptions(parent=self),
+            )
+            binding = home.object(
+                f"virtual-kubelet-{foreign_id}-binding",
+                manifests.binding("ClusterRole", name, name, shard.name, ns, "virtual-kubelet"),
+                pulumi.ResourceOptions(parent=self, depends_on=[role, shard.deployment]),
+            )
+            self.virtual_kubelet = shard.deployment
+            serving = [shard.deployment, binding]
         # The VirtualNode is deleted first: its virtual kubelet holds it (finalizer) until the Node is
         # drained and deleted and the twins are gone, which needs the virtual kubelet, the
         # controller-manager, the foreign agent, the credentials and the home identity's token and
@@ -100,13 +121,14 @@ class Peering(pulumi.ComponentResource):
                     virtual_node_spec(config, foreign_config, pool),
                     names.virtual_node_name(foreign_id, pool.name if pool else None),
                     move_unfit_pods_after=config.virtual_kubelet.move_unfit_pods_after_seconds,
+                    shard=shard.shard if shard is not None else None,
                 ),
                 pulumi.ResourceOptions(
                     parent=self,
                     depends_on=[
                         *home_plane.crds,
                         home_plane.controller_manager,
-                        self.virtual_kubelet,
+                        *serving,
                         secret,
                         *foreign_side,
                     ],

@@ -44,6 +44,10 @@ OFFLOADED_ON_DEMAND_LABEL: Final = f"{OWN_DOMAIN}/offloaded-on-demand"
 ON_DEMAND_STRATEGY_ANNOTATION: Final = f"{OWN_DOMAIN}/on-demand-pod-offloading-strategy"
 ON_DEMAND_CLUSTER_SELECTOR_ANNOTATION: Final = f"{OWN_DOMAIN}/on-demand-cluster-selector"
 ON_DEMAND_GRACE_PERIOD_ANNOTATION: Final = f"{OWN_DOMAIN}/on-demand-grace-period"
+# On a VirtualNode (cluster mode, `liqo:runtime.peeringsPerProcess`): the shard of virtual-kubelet
+# processes that serves it. A process started with `--shard NAME` serves the VirtualNodes labelled NAME,
+# so a peering added to or removed from a shard starts or ends inside the running process.
+VIRTUAL_KUBELET_SHARD_LABEL: Final = f"{OWN_DOMAIN}/virtual-kubelet-shard"
 
 # Reflected objects carry both; a reflector never touches an object that lacks them.
 ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
@@ -163,8 +167,9 @@ def virtual_kubelet_lease(foreign_cluster_id: str) -> str:
     return virtual_kubelet_name(foreign_cluster_id)
 
 
-def virtual_kubelet_shard_lease(shard: str) -> str:
-    """One leader per shard of peerings served by one process (runtime/virtualkubelet/peerings.py)."""
+def virtual_kubelet_shard_name(shard: str) -> str:
+    """A shard's virtual-kubelet Deployment, its identity, and its leader Lease (runtime/virtualkubelet/
+    peerings.py): one leader per shard of peerings served by one process; `all` without a shard."""
     return f"liqo-virtual-kubelets-{shard}"
 
 

@@ -1,7 +1,8 @@
 """The peerings one virtual-kubelet process serves, each isolated from the others.
 
-A process serves the foreign clusters it is given (`--foreign-cluster-id`, repeated: a shard) or,
-given none, every foreign cluster with a VirtualNode at home. It reads the VirtualNodes through the
+A process serves the foreign clusters it is given (`--foreign-cluster-id`, repeated), those whose
+VirtualNodes carry its shard's label (`--shard`: cluster mode's shards), or, given neither, every
+foreign cluster with a VirtualNode at home. It reads the VirtualNodes through the
 process's shared home informers and keeps one task per foreign cluster:
 - started once the cluster has a VirtualNode (a peering that `pulumi up` adds, or one that comes
   back after its removal, is served without a restart of anything);
@@ -130,10 +131,12 @@ class Peerings:
         home_cluster_id: str,
         metrics: EngineMetrics,
         shard: Sequence[str] = (),
+        shard_label: str | None = None,
         ports: KubeletPorts | None = None,
         node_address: str = NODE_ADDRESS,
     ) -> None:
-        """`shard`: the foreign clusters to serve (empty: every one with a VirtualNode at home)."""
+        """`shard`: the foreign clusters to serve (empty: every one with a VirtualNode at home);
+        `shard_label`: only those whose VirtualNodes are labelled so (names.VIRTUAL_KUBELET_SHARD_LABEL)."""
         self.home = home
         self.home_cluster_id = home_cluster_id
         self.metrics = metrics
@@ -142,7 +145,10 @@ class Peerings:
         self.ports = ports or KubeletPorts(base=None, address=node_address)
         self.node_address = node_address
         self.shared_home = SharedWatches(home)
-        self.virtual_nodes = self.shared_home.informer(VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
+        labels = {names.VIRTUAL_KUBELET_SHARD_LABEL: shard_label} if shard_label else None
+        self.virtual_nodes = self.shared_home.informer(
+            VirtualNodeResource, namespace=names.LIQO_NAMESPACE, labels=labels
+        )
         self.virtual_nodes.add_handler(self._on_virtual_node)
         self.queue = WorkQueue(self.reconcile, workers=1, name="peerings", metrics=metrics)
         self.served: dict[str, ServedPeering] = {}

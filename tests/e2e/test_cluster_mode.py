@@ -30,7 +30,8 @@ from pulumi import automation as auto
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from tests.support.kube import free_port, wait_until
+from runtime.api.resources import VirtualNodeResource
+from tests.support.kube import free_port, get_or_none, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -217,3 +218,59 @@ def test_probes_stay_open_and_metrics_are_not_in_the_clear(agent_process: tuple[
     # the metrics port speaks TLS only
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         urllib.request.urlopen(f"http://127.0.0.1:{agent_process[1]}/metrics", timeout=5)
+
+
+# -- shards: many peerings in one virtual-kubelet Deployment ---------------------------------------
+def allowed(home: Client, account: str, verb: str, resource: str, name: str, group: str = "") -> bool:
+    """What the API server answers for this ServiceAccount (as `kubectl auth can-i --as` asks)."""
+    from lightkube.models.authorization_v1 import ResourceAttributes, SubjectAccessReviewSpec
+    from lightkube.resources.authorization_v1 import SubjectAccessReview
+
+    attributes = ResourceAttributes(
+        verb=verb, resource=resource, name=name, group=group, namespace=names.LIQO_NAMESPACE
+    )
+    review = SubjectAccessReview(
+        spec=SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{names.LIQO_NAMESPACE}:{account}", resourceAttributes=attributes
+        )
+    )
+    answer: Any = home.create(review)
+    return bool(answer.status.allowed)
+
+
+def test_peerings_per_process_all_runs_one_virtual_kubelet_deployment_holding_each_peerings_rights(
+    cluster_stack: auto.Stack, home: Client, foreign: dict[str, Client]
+) -> None:
+    """`peeringsPerProcess: all`: one Deployment serves both peerings, by the label on their
+    VirtualNodes; its identity holds each peering's own rights (its VirtualNode), and nothing of a
+    cluster it does not serve. Back to the default, each peering has its Deployment again."""
+    config = PulumiEnvironment.liqo_config(cluster_stack)
+    shard = names.virtual_kubelet_shard_name("0")
+    try:
+        PulumiEnvironment.set_liqo_config(
+            cluster_stack, {**config, "runtime": {**config["runtime"], "peeringsPerProcess": "all"}}
+        )
+        assert cluster_stack.up(on_output=print).summary.result == "succeeded"
+        deployment: Any = home.get(Deployment, shard, namespace=names.LIQO_NAMESPACE)
+        assert "--shard=0" in deployment.spec.template.spec.containers[0].args
+        for cluster_id in foreign:
+            assert get_or_none(home, Deployment, names.virtual_kubelet_name(cluster_id), names.LIQO_NAMESPACE) is None
+            node = names.virtual_node_name(cluster_id)
+            vn: Any = home.get(VirtualNodeResource, node, namespace=names.LIQO_NAMESPACE)
+            assert vn.metadata.labels[names.VIRTUAL_KUBELET_SHARD_LABEL] == "0"
+            assert allowed(home, shard, "patch", "virtualnodes", node, names.GROUP)
+        assert not allowed(home, shard, "patch", "virtualnodes", names.virtual_node_name("elsewhere"), names.GROUP)
+        wait_until(
+            lambda: any(
+                p.status and p.status.phase == "Running"
+                for p in home.list(Pod, namespace=names.LIQO_NAMESPACE, labels={"app.kubernetes.io/name": shard})
+            ),
+            90,
+            "the shard's pod admitted and Running",
+        )
+    finally:
+        PulumiEnvironment.set_liqo_config(cluster_stack, config)
+        assert cluster_stack.up(on_output=print).summary.result == "succeeded"
+    assert get_or_none(home, Deployment, shard, names.LIQO_NAMESPACE) is None
+    for cluster_id in foreign:
+        home.get(Deployment, names.virtual_kubelet_name(cluster_id), namespace=names.LIQO_NAMESPACE)

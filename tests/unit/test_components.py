@@ -391,3 +391,64 @@ def test_the_identity_token_is_waited_for_up_to_a_minute(mocks: RecordingMocks) 
     tokens = [m for m in mocks.in_cluster("foreign-1") if m.get("type") == "kubernetes.io/service-account-token"]
     assert [t["metadata"]["annotations"]["pulumi.com/waitFor"] for t in tokens] == ["jsonpath={.data.token}"]
     assert tokens[0]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"] == "60"
+
+
+def shards_config(tmp_path: Path, per_process: object, count: int = 3) -> dict[str, Any]:
+    config = stack_config(tmp_path)
+    kubeconfig = json.loads(config["liqo:foreignClusters"])[0]["kubeconfigPath"]
+    config["liqo:foreignClusters"] = json.dumps(
+        [{"clusterId": f"foreign-{n}", "kubeconfigPath": kubeconfig} for n in range(1, count + 1)]
+    )
+    config["liqo:namespaces"] = json.dumps([])
+    config["liqo:runtime"] = json.dumps({"mode": "cluster", "peeringsPerProcess": per_process})
+    pulumi.runtime.set_all_config(config)
+    return config
+
+
+def test_shards_of_two_serve_the_peerings_by_label_each_peering_bringing_its_rights(
+    mocks: RecordingMocks, tmp_path: Path
+) -> None:
+    """peeringsPerProcess 2 with three clusters: two virtual-kubelet Deployments, each selecting its
+    VirtualNodes by label (adding or removing a peering rolls none); each peering's ClusterRole is
+    bound to its shard's identity by a binding of its own."""
+    from runtime.__main__ import build_parser
+
+    shards_config(tmp_path, 2)
+    run_program()
+    home = mocks.in_cluster("home")
+    deployments = sorted(m["metadata"]["name"] for m in home if m["kind"] == "Deployment")
+    assert deployments == ["liqo-controller-manager", "liqo-virtual-kubelets-0", "liqo-virtual-kubelets-1"]
+    [container] = deployment_named(mocks, "home", "liqo-virtual-kubelets-1")["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.7") for a in container["args"]])
+    assert (args.shard, args.foreign_cluster_id, args.pool) == ("1", [], [])
+    shard_of = {
+        m["metadata"]["name"]: m["metadata"]["labels"][names.VIRTUAL_KUBELET_SHARD_LABEL]
+        for m in home
+        if m["kind"] == "VirtualNode"
+    }
+    assert shard_of == {"liqo-foreign-1": "0", "liqo-foreign-2": "0", "liqo-foreign-3": "1"}
+    bindings = {m["metadata"]["name"]: m for m in home if m["kind"] == "ClusterRoleBinding"}
+    binding = bindings[names.virtual_kubelet_name("foreign-3")]
+    assert binding["subjects"][0]["name"] == "liqo-virtual-kubelets-1"
+    assert binding["roleRef"]["name"] == names.virtual_kubelet_name("foreign-3")
+
+
+def test_all_peerings_in_one_deployment_and_one_per_cluster_by_default(mocks: RecordingMocks, tmp_path: Path) -> None:
+    shards_config(tmp_path, "all")
+    run_program()
+    deployments = sorted(m["metadata"]["name"] for m in mocks.in_cluster("home") if m["kind"] == "Deployment")
+    assert deployments == ["liqo-controller-manager", "liqo-virtual-kubelets-0"]
+
+
+def test_peerings_per_process_must_be_a_count_or_all(tmp_path: Path) -> None:
+    from liqo_stack.config import ConfigError, StackConfig
+
+    for bad in (0, "some", 1.5):
+        with pytest.raises((ConfigError, ValueError), match="peeringsPerProcess"):
+            StackConfig.model_validate(
+                {
+                    "home": {"clusterId": "home"},
+                    "foreignClusters": [],
+                    "runtime": {"peeringsPerProcess": bad},
+                }
+            )
