@@ -61,7 +61,7 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
-# Resource types whose reflection can be configured (seed 002: pods, PVCs and ServiceAccounts can't).
+# Resource types whose reflection can be configured (docs/reflection.md: pods, PVCs and ServiceAccounts can't).
 REFLECTED_RESOURCES = ("configmap", "secret", "service", "endpointslice", "ingress", "event")
 
 
@@ -179,7 +179,7 @@ class ClusterAccess(ConfigModel):
         default=None,
         alias="podCIDR",
         description="the range this cluster's pods take their IPs from: lets the plan detect overlapping pod ranges "
-        "and remap them (seed 002)",
+        "and remap them (docs/reflection.md)",
     )
 
     @model_validator(mode="after")
@@ -247,7 +247,7 @@ def _dns_subdomain(value: str) -> str:
 
 
 class StorageClassConfig(ConfigModel):
-    """A StorageClass of the foreign cluster that home claims of class `liqo` get there (seed 002)."""
+    """A StorageClass of the foreign cluster that home claims of class `liqo` get there (docs/reflection.md)."""
 
     storage_class_name: Annotated[str, AfterValidator(_dns_subdomain)] = Field(
         description="a StorageClass of the foreign cluster"
@@ -681,7 +681,7 @@ class CustomResourceConfig(ConfigModel):
 
 
 class ReflectionConfig(ConfigModel):
-    """Resource reflection into the twin namespaces (seed 002); applied live through the VirtualNodes."""
+    """Resource reflection into the twin namespaces (docs/reflection.md); applied live through the VirtualNodes."""
 
     resources: dict[Literal[REFLECTED_RESOURCES], ReflectorConfig] = Field(  # type: ignore[valid-type]
         default_factory=dict,
@@ -722,7 +722,7 @@ class VirtualKubeletConfig(ConfigModel):
     failure_threshold: int = Field(
         default=3, ge=1, le=100, description="failed checks in a row before the virtual node turns NotReady"
     )
-    # seed 002: offloaded pods get tokens of the home API server (off: no token leaves home) ...
+    # docs/reflection.md: offloaded pods get tokens of the home API server (off: no token leaves home) ...
     api_server_token_support: bool = Field(
         default=True,
         description="offloaded pods that mount their ServiceAccount token get one the home API server issued "

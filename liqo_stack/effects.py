@@ -450,7 +450,7 @@ def reflection_change(
     for (kind, name), pods in sorted(used.items()):
         obj = objects.get(kind, {}).get(name)
         if obj is None or kind not in ("configmap", "secret", "service"):
-            continue  # missing at home, or a claim (not configurable: seed 002)
+            continue  # missing at home, or a claim (not configurable: docs/reflection.md)
         outcome = copy_outcome(kind, obj, settings_from(old, kind), settings_from(new, kind))
         if outcome is not None:
             after, why = outcome

@@ -43,7 +43,7 @@ def runtime_namespace(component: str) -> Manifest:
 
 
 def runtime_class() -> Manifest:
-    """RuntimeClass `liqo`: its pods go to virtual nodes and tolerate their taint (seed 003)."""
+    """RuntimeClass `liqo`: its pods go to virtual nodes and tolerate their taint (docs/offloading.md)."""
     return {
         "apiVersion": "node.k8s.io/v1",
         "kind": "RuntimeClass",
@@ -64,7 +64,7 @@ def runtime_class() -> Manifest:
 
 
 def storage_class() -> Manifest:
-    """StorageClass `liqo` (seed 002): binding waits for the first pod, so a claim goes where that pod goes;
+    """StorageClass `liqo` (docs/reflection.md): binding waits for the first pod, so a claim goes where that pod goes;
     on a virtual node its virtual kubelet provisions it in the foreign cluster."""
     return {
         "apiVersion": "storage.k8s.io/v1",
@@ -322,7 +322,7 @@ def webhook_client(path: str, *, url_port: int | None) -> Manifest:
 
 def pod_mutating_webhook(url_port: int | None) -> Manifest:
     """Pods of namespaces labelled liqo.io/scheduling-enabled=true: rejected until the offloading is
-    ready, then constrained per strategy (seed 003). Fail closed: without the webhook a pod would
+    ready, then constrained per strategy (docs/offloading.md). Fail closed: without the webhook a pod would
     ignore its namespace's strategy."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -353,7 +353,7 @@ def pod_mutating_webhook(url_port: int | None) -> Manifest:
 
 
 def offloading_validating_webhook(url_port: int | None) -> Manifest:
-    """NamespaceOffloading rules (seed 003). Fail open: `pulumi up` may create offloadings before the
+    """NamespaceOffloading rules (docs/offloading.md). Fail open: `pulumi up` may create offloadings before the
     controller-manager runs, and the controller only ever acts on the twin it recorded."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -453,7 +453,7 @@ VIRTUAL_KUBELET_RULES: list[Manifest] = [
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-    # seed 002: tokens of offloaded pods' ServiceAccounts, bound to the home pod (apiServerTokenSupport)
+    # docs/reflection.md: tokens of offloaded pods' ServiceAccounts, bound to the home pod (apiServerTokenSupport)
     {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
     # the home PVs standing for the claims it provisions in the foreign cluster (runtime/reflection/storage.py)
     {

@@ -101,7 +101,7 @@ def pools_plan(config: StackConfig, foreign: ForeignCluster) -> dict[str, Any]:
     return plan
 
 
-# Selection at run time reads the virtual Nodes' labels (seed 003), which administrators may extend.
+# Selection at run time reads the virtual Nodes' labels (docs/offloading.md), which administrators may extend.
 SELECTION_NOTE = (
     "selected from the labels declared in liqo:foreignClusters[].labels; labels added to the virtual "
     "nodes at home (kubectl label node liqo-<cluster id> ...) count too and can change the selection"

@@ -4,7 +4,7 @@ Pure: the caller reads the home cluster (`PodContext`); the remote pod is forged
 the virtual kubelet and the foreign agent use (runtime.forging: `shadow_pod`, then `pod_of_shadow`),
 and whether each object the pod uses follows it by the reflectors' own settings and policy
 (runtime.forging.objects), so the preview and the runtime cannot drift. What this module adds is
-only the telling: which fields changed and why (seed 002), and why an object stays home.
+only the telling: which fields changed and why (docs/reflection.md), and why an object stays home.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ def _anti_affinity_text(affinity: Mapping[str, Any]) -> str:
 
 
 def changes(home_pod: Mapping[str, Any], remote: Mapping[str, Any], node: VirtualNodeSpec) -> list[str]:
-    """Each difference between the home pod's spec and the remote one, with seed 002's reason."""
+    """Each difference between the home pod's spec and the remote one, with docs/reflection.md's reason."""
     home = home_pod.get("spec") or {}
     there = remote.get("spec") or {}
     annotations = (home_pod.get("metadata") or {}).get("annotations") or {}
@@ -471,7 +471,7 @@ def selects(service: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 
 def _claim(claim: Mapping[str, Any], cluster: Cluster, twin: str) -> Follower:
-    """Seed 002's storage fabric: only claims of class `liqo` follow their (first) pod."""
+    """docs/reflection.md's storage fabric: only claims of class `liqo` follow their (first) pod."""
     meta = claim.get("metadata") or {}
     spec = claim.get("spec") or {}
     name = str(meta.get("name"))

@@ -89,7 +89,7 @@ def offloading_manifest(namespace: str, spec: NamespaceOffloadingSpec) -> dict[s
 
 
 def selected_clusters(status: dict[str, Any]) -> list[str]:
-    """Clusters the status says are selected (it lists every peer, selected or not: seed 003)."""
+    """Clusters the status says are selected (it lists every peer, selected or not: docs/offloading.md)."""
     return sorted(
         cluster_id
         for cluster_id, conditions in (status.get("remoteNamespacesConditions") or {}).items()
@@ -290,7 +290,7 @@ def merged_spec(
     strategy = NamespaceMappingStrategy(namespace_mapping_strategy or base.namespace_mapping_strategy)
     warnings = []
     if remote_namespace_name and strategy is not NamespaceMappingStrategy.SELECTED_NAME:
-        # seed 003: the remote name is ignored with the other strategies
+        # docs/offloading.md: the remote name is ignored with the other strategies
         warnings.append(
             f"warning: --remote-namespace-name is ignored with --namespace-mapping-strategy {strategy.value} "
             "(only SelectedName uses it)"
@@ -320,7 +320,7 @@ def merged_spec(
             f" {current.remote_namespace_name}" if current.remote_namespace_name else ""
         )
         raise click.BadParameter(
-            f"the namespace mapping of an offloaded namespace is immutable (seed 003; it is {was}): "
+            f"the namespace mapping of an offloaded namespace is immutable (docs/offloading.md; it is {was}): "
             "unoffload the namespace, then offload it again with the new strategy",
             param_hint="--namespace-mapping-strategy/--remote-namespace-name",
         )

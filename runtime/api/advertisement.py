@@ -53,7 +53,7 @@ class ResourceAdvertisement(CustomObject):
     spec: ResourceAdvertisementSpec
 
 
-# -- what a cluster offers (seed 004): pure, for the foreign agent and for the stack's preview checks --
+# -- what a cluster offers (docs/offloading.md): pure, for the foreign agent and for the stack's preview checks --
 
 
 def _is_physical_and_ready(node: Any) -> bool:
@@ -187,7 +187,7 @@ def largest_pod_labels(
     return labels
 
 
-# Seed 000: the labels a foreign cluster suggests for its virtual node ("geographical region, underlying
+# docs/offloading.md: the labels a foreign cluster suggests for its virtual node ("geographical region, underlying
 # provider"), read from the well-known topology labels of its nodes when all of them agree.
 SUGGESTED_NODE_LABELS = ("topology.kubernetes.io/region", "topology.kubernetes.io/zone")
 

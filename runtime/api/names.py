@@ -95,7 +95,7 @@ VIRTUAL_NODE_TAINT_EFFECT: Final = "NoExecute"
 RUNTIME_CLASS_NAME: Final = "liqo"
 RUNTIME_CLASS_HANDLER: Final = "liqo"
 
-# -- Storage (seed 002's storage fabric) ------------------------------------------------------
+# -- Storage (docs/reflection.md's storage fabric) ------------------------------------------------------
 # The home StorageClass whose claims follow their first pod to a virtual node; provisioner name as Liqo's.
 STORAGE_CLASS_NAME: Final = "liqo"
 STORAGE_PROVISIONER: Final = "liqo.io/storage"

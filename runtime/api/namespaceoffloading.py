@@ -1,4 +1,4 @@
-"""NamespaceOffloading: one per offloaded namespace, named `offloading` (seed 003)."""
+"""NamespaceOffloading: one per offloaded namespace, named `offloading` (docs/offloading.md)."""
 
 from __future__ import annotations
 

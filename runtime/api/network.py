@@ -1,6 +1,6 @@
 """Pod CIDRs of peered clusters, and the range in which the home cluster sees an overlapping one.
 
-Seed 002: the pod IP shown at home is the remote IP "remapped according to the network fabric
+docs/reflection.md: the pod IP shown at home is the remote IP "remapped according to the network fabric
 configuration" when the clusters' pod CIDRs overlap. Which foreign cluster needs a remapped range,
 and which range it gets, is decided here, once, for both the stack's plan and the runtime (through
 the VirtualNode's `podCIDR` / `remappedPodCIDR`).
@@ -122,7 +122,7 @@ def ranges_seen_by(
     pool: str = DEFAULT_REMAPPING_POOL,
 ) -> dict[str, tuple[str, str]]:
     """Per other cluster (home by `home.cluster_id`, and every foreign one but `destination`): the range
-    the home cluster shows its pods in, and the range `destination` reaches them in (seed 002:
+    the home cluster shows its pods in, and the range `destination` reaches them in (docs/reflection.md:
     reflected endpoints are "remapped for the destination").
 
     `destination` looks at the others as the home cluster looks at the foreign clusters

@@ -22,7 +22,7 @@ from runtime.api.selectors import SelectorSyntaxError, parse_selector
 
 DEFAULT_GRACE_PERIOD_SECONDS = 300.0
 MAX_GRACE_PERIOD_SECONDS = 7 * 24 * 3600.0
-BACKOFF_REASON = "OffloadingBackOff"  # a pod bound to a virtual node of a namespace not offloaded (seed 002)
+BACKOFF_REASON = "OffloadingBackOff"  # a pod bound to a virtual node of a namespace not offloaded (docs/reflection.md)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 VIRTUAL_NODE_TOLERATION = {
     "key": names.VIRTUAL_NODE_TAINT_KEY,

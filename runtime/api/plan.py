@@ -19,7 +19,7 @@ def twin_namespace_name(
     home_cluster_id: str,
     remote_namespace_name: str | None = None,
 ) -> str:
-    """The name of a namespace's twin in a foreign cluster (seed 003)."""
+    """The name of a namespace's twin in a foreign cluster (docs/offloading.md)."""
     if strategy is NamespaceMappingStrategy.DEFAULT_NAME:
         return f"{namespace}-{home_cluster_id}"
     if strategy is NamespaceMappingStrategy.ENFORCE_SAME_NAME:
@@ -41,7 +41,7 @@ def virtual_node_labels(foreign_cluster_id: str, suggested: Mapping[str, str]) -
 def selection_labels(
     declared: Mapping[str, Mapping[str, str]], node_labels: Mapping[str, Mapping[str, str]]
 ) -> dict[str, dict[str, str]]:
-    """The labels a cluster selector is matched against, per foreign cluster id (seed 003): those of its
+    """The labels a cluster selector is matched against, per foreign cluster id (docs/offloading.md): those of its
     virtual Node at home (suggested by the foreign cluster, plus any an administrator added), or, while
     the Node does not exist yet, the labels its VirtualNode declares. `declared`: cluster id -> the
     VirtualNode's labels; `node_labels`: cluster id -> its Node's labels."""
@@ -80,7 +80,7 @@ def _format(resource: str, amount: Decimal) -> str:
 def shared_resources(
     available: Mapping[str, str], sharing_percentage: int, fixed: Mapping[str, str] | None = None
 ) -> SharedResources:
-    """What a virtual node offers: percentage x available (seed 004), fixed amounts winning.
+    """What a virtual node offers: percentage x available (docs/offloading.md), fixed amounts winning.
 
     Counts never become fractional (floor); cpu keeps millicores. 100 cpu at 90% -> "90";
     1 GPU at 90% -> 0, listed in `rounded_to_zero` so the caller can report it.

@@ -1,7 +1,7 @@
 """Cluster selectors: label-selector text -> NodeSelector terms, and matching against labels.
 
 Semantics are the core NodeSelector's: terms ORed, a term's requirements ANDed; a selector with
-no term selects every cluster (seed 003), while a term with no requirement selects none.
+no term selects every cluster (docs/offloading.md), while a term with no requirement selects none.
 """
 
 from __future__ import annotations

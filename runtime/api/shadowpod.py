@@ -10,7 +10,7 @@ from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
 
 
 class ShadowPodSpec(ApiModel):
-    # A core PodSpec, already mutated for the foreign cluster (seed 002); kept verbatim. Atomic: only
+    # A core PodSpec, already mutated for the foreign cluster (docs/reflection.md); kept verbatim. Atomic: only
     # the virtual kubelet writes it, whole, so the API server tracks one owner for it instead of one
     # per field. Its managedFields shrink by a third (949 -> 613 bytes for a small pod) and a create
     # plus status patch costs the foreign API server 4.3-4.5 ms of CPU instead of 4.7-5.1 (600 of

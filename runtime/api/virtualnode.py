@@ -90,16 +90,16 @@ class VirtualNodeSpec(ApiModel):
     # opted-in custom resources (the stack grants the home identity exactly these in the twins)
     custom_resources: list[CustomResourceReflection] = Field(default_factory=list)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
-    # seed 002: offloaded pods get tokens of the home API server, and reach it at home_api_server
+    # docs/reflection.md: offloaded pods get tokens of the home API server, and reach it at home_api_server
     api_server_token_support: bool = True
     home_api_server: ApiServerAddress | None = Field(default=None, alias="homeAPIServer")
-    # the foreign cluster's pod range, and where the home cluster shows it when it overlaps (seed 002)
+    # the foreign cluster's pod range, and where the home cluster shows it when it overlaps (docs/reflection.md)
     pod_cidr: str | None = Field(default=None, alias="podCIDR")
     remapped_pod_cidr: str | None = Field(default=None, alias="remappedPodCIDR")
     # where this foreign cluster reaches the pods of the others (home's included) whose range it sees
-    # elsewhere than the home cluster does: reflected EndpointSlice addresses are moved (seed 002)
+    # elsewhere than the home cluster does: reflected EndpointSlice addresses are moved (docs/reflection.md)
     endpoint_remappings: list[RangeRemapping] = Field(default_factory=list)
-    # negotiated for the peering (seed 002): the class a `liqo` claim gets in the foreign cluster
+    # negotiated for the peering (docs/reflection.md): the class a `liqo` claim gets in the foreign cluster
     storage_classes: list[StorageType] = Field(default_factory=list)
 
     def custom_resource(self, crd_name: str) -> CustomResourceReflection | None:

@@ -1,4 +1,4 @@
-"""Foreign agent, resources side: what this cluster offers each home cluster (seed 004).
+"""Foreign agent, resources side: what this cluster offers each home cluster (docs/offloading.md).
 
 For every tenant namespace (one per home cluster) a ResourceAdvertisement holds the allocatable
 of the physical nodes (Ready and schedulable; virtual nodes never count) minus the requests of

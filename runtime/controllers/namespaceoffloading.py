@@ -1,7 +1,7 @@
-"""Home side of namespace offloading (seed 003): NamespaceOffloading -> twin namespaces.
+"""Home side of namespace offloading (docs/offloading.md): NamespaceOffloading -> twin namespaces.
 
 For each NamespaceOffloading the controller evaluates the cluster selector against the labels
-of the virtual Nodes at home (seed 003: the labels the foreign cluster suggested, which the Node
+of the virtual Nodes at home (docs/offloading.md: the labels the foreign cluster suggested, which the Node
 starts with, and any an administrator added; a cluster whose Node does not exist yet is judged by
 its VirtualNode's declared labels, as the plan is), and again whenever a Node's labels change;
 the pod webhook's constraints use the same Node labels, so both agree. It asks each selected
@@ -151,7 +151,7 @@ class NamespaceOffloadingController:
         meta = obj.metadata
         spec = NamespaceOffloadingSpec.model_validate(obj.get("spec") or {})
         clusters = self._clusters()
-        # The twin first recorded stays: the mapping is immutable (seed 003), and a change that slipped
+        # The twin first recorded stays: the mapping is immutable (docs/offloading.md), and a change that slipped
         # past the webhook (down at the time) must not move the twins and lose what they hold.
         twin = (obj.get("status") or {}).get("remoteNamespaceName") or twin_namespace_name(
             namespace, spec.namespace_mapping_strategy, self.home_cluster_id, spec.remote_namespace_name
@@ -168,7 +168,7 @@ class NamespaceOffloadingController:
         conditions: dict[str, list[dict[str, Any]]] = {}
         ready, failed, remaining, unreachable = set(), set(), set(), set()
         # Each foreign cluster on its own: one that can't be reached fails its own conditions, and
-        # is asked again later, while the others (and the status) go on (seed 003: per cluster).
+        # is asked again later, while the others (and the status) go on (docs/offloading.md: per cluster).
         for cluster_id, info in clusters.items():
             wanted = cluster_id in selected
             try:

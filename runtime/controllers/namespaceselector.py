@@ -151,7 +151,7 @@ class NamespaceSelectorController:
         current = NamespaceOffloadingSpec.model_validate(offloading.get("spec") or {}) if offloading else None
         desired = selector.offloading_spec()
         if current is not None:
-            # the mapping of an offloaded namespace is immutable (seed 003): its twins keep their names
+            # the mapping of an offloaded namespace is immutable (docs/offloading.md): its twins keep their names
             desired.namespace_mapping_strategy = current.namespace_mapping_strategy
             desired.remote_namespace_name = current.remote_namespace_name
         if current is not None and owned_by == owner_name and current.to_wire() == desired.to_wire():

@@ -1,6 +1,6 @@
 """What a reflected copy looks like, and whether the foreign copy already is it: pure functions.
 
-Seed 002: objects are reflected "verbatim" (each kind says what it leaves out), with the labels
+docs/reflection.md: objects are reflected "verbatim" (each kind says what it leaves out), with the labels
 and annotations the VirtualNode lists as not reflected removed, and the ownership labels added
 (DESIGN: a reflector touches only objects that carry them). The hash of what was applied rides on
 the copy, so a change at home is seen even where the foreign API server defaults fields, and a
@@ -22,7 +22,7 @@ APPLIED_HASH_ANNOTATION = "offloading.liqo.io/reflected-hash"
 
 @dataclass(frozen=True)
 class ReflectionSettings:
-    """One kind's reflection settings, from the VirtualNode (seed 002's Helm values)."""
+    """One kind's reflection settings, from the VirtualNode (docs/reflection.md's Helm values)."""
 
     policy: ReflectionPolicy = ReflectionPolicy.DENY_LIST
     workers: int = 3
@@ -71,13 +71,14 @@ def never_reflected(kind: str, obj: Mapping[str, Any]) -> str | None:
 
 
 def _flag(annotations: Mapping[str, str], key: str) -> bool:
-    """An annotation that is set, unless it says "false" (seed 002: `liqo.io/skip-reflection=false` reflects)."""
+    """An annotation that is set, unless it says "false" (`liqo.io/skip-reflection=false` reflects:
+    docs/reflection.md)."""
     value = annotations.get(key)
     return value is not None and value.strip().lower() != "false"
 
 
 def has_own_policy(annotations: Mapping[str, str]) -> bool:
-    """The object says for itself whether it is reflected (seed 002: an EndpointSlice may)."""
+    """The object says for itself whether it is reflected (docs/reflection.md: an EndpointSlice may)."""
     return names.SKIP_REFLECTION_ANNOTATION in annotations or names.ALLOW_REFLECTION_ANNOTATION in annotations
 
 

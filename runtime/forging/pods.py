@@ -1,4 +1,4 @@
-"""Seed 002's pod translation: the home pod as the foreign cluster runs it, and the remote status
+"""docs/reflection.md's pod translation: the home pod as the foreign cluster runs it, and the remote status
 as the home cluster shows it. Pure functions on wire-format dicts; inputs are never changed."""
 
 from __future__ import annotations
@@ -108,14 +108,14 @@ class HomeApiAccess:
 
 
 def remote_pod_spec(home_pod: dict[str, Any], *, home_cluster_id: str, foreign_cluster_id: str) -> dict[str, Any]:
-    """The PodSpec the foreign cluster runs (seed 002), with no token of the home API server."""
+    """The PodSpec the foreign cluster runs (docs/reflection.md), with no token of the home API server."""
     return remote_pod_spec_with(home_pod, None)
 
 
 def remote_pod_spec_with(
     home_pod: dict[str, Any], home_api: HomeApiAccess | None, node_selector: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The PodSpec the foreign cluster runs (seed 002). `home_api`: tokens for the home API server;
+    """The PodSpec the foreign cluster runs (docs/reflection.md). `home_api`: tokens for the home API server;
     `node_selector`: the VirtualNode's offloadingPatch.nodeSelector (its node pool there), which
     replaces the home one the seed's mutations remove."""
     spec = _remote_spec(home_pod, _anti_affinity(home_pod), home_api.token_secret if home_api else None)
@@ -213,7 +213,7 @@ LIVE_CONTAINER_FIELDS = ("image", "resources")  # resources: through the resize 
 def live_pod_spec(offloaded: dict[str, Any], home_pod: dict[str, Any]) -> dict[str, Any]:
     """The offloaded spec (a ShadowPod's) with what changed on the live home pod since: images,
     resources (in-place resize), activeDeadlineSeconds, tolerations. The anti-affinity stays as
-    it was built at creation (seed 002: changing the preset annotations later has no effect)."""
+    it was built at creation (docs/reflection.md: changing the preset annotations later has no effect)."""
     fresh = _remote_spec(home_pod, None)
     spec: dict[str, Any] = wire_copy(offloaded)
     for field in LIVE_POD_FIELDS:
@@ -274,7 +274,7 @@ def remote_pod_metadata(
 ) -> dict[str, Any]:
     """Labels (plus origin and destination) and annotations; name and namespace are the caller's.
 
-    Seed 002's skip lists (the VirtualNode's offloadingPatch) apply as to every reflected object,
+    docs/reflection.md's skip lists (the VirtualNode's offloadingPatch) apply as to every reflected object,
     but never to what offloading itself needs: the ownership labels, and the labels the remote
     pod's anti-affinity selects on (the remote pods must carry them for the terms to match)."""
     meta = home_pod.get("metadata") or {}
@@ -339,7 +339,7 @@ def home_pod_status(
     recreations: int,
     previous_restarts: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The home pod's whole status from the remote one (seed 002): what the remote lacks is absent.
+    """The home pod's whole status from the remote one (docs/reflection.md): what the remote lacks is absent.
 
     IPs are remapped and hostIP is the virtual kubelet's; restarts add those of the remote pods
     this one replaced, recreations included (`previous_restarts` per container, else one per

@@ -1,4 +1,4 @@
-"""ServiceAccount tokens of offloaded pods (seed 002, `apiServerTokenSupport`): pure functions.
+"""ServiceAccount tokens of offloaded pods (docs/reflection.md, `apiServerTokenSupport`): pure functions.
 
 An offloaded pod that mounts its ServiceAccount token (the projected `kube-api-access-*` volume
 the ServiceAccount admission plugin adds, or any projected `serviceAccountToken` source) gets in
@@ -8,7 +8,7 @@ and the home namespace. The remote pod's projected volume reads those keys where
 put the token, `ca.crt` and `namespace`; its containers reach the home API server through
 KUBERNETES_SERVICE_HOST/PORT. The Secret is renewed at 80% of the token's life (at most a day), as
 a kubelet renews projected tokens. Off: the remote pod mounts no token and no Secret is written
-(seed 002's warning: whoever reads Secrets there could act as the pod at home).
+(docs/reflection.md's warning: whoever reads Secrets there could act as the pod at home).
 
 The reflector that writes the Secrets is runtime.reflection.tokens.
 """

@@ -1,4 +1,4 @@
-"""Resource reflection (seed 002): what offloaded pods use follows them into the foreign cluster.
+"""Resource reflection (docs/reflection.md): what offloaded pods use follows them into the foreign cluster.
 
 One `ReflectionManager` per foreign cluster, inside its virtual kubelet: it computes which namespaces
 are twinned there and runs every member that follows them (a reflector per kind of `kinds.py`,

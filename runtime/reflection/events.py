@@ -1,4 +1,4 @@
-"""Events, the only foreign -> home direction of reflection (seed 002).
+"""Events, the only foreign -> home direction of reflection (docs/reflection.md).
 
 A foreign event (core/v1, or events.k8s.io which the API server also serves as core/v1) in a twin
 namespace about a pod, Service, EndpointSlice, Ingress, ConfigMap, Secret or PVC shows in the home
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 KIND = "event"  # its settings: liqo:reflection.resources.event
 FIELD_MANAGER = "liqo-reflection-event"
-# seed 002: the kinds whose events come back, by the kind an event names
+# docs/reflection.md: the kinds whose events come back, by the kind an event names
 REFLECTED_EVENT_KINDS = ("Pod", "Service", "EndpointSlice", "Ingress", "ConfigMap", "Secret", "PersistentVolumeClaim")
 
 # kind, home namespace, name, foreign UID of the object the event is about -> the home object, or
@@ -115,7 +115,7 @@ def about_teardown(foreign_event: Mapping[str, Any], twin: str) -> bool:
 
 
 def event_allowed(policy: ReflectionPolicy, foreign_event: Mapping[str, Any], home_object: Mapping[str, Any]) -> bool:
-    """Seed 002's policy for the `event` kind. Events are written by foreign controllers, so the user's
+    """docs/reflection.md's policy for the `event` kind. Events are written by foreign controllers, so the user's
     annotation is the one on the home object the event is about (or on the event itself): DenyList
     reflects all but those annotated `liqo.io/skip-reflection`, AllowList only those annotated
     `liqo.io/allow-reflection`."""

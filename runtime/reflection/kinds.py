@@ -1,4 +1,4 @@
-"""The kinds reflected toward foreign clusters, and what each leaves out of its copy (seed 002)."""
+"""The kinds reflected toward foreign clusters, and what each leaves out of its copy (docs/reflection.md)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ HOME_ENDPOINT_FIELDS = ("nodeName", "targetRef", "zone", "hints", "deprecatedTop
 
 
 def endpoint_slice_content(slice_: Mapping[str, Any], foreign_cluster_id: str) -> dict[str, Any]:
-    """Seed 002: each foreign cluster gets the endpoints it cannot see itself, the pods at home and in
+    """docs/reflection.md: each foreign cluster gets the endpoints it cannot see itself, the pods at home and in
     the *other* foreign clusters, here at the addresses the home cluster knows them by (a remote pod's
     address at home is already remapped, as its pod status is); `endpoint_slice_addresses` then moves
     them to where the destination reaches them. Its own pods, on its virtual node, are in the slices
@@ -142,7 +142,7 @@ def endpoint_slice_content(slice_: Mapping[str, Any], foreign_cluster_id: str) -
 
 
 def endpoint_slice_addresses(content: dict[str, Any], settings: ReflectionSettings) -> dict[str, Any]:
-    """Seed 002: endpoint addresses "remapped for the destination". An address the home cluster shows
+    """docs/reflection.md: endpoint addresses "remapped for the destination". An address the home cluster shows
     (its own pods', or a remote pod's as remapped at home) moves to the range in which this foreign
     cluster reaches that cluster's pods (the VirtualNode's endpointRemappings), so two foreign
     clusters with the same pod range each get the other's pods outside their own."""
@@ -163,7 +163,7 @@ ENDPOINT_SLICES = ReflectedKind(
     "endpointslice",
     EndpointSlice,
     endpoint_slice_content,
-    # seed 002: a slice is reflected if its Service is, unless it carries its own allow/skip annotation
+    # docs/reflection.md: a slice is reflected if its Service is, unless it carries its own allow/skip annotation
     follows=("service", lambda obj: ((obj.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL)),
     labels=endpoint_slice_labels,
     for_destination=endpoint_slice_addresses,

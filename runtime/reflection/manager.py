@@ -55,7 +55,7 @@ class ReflectionManager:
             if reflector.kind.follows is not None and reflector.kind.follows[0] in self.by_kind:
                 self.by_kind[reflector.kind.follows[0]].on_home_change.append(reflector.requeue_following)
                 self.by_kind[reflector.kind.follows[0]].on_synced_all.append(reflector.requeue_all)
-        # seed 002: ServiceAccount tokens of the pods on this node, events back from the twins, and
+        # docs/reflection.md: ServiceAccount tokens of the pods on this node, events back from the twins, and
         # the storage fabric (claims of class liqo whose pod landed on this node)
         self.tokens = TokenReflector(
             peering, pods, home_config_map=lambda namespace, name: self.home_object("configmap", namespace, name)

@@ -1,4 +1,4 @@
-"""Seed 002's storage fabric: claims of the home StorageClass `liqo` follow their first pod.
+"""docs/reflection.md's storage fabric: claims of the home StorageClass `liqo` follow their first pod.
 
 The class binds WaitForFirstConsumer, so the scheduler picks the first pod's node and writes it on
 the claim (`volume.kubernetes.io/selected-node`). When that node is this virtual kubelet's:
@@ -37,7 +37,7 @@ from runtime.reflection.context import Peering
 
 log = logging.getLogger(__name__)
 
-KIND = "persistentvolumeclaim"  # not configurable (seed 002); only the VirtualNode's skip lists apply
+KIND = "persistentvolumeclaim"  # not configurable (docs/reflection.md); only the VirtualNode's skip lists apply
 FIELD_MANAGER = "liqo-storage"
 # A home PV only stands for the remote volume: nothing mounts it at home (its node is virtual), but a
 # PV needs a source; Liqo's virtual storage uses the same placeholder.
@@ -76,7 +76,7 @@ def remote_claim(
     foreign_cluster_id: str,
     settings: ReflectionSettings,
 ) -> dict[str, Any]:
-    """The claim in the foreign cluster: the home one verbatim (seed 002) but for its storage class
+    """The claim in the foreign cluster: the home one verbatim (docs/reflection.md) but for its storage class
     (`storage_class`; None leaves the foreign default), what only the home cluster set on it, and
     its selector and volume (home PVs)."""
     spec = home.get("spec") or {}

@@ -349,7 +349,7 @@ class VirtualNodeController:
         return bool(((advertisement or {}).get("spec") or {}).get("cordoned"))
 
     def suggested_labels(self) -> dict[str, str]:
-        """Seed 000: the labels the foreign cluster suggests for its virtual node (its advertisement's)."""
+        """docs/offloading.md: the labels the foreign cluster suggests for its virtual node (its advertisement's)."""
         tenant = names.tenant_namespace(self.home_cluster_id)
         advertisement = self.advertisements.store.get(f"{tenant}/{self.foreign_cluster_id}")
         return dict(((advertisement or {}).get("spec") or {}).get("labels") or {})

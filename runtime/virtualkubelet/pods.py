@@ -1,11 +1,11 @@
 """Pod offloading: a pod scheduled on the virtual node runs in the foreign cluster through a ShadowPod.
 
 Per home pod (the key), in the twin namespace its NamespaceOffloading got in this cluster:
-- no ShadowPod yet: create it with seed 002's mutations (runtime.forging.pods); the foreign agent makes
+- no ShadowPod yet: create it with docs/reflection.md's mutations (runtime.forging.pods); the foreign agent makes
   and keeps the pod;
 - the home pod changed (labels, annotations, images, activeDeadlineSeconds, tolerations, an
   in-place resize): the ShadowPod follows, and the agent brings the live remote pod along;
-- the remote pod's status comes back as the home pod's whole status, remapped (seed 002);
+- the remote pod's status comes back as the home pod's whole status, remapped (docs/reflection.md);
 - the foreign cluster refused the pod (its admission policy refused the ShadowPod, its agent held
   the home's grant, its API server refused the pod: quota, Pod Security): the home pod stays
   Pending with reason FailedOffloading, and a Warning event, both quoting the foreign side's reason;
@@ -65,7 +65,7 @@ from runtime.webhooks.podmutation import fit_requirements, fits
 
 log = logging.getLogger(__name__)
 
-BACKOFF_REASON = "OffloadingBackOff"  # seed 002: not offloaded (yet)
+BACKOFF_REASON = "OffloadingBackOff"  # docs/reflection.md: not offloaded (yet)
 FAILED_EVENT_REASON = "FailedOffloading"
 UNFIT_REASON = "NoForeignNodeFits"  # moved off the virtual node: its foreign scheduler found no node
 # A ShadowPod create refused by the foreign cluster's admission (its ValidatingAdmissionPolicy: 403,
@@ -460,7 +460,7 @@ class PodOffloader(TwinFollower):
             await self.peering.home.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace)
 
     async def _back_off(self, pod: Any, message: str, *, warn: bool = False) -> None:
-        """Pending with reason OffloadingBackOff (seed 002); `warn`: the user has to act, so a Warning
+        """Pending with reason OffloadingBackOff (docs/reflection.md); `warn`: the user has to act, so a Warning
         event on the pod says it too (once per message, as the status changes)."""
         status = pod.to_dict().get("status") or {}
         if status.get("phase", "Pending") != "Pending":

@@ -1,11 +1,11 @@
-"""Where a pod of an offloaded namespace may run (seed 003), as constraints added to the pod.
+"""Where a pod of an offloaded namespace may run (docs/offloading.md), as constraints added to the pod.
 
 - LocalAndRemote: the pod tolerates the virtual-node taint, so the scheduler may choose; with a
   cluster selector, virtual nodes outside it are excluded (physical nodes stay allowed).
 - Local: nothing added: the taint keeps the pod on physical nodes.
 - Remote: the pod tolerates the taint and must land on a virtual node the selector matches.
 - `runtimeClassName: liqo` means Remote whatever the namespace's strategy.
-- While the namespace is being unoffloaded, pods are admitted as local ones, untouched: seed 003's
+- While the namespace is being unoffloaded, pods are admitted as local ones, untouched: docs/offloading.md's
   unoffload reschedules the offloaded pods locally, so their controllers' replacements must not fail.
 The pod's own required node affinity is kept: each of its terms is ANDed with each of ours.
 With the namespace's move-unfit-pods policy on (runtime.api.namespaceoffloading.move_unfit_after),
@@ -121,7 +121,7 @@ def unoffloading(offloading: Any | None) -> bool:
 
 
 def not_ready_reason(namespace: str, offloading: Any | None) -> str | None:
-    """Why a pod of a `liqo.io/scheduling-enabled=true` namespace can't be admitted yet (seed 003:
+    """Why a pod of a `liqo.io/scheduling-enabled=true` namespace can't be admitted yet (docs/offloading.md:
     pod creations are rejected until pod offloading is possible); None when it can."""
     if offloading is None:
         return (

@@ -68,7 +68,7 @@ def admit_pod(
     uid, namespace, pod = request["uid"], request["namespace"], request["object"]
     offloading = offloading_of(namespace)
     if unoffloading(offloading):
-        return review_response(uid)  # seed 003: moving home, the replacements run locally
+        return review_response(uid)  # docs/offloading.md: moving home, the replacements run locally
     problem = not_ready_reason(namespace, offloading)
     if problem is not None:
         return review_response(uid, message=problem)

@@ -1,4 +1,4 @@
-"""NamespaceOffloading admission rules (seed 003): what may be created, and what may never change."""
+"""NamespaceOffloading admission rules (docs/offloading.md): what may be created, and what may never change."""
 
 from __future__ import annotations
 
