@@ -31,6 +31,7 @@ from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from runtime.api import names
+from runtime.api.resources import VirtualNodeResource
 from runtime.tls.minting import issue_with, new_ca
 from tests.support.kube import free_port, get_or_none, metric_samples, node_ready, offload, wait_phase, wait_until
 
@@ -193,9 +194,16 @@ def isolated(runtime: ExternalRuntime, home: Client) -> Iterator[str]:
     offload(home, namespace, {"podOffloadingStrategy": "Remote"})
     wait_phase(home, namespace, "Ready")
     original = credentials(home, "foreign-2")
+    node = names.virtual_node_name("foreign-2")
+    checks = home.get(VirtualNodeResource, node, namespace=names.LIQO_NAMESPACE)["spec"].get("healthCheck")
+    # foreign-2's misbehaviour shows on its Node within seconds (the stack's default: 3 checks 10 s apart)
+    quick = {"spec": {"healthCheck": {"intervalSeconds": 2, "failureThreshold": 2}}}
+    home.patch(VirtualNodeResource, node, quick, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE)
     try:
         yield namespace
     finally:
+        back = {"spec": {"healthCheck": checks}}
+        home.patch(VirtualNodeResource, node, back, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.MERGE)
         set_kubeconfig(home, "foreign-2", base64.b64decode(original.data["kubeconfig"]))
         restart_kubelet(runtime, home)
         wait_until(lambda: node_ready(home, names.virtual_node_name("foreign-2")), 90, "foreign-2 Ready again")
