@@ -365,6 +365,15 @@ class ForeignCluster(ClusterAccess):
         "server (needed when a program passes its own provider instead of a kubeconfig)",
     )
 
+    # docs/offloading.md: a cluster gone for good would hold its VirtualNode (and `pulumi up`) forever
+    abandon_unreachable_after: Annotated[int, _whole_seconds(0, 30 * 24 * 3600)] | None = Field(
+        default=None,
+        description="when its peering is removed (the cluster leaves this list, or the stack is destroyed) while "
+        "its API server has not answered for this long (`0s`: at once), the removal stops waiting for its twin "
+        "namespaces there: the VirtualNode is released, what is left behind in the cluster is said in a "
+        "`PeeringAbandoned` event, and pulumi drops its objects there from its state (deleteUnreachable); set it "
+        "with one `pulumi up`, remove the cluster with the next; default: the removal waits for the cluster",
+    )
     virtual_nodes: list[VirtualNodeConfig] = Field(
         default_factory=list,
         description="node pools: the cluster offered as several virtual nodes, each standing for the foreign "

@@ -272,18 +272,25 @@ def virtual_node(
     *,
     move_unfit_pods_after: int | None = None,
     shard: str | None = None,
+    abandon_unreachable_after: int | None = None,
 ) -> Manifest:
     """`name`: a node pool's (default: the cluster's one virtual node); `move_unfit_pods_after`: the
     stack-wide policy for pods no foreign node fits, which the runtime reads off the VirtualNodes;
-    `shard`: the shard of virtual-kubelet processes that serves it (cluster mode)."""
+    `shard`: the shard of virtual-kubelet processes that serves it (cluster mode);
+    `abandon_unreachable_after`: seconds after which its removal gives up on an unreachable cluster."""
     vn = VirtualNode(spec=spec)
     vn.metadata.name = name or names.virtual_node_name(spec.cluster_id)
     vn.metadata.namespace = names.LIQO_NAMESPACE
     vn.metadata.labels = {**_labels("virtual-node"), names.REMOTE_CLUSTER_ID_LABEL: spec.cluster_id}
     if shard is not None:
         vn.metadata.labels[names.VIRTUAL_KUBELET_SHARD_LABEL] = shard
+    annotations = {}
     if move_unfit_pods_after is not None:
-        vn.metadata.annotations = {names.MOVE_UNFIT_PODS_AFTER_ANNOTATION: str(move_unfit_pods_after)}
+        annotations[names.MOVE_UNFIT_PODS_AFTER_ANNOTATION] = str(move_unfit_pods_after)
+    if abandon_unreachable_after is not None:
+        annotations[names.ABANDON_UNREACHABLE_AFTER_ANNOTATION] = str(abandon_unreachable_after)
+    if annotations:
+        vn.metadata.annotations = annotations
     wire = vn.to_wire()
     wire["spec"]["labels"] = virtual_node_labels(spec.cluster_id, spec.labels)
     if not wire["spec"].get("fixedResources"):

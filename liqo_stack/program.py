@@ -172,12 +172,14 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
     except stack_config.ConfigError as err:
         raise pulumi.RunError(str(err)) from None
     clusters = {}
+    abandonable = {f.cluster_id for f in config.foreign_clusters if f.abandon_unreachable_after is not None}
     for cid, kubeconfig in kubeconfigs.items():
         own = given.get(cid)
         if own is not None:
             clusters[cid] = Cluster(cid, own, kubeconfig)
         elif kubeconfig is not None:
-            clusters[cid] = Cluster(cid, provider(cid, kubeconfig), kubeconfig)
+            abandon = cid in abandonable  # its objects there may be dropped from the state on removal
+            clusters[cid] = Cluster(cid, provider(cid, kubeconfig, delete_unreachable=abandon), kubeconfig)
     home = clusters[config.home.cluster_id]
 
     home_plane = HomeControlPlane("home", home, config.runtime, config.on_demand.args())

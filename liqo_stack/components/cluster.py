@@ -98,9 +98,15 @@ def declare(
 
 
 def provider(
-    cluster_id: str, kubeconfig: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None
+    cluster_id: str,
+    kubeconfig: pulumi.Input[str],
+    opts: pulumi.ResourceOptions | None = None,
+    *,
+    delete_unreachable: bool = False,
 ) -> k8s.Provider:
-    """The explicit provider of one cluster, as the stack makes it from a kubeconfig in its config."""
+    """The explicit provider of one cluster, as the stack makes it from a kubeconfig in its config.
+    `delete_unreachable`: a delete its API server cannot answer drops the object from the state
+    (a foreign cluster the stack may abandon: liqo:foreignClusters[].abandonUnreachableAfter)."""
     return k8s.Provider(
         cluster_id,
         kubeconfig=pulumi.Output.secret(kubeconfig),
@@ -108,6 +114,8 @@ def provider(
         enable_server_side_apply=True,
         enable_config_map_mutable=True,
         enable_secret_mutable=True,
+        # None (unset) unless asked: providers made before this setting keep their inputs
+        delete_unreachable=True if delete_unreachable else None,
         opts=opts,
     )
 

@@ -122,6 +122,7 @@ class Peering(pulumi.ComponentResource):
                     names.virtual_node_name(foreign_id, pool.name if pool else None),
                     move_unfit_pods_after=config.virtual_kubelet.move_unfit_pods_after_seconds,
                     shard=shard.shard if shard is not None else None,
+                    abandon_unreachable_after=foreign_config.abandon_unreachable_after,
                 ),
                 pulumi.ResourceOptions(
                     parent=self,

@@ -79,6 +79,9 @@ VIRTUAL_NODE_APPLIED_ANNOTATION: Final = "liqo.io/virtual-node-applied"
 # moved (deleted when a controller owns it, else failed); its replacement asks for a virtual node
 # whose largest-pod labels fit it. Absent: such pods wait, as upstream's do.
 MOVE_UNFIT_PODS_AFTER_ANNOTATION: Final = f"{OWN_DOMAIN}/move-unfit-pods-after"
+# On a VirtualNode, whole seconds: its peering's removal abandons the twins in a foreign cluster whose
+# API server has not answered for this long (runtime/virtualkubelet/removal.py); absent: it waits.
+ABANDON_UNREACHABLE_AFTER_ANNOTATION: Final = f"{OWN_DOMAIN}/abandon-unreachable-after"
 TOKEN_POD_ANNOTATION: Final = "offloading.liqo.io/token-pod"
 TOKEN_POD_UID_ANNOTATION: Final = "offloading.liqo.io/token-pod-uid"
 TOKEN_REQUEST_ANNOTATION: Final = "offloading.liqo.io/token-request"

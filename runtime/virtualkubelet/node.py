@@ -24,6 +24,7 @@ import asyncio
 import datetime
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -305,9 +306,11 @@ class VirtualNodeController:
             foreign_cluster_id=foreign_cluster_id,
             node_name=self.node_name,
             siblings_stay=self.siblings_stay,
+            unreachable_for=self.unreachable_for,
         )
         self.removed = asyncio.Event()  # set once the removal released the VirtualNode: the process may end
         self.healthy = True
+        self.unhealthy_since: float | None = None  # monotonic: when the Node turned NotReady in this process
         self.failures = 0
         self.failure_reason = UNREACHABLE_REASON  # of the last failed check
         self._parsed: tuple[str, VirtualNodeSpec] | None = None  # (resourceVersion, its spec)
@@ -332,6 +335,10 @@ class VirtualNodeController:
         tenant = names.tenant_namespace(self.home_cluster_id)
         advertisement = self.advertisements.store.get(f"{tenant}/{self.foreign_cluster_id}")
         return pool_offer((advertisement or {}).get("spec") or {}, spec.offloading_patch.node_selector)
+
+    def unreachable_for(self) -> float | None:
+        """Seconds since the foreign API server stopped answering as it should (None: it does)."""
+        return None if self.healthy or self.unhealthy_since is None else time.monotonic() - self.unhealthy_since
 
     def siblings_stay(self) -> bool:
         """Another virtual node of this foreign cluster (a node pool) stays: its twins are not ours to await."""
@@ -481,6 +488,7 @@ class VirtualNodeController:
         if ready and ready.get("status") == "False" and ready.get("reason") in FAILURE_MESSAGES:
             spec = self.spec()
             self.healthy = False
+            self.unhealthy_since = time.monotonic()  # the clock starts again with the process
             self.failure_reason = str(ready["reason"])
             self.failures = spec.health_check.failure_threshold if spec else 3
 
@@ -513,4 +521,5 @@ class VirtualNodeController:
                     "foreign cluster %s %s", self.foreign_cluster_id, "healthy" if healthy else f"unhealthy: {reason}"
                 )
             self.healthy, self.failure_reason = healthy, reason
+            self.unhealthy_since = None if healthy else (self.unhealthy_since or time.monotonic())
             self.queue.add(self.node_name)

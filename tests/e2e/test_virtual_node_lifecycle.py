@@ -23,6 +23,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
+from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.utils.quantity import parse_quantity
 from pulumi import automation as auto
@@ -46,6 +47,7 @@ from tests.support.kube import (
     metric_samples,
     node_ready,
     remote_pod,
+    wait_phase,
     wait_until,
 )
 
@@ -404,6 +406,52 @@ def test_a_virtual_kubelet_started_while_its_foreign_cluster_is_down_turns_its_n
         "the remote pods of the released home pods deleted once their cluster answers",
     )
     wait_until(lambda: all_running(home, offloaded, "steady", 4), 60, "the Deployment whole again")
+
+
+def test_a_foreign_cluster_gone_for_good_is_abandoned_when_the_stack_says_so(
+    offloaded: str,
+    home: Client,
+    foreign: dict[str, Client],
+    installed: auto.Stack,
+    declared_again: dict[str, Any],
+    dev_env: DevEnvironment,
+    runtime: ExternalRuntime,
+) -> None:
+    """`abandonUnreachableAfter: 0s` set with one `pulumi up`; then foreign-2's API server stops for
+    good (as far as anyone can tell) and the next `up` removes it: the up completes, the VirtualNode
+    is released without its twins, a PeeringAbandoned event says what stays there, and pulumi dropped
+    foreign-2's objects from its state. When foreign-2 answers and is peered again, it serves again."""
+    node_name = VIRTUAL_NODES["foreign-2"]
+    running = deploy_running(home, offloaded, "abandoned", 4)
+    assert any(p.spec.nodeName == node_name for p in running), "the scheduler spreads 4 pods over both nodes"
+    marked = json.loads(json.dumps(declared_again))
+    for cluster in marked["foreignClusters"]:
+        if cluster["clusterId"] == "foreign-2":
+            cluster["abandonUnreachableAfter"] = "0s"
+    stack_up(installed, marked)
+    without = json.loads(json.dumps(marked))
+    without["foreignClusters"] = [c for c in without["foreignClusters"] if c["clusterId"] != "foreign-2"]
+    with dev_env.api_server_stopped("foreign-2"):
+        wait_until(lambda: not node_ready(home, node_name), NOT_READY_BOUND + 10, "liqo-foreign-2 NotReady")
+        PulumiEnvironment.set_liqo_config(installed, without)
+        result = installed.up(on_output=print)
+        assert result.summary.result == "succeeded"
+        assert get_or_none(home, VirtualNodeResource, node_name, names.LIQO_NAMESPACE) is None
+        assert get_or_none(home, Node, node_name) is None
+        events = [
+            e
+            for e in home.list(CoreEvent, namespace=names.LIQO_NAMESPACE)
+            if e.reason == "PeeringAbandoned" and e.involvedObject.name == node_name
+        ]
+        assert events, "the abandon is said on the VirtualNode"
+        assert f"{names.ORIGIN_LABEL}=home,{names.DESTINATION_LABEL}=foreign-2" in (events[0].message or "")
+        wait_until(lambda: all_running(home, offloaded, "abandoned", 4), 90, "the pods recreated on foreign-1")
+        resources = installed.export_stack().deployment["resources"]
+        kept = [r["urn"] for r in resources if str(r.get("provider", "")).split("::")[-2:-1] == ["foreign-2"]]
+        assert kept == [], "pulumi dropped what it could not delete in foreign-2 from its state"
+    stack_up(installed, declared_again)
+    wait_until(lambda: node_ready(home, node_name), 120, "liqo-foreign-2 served again and Ready")
+    wait_phase(home, offloaded, "Ready", timeout=120)
 
 
 # -- credentials revoked (docs/offloading.md: an answer is not enough) --------------------------------------

@@ -452,3 +452,25 @@ def test_peerings_per_process_must_be_a_count_or_all(tmp_path: Path) -> None:
                     "runtime": {"peeringsPerProcess": bad},
                 }
             )
+
+
+def test_a_cluster_the_stack_may_abandon_gets_a_provider_that_drops_unreachable_deletes(
+    mocks: RecordingMocks, tmp_path: Path
+) -> None:
+    """abandonUnreachableAfter: its VirtualNode carries the seconds (the removal reads them) and its
+    provider drops from the state what an unreachable API server cannot delete; the others unchanged."""
+    config = stack_config(tmp_path)
+    foreign = json.loads(config["liqo:foreignClusters"])
+    foreign[1]["abandonUnreachableAfter"] = "10m"
+    config["liqo:foreignClusters"] = json.dumps(foreign)
+    pulumi.runtime.set_all_config(config)
+    run_program()
+    providers = {r.name: r.inputs for r in mocks.resources if r.typ == "pulumi:providers:kubernetes"}
+    assert providers["foreign-2"]["deleteUnreachable"] == "true"
+    assert "deleteUnreachable" not in providers["foreign-1"] and "deleteUnreachable" not in providers["home"]
+    virtual_nodes = {m["metadata"]["name"]: m for m in mocks.in_cluster("home") if m["kind"] == "VirtualNode"}
+    annotations = virtual_nodes["liqo-foreign-2"]["metadata"]["annotations"]
+    assert annotations[names.ABANDON_UNREACHABLE_AFTER_ANNOTATION] == "600"
+    assert names.ABANDON_UNREACHABLE_AFTER_ANNOTATION not in (
+        virtual_nodes["liqo-foreign-1"]["metadata"].get("annotations") or {}
+    )

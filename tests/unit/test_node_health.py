@@ -61,6 +61,7 @@ def controller() -> Any:
     node: Any = VirtualNodeController.__new__(VirtualNodeController)
     node.node_name, node.foreign_cluster_id = "liqo-foreign", "foreign"
     node.healthy, node.failures, node.failure_reason = True, 0, UNREACHABLE_REASON
+    node.unhealthy_since = None
     node.queue = Queue()
     return node
 
@@ -94,3 +95,18 @@ def test_a_throttled_check_is_no_verdict() -> None:
     assert (ready(node)["status"], ready(node)["reason"]) == ("False", FORBIDDEN_REASON)
     node.observe(THROTTLED, 2)
     assert not node.healthy, "nor does it pass"
+
+
+def test_how_long_the_cluster_has_been_unreachable_counts_from_the_node_turning_not_ready() -> None:
+    """What an abandon (removal.py, abandonUnreachableAfter) waits on: not the first failed check,
+    the Node's NotReady; a success clears it."""
+    node = controller()
+    node.observe(None, 2)
+    assert node.unreachable_for() is None, "one failure of two: still Ready"
+    node.observe(None, 2)
+    first = node.unreachable_for()
+    assert first is not None and first >= 0
+    node.observe(500, 2)  # another failure keeps the clock
+    assert node.unreachable_for() >= first
+    node.observe(200, 2)
+    assert node.unreachable_for() is None

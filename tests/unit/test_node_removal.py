@@ -100,3 +100,99 @@ def test_a_virtual_kubelet_may_remove_its_own_node_and_hold_its_own_virtual_node
     assert allowed("", "nodes", "delete", "liqo-foreign-1")
     assert not allowed(names.GROUP, "virtualnodes", "patch", "liqo-foreign-2")
     assert not allowed("", "nodes", "delete", "fake-node-1")
+
+
+class Home:
+    """The home API server's answers to a removal's writes, recorded; the foreign one never answers."""
+
+    def __init__(self, pods: list[Any]) -> None:
+        self.pods = pods
+        self.calls: list[tuple[str, str, Any]] = []
+
+    async def list(self, *_: Any, **__: Any) -> Any:
+        for found in self.pods:
+            yield found
+
+    async def delete(self, resource: Any, name: str, **kwargs: Any) -> None:
+        self.calls.append(("delete", name, kwargs.get("grace_period")))
+
+    async def patch(self, resource: Any, name: str, body: Any, **_: Any) -> None:
+        self.calls.append(("patch", name, body))
+
+    async def create(self, obj: Any, **_: Any) -> Any:
+        self.calls.append(("create", type(obj).__name__, obj))
+        return obj
+
+
+class Unreachable:
+    async def get(self, *_: Any, **__: Any) -> Any:
+        raise ConnectionError("the foreign API server does not answer")
+
+
+def deleting_virtual_node(after: str | None) -> Any:
+    from runtime.api.resources import VirtualNodeResource
+
+    annotations = {names.ABANDON_UNREACHABLE_AFTER_ANNOTATION: after} if after is not None else {}
+    meta = {
+        "name": "liqo-foreign-2",
+        "namespace": names.LIQO_NAMESPACE,
+        "finalizers": [names.VIRTUAL_NODE_FINALIZER],
+        "deletionTimestamp": "2026-11-27T00:00:00Z",
+        "resourceVersion": "9",
+        "annotations": annotations,
+    }
+    return VirtualNodeResource.from_dict({"metadata": meta, "spec": {"clusterID": "foreign-2"}})
+
+
+def removal(home: Home, unreachable_for: float | None) -> Any:
+    from typing import cast
+
+    from runtime.virtualkubelet.removal import NodeRemoval
+
+    return NodeRemoval(
+        cast(Any, home),
+        cast(Any, Unreachable()),
+        home_cluster_id="home",
+        foreign_cluster_id="foreign-2",
+        unreachable_for=lambda: unreachable_for,
+    )
+
+
+def test_an_unreachable_cluster_is_waited_for_unless_the_stack_said_to_abandon_it() -> None:
+    """The Node gone, the twins can only be known from the foreign cluster: without the setting (or
+    before its time) the removal waits for it; once due, the VirtualNode is released and a Warning
+    event says what stays behind there."""
+    import asyncio
+
+    from runtime.virtualkubelet.removal import ABANDONED_REASON, abandon_after
+
+    assert abandon_after(deleting_virtual_node(None)) is None
+    assert abandon_after(deleting_virtual_node("not a number")) is None
+    assert abandon_after(deleting_virtual_node("600")) == 600
+    for after, unreachable in ((None, 3600.0), ("600", 30.0), ("600", None)):
+        home = Home([])
+        with pytest.raises(ConnectionError):  # it asks the foreign cluster for the twins, and waits
+            asyncio.run(removal(home, unreachable).step(deleting_virtual_node(after), None))
+        assert home.calls == []
+    home = Home([])
+    assert asyncio.run(removal(home, 601.0).step(deleting_virtual_node("600"), None)) is True
+    [event] = [obj for verb, _, obj in home.calls if verb == "create"]
+    assert event.reason == ABANDONED_REASON and "offloading.liqo.io/origin=home" in event.message
+    assert "liqo-tenant-home" in event.message
+    [released] = [body for verb, name, body in home.calls if verb == "patch" and name == "liqo-foreign-2"]
+    assert released["metadata"]["finalizers"] is None
+
+
+def test_an_abandoned_clusters_terminating_pods_are_released_from_the_node() -> None:
+    import asyncio
+
+    from lightkube.resources.core_v1 import Node, Pod
+
+    terminating = Pod.from_dict(pod(owners=[OWNER], deleting=True))
+    node = Node.from_dict({"metadata": {"name": "liqo-foreign-2"}, "spec": {"unschedulable": True}})
+    waiting = Home([terminating])
+    assert asyncio.run(removal(waiting, 30.0).step(deleting_virtual_node("600"), node)) is False
+    assert waiting.calls == [], "not due: the pod waits for its remote copy"
+    due = Home([terminating])
+    assert asyncio.run(removal(due, 601.0).step(deleting_virtual_node("600"), node)) is False
+    assert ("delete", "p", 0) in due.calls
