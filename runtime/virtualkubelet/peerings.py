@@ -34,7 +34,7 @@ from runtime.kube import EngineMetrics, Event, WorkQueue
 from runtime.kube.shared import SharedWatches
 from runtime.kube.supervising import Backoff
 from runtime.kube.warnings import Warnings
-from runtime.virtualkubelet.kubelet import ServedPeering, default_ports, serve_peering, served_nodes
+from runtime.virtualkubelet.kubelet import ServedPeering, serve_peering, served_nodes
 from runtime.virtualkubelet.node import NODE_ADDRESS
 from runtime.virtualkubelet.restarts import RESTARTED_REASON, PeeringRestarts
 
@@ -89,20 +89,28 @@ class KubeletPorts:
     taken: dict[str, set[int]] = field(default_factory=dict)  # by foreign cluster, while it is served
 
     def assign(self, cluster_id: str, existing: Mapping[str, bool]) -> tuple[tuple[str, ...], dict[str, int | None]]:
-        """The virtual nodes of `cluster_id` to serve (the primary first) and their ports."""
+        """The virtual nodes of `cluster_id` to serve (the primary first) and their ports: a given port for
+        the primary, and for every other node the first port from `base` up (from the given one without a
+        base) that no node of this process holds and nothing on the host listens on."""
         first = self.given.get(cluster_id)
         node_names, ports = served_nodes(existing, cluster_id, self.pools, first or self.base, self.pool_ports)
-        if self.base and first is None and not self.pools:
+        if not self.pools:  # the pools' ports are named on the command line (cluster mode): kept as given
             held = {port for ports_of in self.taken.values() for port in ports_of}
-            ports = {}
-            candidate = self.base
-            for name in node_names:
-                while candidate in held or not port_free(candidate, self.address):
-                    candidate += 1
-                ports[name] = candidate
-                held.add(candidate)
-        elif first is not None and not self.pools:
-            ports = default_ports(node_names, first)
+            held |= {port for other, port in self.given.items() if other != cluster_id}  # theirs, served or not
+            ports = dict.fromkeys(node_names)
+            if first is not None:
+                ports[node_names[0]] = first
+                held.add(first)
+            start = self.base or (first + 1 if first is not None else None)
+            if start is not None:
+                candidate = start
+                for name in node_names:
+                    if ports[name] is not None:
+                        continue
+                    while candidate in held or not port_free(candidate, self.address):
+                        candidate += 1
+                    ports[name] = candidate
+                    held.add(candidate)
         self.taken[cluster_id] = {port for port in ports.values() if port is not None}
         return node_names, ports
 

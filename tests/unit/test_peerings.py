@@ -50,14 +50,25 @@ def test_kubelet_ports_are_given_or_taken_free_and_never_shared() -> None:
         assert busy not in first.values(), "a port something listens on is skipped"
         _, second = ports.assign("b", {"liqo-b": True})
         assert not set(first.values()) & set(second.values()), "each node its own port"
-        assert ports.assign("given", {"liqo-given": True, "liqo-given-x": True})[1] == {
-            "liqo-given": 20000,
-            "liqo-given-x": 20001,
-        }
+        given = ports.assign("given", {"liqo-given": True, "liqo-given-x": True})[1]
+        assert given["liqo-given"] == 20000, "the primary at its given port"
+        taken_before = set(first.values()) | set(second.values())
+        assert given["liqo-given-x"] not in taken_before | {20000}, "a pool's node never on another's port"
         ports.release("a")
         _, again = ports.assign("c", {"liqo-c": True})
         assert set(again.values()) <= set(first.values()), "a port let go is taken again"
     assert KubeletPorts(base=None).assign("a", {"liqo-a": True})[1] == {"liqo-a": None}, "no kubelet API"
+
+
+def test_a_pool_never_takes_the_port_given_to_another_cluster() -> None:
+    """The dev env gives foreign-1 and foreign-2 consecutive ports: foreign-1's second node (a pool)
+    must not take foreign-2's, even before foreign-2 is served."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        base = holder.getsockname()[1]
+    ports = KubeletPorts(base=base, given={"foreign-1": base, "foreign-2": base + 1})
+    _, pooled = ports.assign("foreign-1", {"liqo-foreign-1-gpu": True, "liqo-foreign-1-general": True})
+    assert base + 1 not in pooled.values() and len(set(pooled.values())) == 2
 
 
 def test_a_failing_part_waits_longer_each_time_up_to_a_minute_and_afresh_after_a_steady_run() -> None:
