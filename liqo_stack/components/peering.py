@@ -5,11 +5,10 @@ from __future__ import annotations
 import pulumi
 
 from liqo_stack import manifests
-from liqo_stack.components._controller import deploy_controller
 from liqo_stack.components.cluster import Cluster
 from liqo_stack.components.foreign import ForeignAgent
 from liqo_stack.components.home import HomeControlPlane
-from liqo_stack.components.shard import VirtualKubeletShard
+from liqo_stack.components.shard import VirtualKubeletShard, deploy_virtual_kubelet
 from liqo_stack.components.tenant import TenantSide, declare_tenant
 from liqo_stack.config import ForeignCluster, StackConfig, VirtualNodeConfig
 from liqo_stack.plan import virtual_node_spec
@@ -71,25 +70,16 @@ class Peering(pulumi.ComponentResource):
             foreign_id, [pool.name for pool in foreign_config.virtual_nodes], config.reflection.custom_reflection()
         )
         if shard is None:
-            self.virtual_kubelet = deploy_controller(
+            self.virtual_kubelet = deploy_virtual_kubelet(
                 home,
                 self,
                 resource_name=f"virtual-kubelet-{foreign_id}",
                 name=names.virtual_kubelet_name(foreign_id),
-                component="virtual-kubelet",
                 rules=rules,
-                args=[
-                    "virtual-kubelet",
-                    f"--foreign-cluster-id={foreign_id}",
-                    f"--home-cluster-id={home_id}",
-                    "--node-address=$(POD_IP)",  # docs/reflection.md: the pods' hostIP is the virtual kubelet pod's IP
-                    # one process serves every pool of the cluster (they share its twin namespaces)
-                    *(f"--pool={pool.name}" for pool in foreign_config.virtual_nodes),
-                ],
-                runtime=config.runtime,
-                replicas=config.runtime.replicas.virtual_kubelet,
+                serves=f"--foreign-cluster-id={foreign_id}",
+                pools=[pool.name for pool in foreign_config.virtual_nodes],
+                config=config,
                 depends_on=[home_plane.namespace, secret],
-                env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             )
             serving: list[pulumi.Resource] = [self.virtual_kubelet]
         else:

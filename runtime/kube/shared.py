@@ -36,7 +36,7 @@ class SharedInformer:
         self.informer: Informer | None = None
         self._task: asyncio.Task[None] | None = None
         self._views: dict[str, set[NamespaceView]] = {}
-        self._whole: set[SharedView] = set()
+        self._whole: set[_View] = set()
 
     def view(self, namespace: str) -> NamespaceView:
         return NamespaceView(self, namespace)
@@ -51,22 +51,19 @@ class SharedInformer:
             self._task = asyncio.create_task(self.informer.run())
         return self.informer
 
-    def _attach_whole(self, view: SharedView) -> Informer:
+    def _attach(self, view: _View) -> Informer:
         informer = self._started()
-        self._whole.add(view)
+        if not isinstance(view, NamespaceView):
+            self._whole.add(view)
+            return informer
+        self._views.setdefault(view.namespace, set()).add(view)
+        if informer.synced.is_set():  # a namespace followed later: what the store holds already
+            prefix = f"{view.namespace}/"
+            view.store = {key: obj for key, obj in informer.store.items() if key.startswith(prefix)}
         return informer
 
-    def _attach(self, view: NamespaceView) -> Informer:
-        self._started()
-        assert self.informer is not None
-        self._views.setdefault(view.namespace, set()).add(view)
-        if self.informer.synced.is_set():  # a namespace followed later: what the store holds already
-            prefix = f"{view.namespace}/"
-            view.store = {key: obj for key, obj in self.informer.store.items() if key.startswith(prefix)}
-        return self.informer
-
-    def _detach(self, view: NamespaceView | SharedView) -> None:
-        if isinstance(view, SharedView):
+    def _detach(self, view: _View) -> None:
+        if not isinstance(view, NamespaceView):
             self._whole.discard(view)
         else:
             views = self._views.get(view.namespace, set())
@@ -84,9 +81,8 @@ class SharedInformer:
             view.on_event(event)
 
 
-class SharedView:
-    """What an informer of its own would give a reader (store, sync, events), from a shared one.
-    Its handlers go with it: a peering that stops leaves nothing behind in the shared informer."""
+class _View:
+    """A reader of a shared informer: its sync, its relists and its own handlers, attached while it runs."""
 
     def __init__(self, shared: SharedInformer) -> None:
         self.shared = shared
@@ -95,12 +91,8 @@ class SharedView:
         self._handlers: list[Handler] = []
 
     @property
-    def store(self) -> dict[str, Any]:
-        # read anew each time: the informer replaces its store when it lists again
-        return self._informer.store if self._informer is not None else {}
-
-    @property
     def relists(self) -> int:
+        """The shared informer's: a relist there may have missed this reader's writes too."""
         return self._informer.relists if self._informer is not None else 0
 
     def add_handler(self, handler: Handler) -> None:
@@ -112,50 +104,39 @@ class SharedView:
 
     async def run(self) -> None:
         """Read the shared informer until cancelled (as an informer's run)."""
-        self._informer = self.shared._attach_whole(self)
+        self._informer = self.shared._attach(self)
         try:
             await self._informer.synced.wait()
             self.synced.set()
-            await asyncio.Future()
+            await asyncio.Future()  # until its reader stops
         finally:
             self.shared._detach(self)
 
 
-class NamespaceView:
+class SharedView(_View):
+    """What an informer of its own would give a reader (store, sync, events), from a shared one.
+    Its handlers go with it: a peering that stops leaves nothing behind in the shared informer."""
+
+    @property
+    def store(self) -> dict[str, Any]:
+        # read anew each time: the informer replaces its store when it lists again
+        return self._informer.store if self._informer is not None else {}
+
+
+class NamespaceView(_View):
     """What a twin scope reads of one namespace: the shared informer's objects and events there."""
 
     def __init__(self, shared: SharedInformer, namespace: str) -> None:
-        self.shared, self.namespace = shared, namespace
+        super().__init__(shared)
+        self.namespace = namespace
         self.store: dict[str, Any] = {}
-        self.synced = asyncio.Event()
-        self._informer: Informer | None = None
-        self._handlers: list[Handler] = []
-
-    @property
-    def relists(self) -> int:
-        """The shared informer's: a relist there may have missed this namespace's writes too."""
-        return self._informer.relists if self._informer is not None else 0
-
-    def add_handler(self, handler: Handler) -> None:
-        self._handlers.append(handler)
 
     def on_event(self, event: Event) -> None:
         if event.type == "DELETED":
             self.store.pop(event.key, None)
         else:
             self.store[event.key] = event.obj
-        for handler in self._handlers:
-            handler(event)
-
-    async def run(self) -> None:
-        """Follow the namespace until cancelled (as an informer's run)."""
-        self._informer = self.shared._attach(self)
-        try:
-            await self._informer.synced.wait()
-            self.synced.set()
-            await asyncio.Future()  # until the scope stops
-        finally:
-            self.shared._detach(self)
+        super().on_event(event)
 
 
 class SharedWatches:
