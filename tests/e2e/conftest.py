@@ -178,6 +178,9 @@ class RuntimeSlot:
             kubelet_ports={cluster_id: free_port() for cluster_id in self.foreign_ids},  # never a port in use
             state_dir=self.root / f"runtime-{self.count}",
             leader_election=leader_election,
+            # replicas electing per foreign cluster, as cluster mode's default Deployments do (a shard of
+            # one each): the failover tests' leaders are per cluster
+            one_process=not leader_election,
         )
 
     def take(self, own: bool, leader_election: bool) -> ExternalRuntime:
