@@ -271,7 +271,10 @@ def test_watches_share_http2_connections_up_to_the_servers_stream_limit(
         tasks[0].cancel()
         await asyncio.gather(tasks[0], return_exceptions=True)
         await client.close()
-        assert established_by_port(os.getpid())[server_port] == others
+        # the sockets leave ESTABLISHED as the closes go through, not when close() returns (seen in CI)
+        await wait_until_async(
+            lambda: established_by_port(os.getpid())[server_port] <= others, 10, "every connection of the client closed"
+        )
 
     asyncio.run(scenario())
 
