@@ -256,10 +256,17 @@ class Peerings:
         try:
             await self.virtual_nodes.synced.wait()
             self.queue.start()
-            for cluster_id in wanted_clusters(self.virtual_nodes.store, self.shard):
+            wanted = wanted_clusters(self.virtual_nodes.store, self.shard)
+            for cluster_id in wanted:
                 self.queue.add(cluster_id)
-            if self.shard:
-                print(f"serving the peerings with {', '.join(self.shard)} once their VirtualNodes exist", flush=True)
+            # a long wait otherwise silent: say what it waits for, and what ends it
+            missing = [c for c in self.shard if c not in wanted]
+            if missing or not wanted:
+                which = ", ".join(missing) or "any foreign cluster"
+                print(
+                    f"waiting for the VirtualNodes of {which} (`pulumi up` makes them); each is served as it comes",
+                    flush=True,
+                )
             await asyncio.Future()  # until cancelled: peerings come and go with their VirtualNodes
         finally:
             await self.queue.shutdown()
