@@ -123,7 +123,8 @@ def _whole_seconds(minimum: int, maximum: int) -> BeforeValidator:
             raise ValueError(f"is not a whole number of seconds, e.g. {format_duration(round(seconds) or 1)}")
         return int(seconds)
 
-    return BeforeValidator(to_seconds)
+    # written as text (`30s`): the package's schema (liqo_stack/package) types it as a string
+    return BeforeValidator(to_seconds, json_schema_input_type=str)
 
 
 ClusterId = Annotated[str, AfterValidator(_dns_label)]
@@ -1020,6 +1021,10 @@ class StackConfig(ConfigModel):
         return cluster.sharing_percentage if cluster.sharing_percentage is not None else self.sharing_percentage
 
 
+# A setting's path in a message: `liqo:` then a setting's name (`liqo:foreignClusters[0].clusterId`).
+_SETTING_PATH = re.compile(rf"\b{CONFIG_NAMESPACE}:(?=[a-zA-Z])")
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     text = f"{CONFIG_NAMESPACE}:"
     for index, part in enumerate(loc):
@@ -1100,9 +1105,17 @@ class ForeignSideStackConfig(ConfigModel):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="how its foreign agent runs")
 
 
-def parse(raw: Mapping[str, Any]) -> StackConfig:
-    """Validate the `liqo:` settings of a home stack (keys without the namespace, values already decoded)."""
-    config = parse_any(raw)
+def parse(raw: Mapping[str, Any], where: str = f"{CONFIG_NAMESPACE}:") -> StackConfig:
+    """Validate the `liqo:` settings of a home stack (keys without the namespace, values already decoded).
+    `where` is what the error messages put before a setting's path: the config namespace `liqo:`, or
+    where else the settings came from (the package's `resources.<name>.properties.`)."""
+    try:
+        config = parse_any(raw)
+    except ConfigError as err:
+        if where == f"{CONFIG_NAMESPACE}:":
+            raise
+        # every message names its setting from the config namespace (checks across fields write it too)
+        raise ConfigError(_SETTING_PATH.sub(lambda _: where, str(err)).replace("stack config", "properties")) from None
     if not isinstance(config, StackConfig):
         raise ConfigError("liqo:foreignSide: this is a foreign side's stack config, not a home stack's")
     return config

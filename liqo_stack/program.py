@@ -15,8 +15,8 @@ server-side apply, mutable Secrets and ConfigMaps.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import pulumi
 import pulumi.runtime.config as pulumi_config
@@ -113,10 +113,12 @@ def foreign_side(
 
 @dataclass(frozen=True)
 class LiqoStack:
-    """What a program gets back: the clusters (with their providers) and the declared offloadings."""
+    """What a program gets back: the clusters (with their providers), the declared offloadings, and the
+    resolved plan (liqo_stack/plan.py: the stack's outputs)."""
 
     clusters: Mapping[str, Cluster]
     offloadings: Mapping[str, pulumi.CustomResource]
+    plan: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _kubeconfig(access: stack_config.ClusterAccess, path: str, has_provider: bool) -> pulumi.Output[str] | None:
@@ -140,37 +142,41 @@ def _kubeconfig(access: stack_config.ClusterAccess, path: str, has_provider: boo
     return None
 
 
-def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
-    """Declare the stack. `providers`: a program's own provider per cluster id, used instead of one
-    made from that cluster's kubeconfig."""
-    config = load_config()
-    if isinstance(config, stack_config.ForeignSideStackConfig):
-        return foreign_side(config, providers)
+def declare(
+    config: stack_config.StackConfig,
+    providers: Mapping[str, k8s.Provider] | None = None,
+    opts: pulumi.ResourceOptions | None = None,
+    *,
+    where: str = f"{stack_config.CONFIG_NAMESPACE}:",
+) -> LiqoStack:
+    """Declare a home stack from its validated config: `main()` from the stack config, the package's
+    `Stack` component (liqo_stack/package) from its properties. `providers`: a program's own provider per
+    cluster id, used instead of one made from that cluster's kubeconfig; `opts`: of the top-level
+    resources (the package parents them to its component); `where`: what error messages put before a
+    setting's path. Raises ConfigError, naming the setting, before any resource is registered."""
     given = dict(providers or {})
     issued = [f for f in config.foreign_clusters if f.peers_through_issued_identity]  # their side is theirs
-    accesses = {config.home.cluster_id: ("liqo:home", config.home)} | {
-        f.cluster_id: (f"liqo:foreignClusters[{i}]", f)
+    accesses = {config.home.cluster_id: (f"{where}home", config.home)} | {
+        f.cluster_id: (f"{where}foreignClusters[{i}]", f)
         for i, f in enumerate(config.foreign_clusters)
         if not f.peers_through_issued_identity
     }
     unknown = sorted(set(given) - set(accesses))
-    try:
-        if unknown:
-            raise stack_config.ConfigError(
-                f"providers given for clusters {unknown}, which the stack config does not name (or peers through "
-                f"an identity their own stack issued): key them by the cluster ids of liqo:home and "
-                f"liqo:foreignClusters ({sorted(accesses)})"
-            )
-        for foreign_config in issued:
-            foreign_config.identity_kubeconfig_text()  # a missing file fails here, naming the setting
-        kubeconfigs = {cid: _kubeconfig(access, path, cid in given) for cid, (path, access) in accesses.items()}
-        if not config.home.has_kubeconfig and config.virtual_kubelet.home_api_server_address is None:
-            raise stack_config.ConfigError(
-                "liqo:virtualKubelet.homeApiServerAddress: liqo:home has no kubeconfig in the stack config: set where "
-                "offloaded pods reach the home API server (host:port)"
-            )
-    except stack_config.ConfigError as err:
-        raise pulumi.RunError(str(err)) from None
+    if unknown:
+        raise stack_config.ConfigError(
+            f"providers given for clusters {unknown}, which the stack config does not name (or peers through "
+            f"an identity their own stack issued): key them by the cluster ids of {where}home and "
+            f"{where}foreignClusters ({sorted(accesses)})"
+        )
+    for foreign_config in issued:
+        foreign_config.identity_kubeconfig_text()  # a missing file fails here, naming the setting
+    kubeconfigs = {cid: _kubeconfig(access, path, cid in given) for cid, (path, access) in accesses.items()}
+    if not config.home.has_kubeconfig and config.virtual_kubelet.home_api_server_address is None:
+        raise stack_config.ConfigError(
+            f"{where}virtualKubelet.homeApiServerAddress: {where}home has no kubeconfig in the stack config: set "
+            "where offloaded pods reach the home API server (host:port)"
+        )
+    top = opts or pulumi.ResourceOptions()
     clusters = {}
     abandonable = {f.cluster_id for f in config.foreign_clusters if f.abandon_unreachable_after is not None}
     for cid, kubeconfig in kubeconfigs.items():
@@ -179,15 +185,15 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
             clusters[cid] = Cluster(cid, own, kubeconfig)
         elif kubeconfig is not None:
             abandon = cid in abandonable  # its objects there may be dropped from the state on removal
-            clusters[cid] = Cluster(cid, provider(cid, kubeconfig, delete_unreachable=abandon), kubeconfig)
+            clusters[cid] = Cluster(cid, provider(cid, kubeconfig, top, delete_unreachable=abandon), kubeconfig)
     home = clusters[config.home.cluster_id]
 
-    home_plane = HomeControlPlane("home", home, config.runtime, config.on_demand.args())
+    home_plane = HomeControlPlane("home", home, config.runtime, config.on_demand.args(), opts=top)
     handlers: list[pulumi.Resource] = [home_plane.controller_manager]
     peerings: dict[str, Peering] = {}
     shard_of = virtual_kubelet_shards(config)
     shards = {
-        shard: VirtualKubeletShard(shard, config=config, home=home, home_plane=home_plane)
+        shard: VirtualKubeletShard(shard, config=config, home=home, home_plane=home_plane, opts=top)
         for shard in dict.fromkeys(shard_of.values())
     }
     for foreign_config in config.foreign_clusters:
@@ -195,7 +201,11 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
         agent = None
         if foreign is not None:
             agent = ForeignAgent(
-                foreign.cluster_id, foreign, config.runtime, custom_resources=config.reflection.custom_reflection()
+                foreign.cluster_id,
+                foreign,
+                config.runtime,
+                custom_resources=config.reflection.custom_reflection(),
+                opts=top,
             )
         else:
             pulumi.log.info(
@@ -216,15 +226,29 @@ def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
             home_plane=home_plane,
             agent=agent,
             shard=shards.get(shard_of.get(foreign_config.cluster_id, "")),
+            opts=top,
         )
         handlers.append(peering.virtual_kubelet)
         peerings[foreign_config.cluster_id] = peering
     offloadings = NamespaceOffloadings(
-        "offloadings", home, config.namespaces, home_plane, handlers, config.namespace_selectors
+        "offloadings", home, config.namespaces, home_plane, handlers, config.namespace_selectors, opts=top
     )
 
     if pulumi.runtime.is_dry_run():
         _foresee_floors(config, peerings)
-    for key, value in stack_plan(config).items():
+    return LiqoStack(clusters=clusters, offloadings=offloadings.offloadings, plan=stack_plan(config))
+
+
+def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:
+    """Declare the stack from the stack config. `providers`: a program's own provider per cluster id, used
+    instead of one made from that cluster's kubeconfig."""
+    config = load_config()
+    if isinstance(config, stack_config.ForeignSideStackConfig):
+        return foreign_side(config, providers)
+    try:
+        stack = declare(config, providers)
+    except stack_config.ConfigError as err:
+        raise pulumi.RunError(str(err)) from None
+    for key, value in stack.plan.items():
         pulumi.export(key, value)
-    return LiqoStack(clusters=clusters, offloadings=offloadings.offloadings)
+    return stack

@@ -17,6 +17,7 @@ a failure names it.
     python3 tools/build.py              # build what is missing, print the bin directory
     python3 tools/build.py --check      # exit 1 if anything is missing, build nothing
     python3 tools/build.py --jobs 1     # compile one tool at a time (default 2; see tools/NOTES.md)
+    python3 tools/build.py --with-optional  # also the pins marked `optional` (what only the tests need)
 """
 
 from __future__ import annotations
@@ -552,11 +553,17 @@ def main(argv: list[str] | None = None, out: IO[str] | None = None) -> int:
         "--progress-interval", type=float, default=PROGRESS_INTERVAL, help="seconds between 'still ...' lines"
     )
     parser.add_argument("--pins", type=Path, default=PINS_FILE, help=argparse.SUPPRESS)  # tests use their own
-    parser.add_argument("names", nargs="*", help="tools to build (default: all)")
+    parser.add_argument(
+        "--with-optional",
+        action="store_true",
+        default=os.environ.get("LIQO_STACK_BUILD_OPTIONAL") == "1",
+        help="also build the pins marked `optional` (env LIQO_STACK_BUILD_OPTIONAL=1); scripts/test.sh does",
+    )
+    parser.add_argument("names", nargs="*", help="tools to build (default: all but the optional ones)")
     args = parser.parse_args(argv)
     reporter = Reporter(out)
     pins = load_pins(args.pins)
-    names = args.names or list(pins)
+    names = args.names or [n for n, pin in pins.items() if args.with_optional or not pin.get("optional")]
     unknown = sorted(set(names) - set(pins))
     if unknown:
         parser.error(f"unknown tool(s) {unknown}; known: {sorted(pins)}")
