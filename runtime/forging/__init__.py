@@ -1,3 +1,4 @@
 """Pure forging: what the runtime writes, computed from what it reads (no I/O). Reflected copies
 (`objects`), offloaded pods and their status back home (`pods`), ServiceAccount token Secrets
-(`tokens`); shared by the virtual kubelet, reflection and the foreign agent."""
+(`tokens`), home copies of foreign events (`events`); shared by the virtual kubelet, reflection and
+the foreign agent."""

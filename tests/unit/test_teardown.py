@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runtime.controllers.namespacemap import withdrawn_until_gone
-from runtime.reflection.events import about_teardown
+from runtime.forging.events import about_teardown
 from runtime.virtualkubelet.pods import not_offloaded_message
 
 
