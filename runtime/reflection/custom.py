@@ -31,11 +31,11 @@ from runtime.api import names
 from runtime.api.crds import crd_kind, reflection_problem
 from runtime.api.resources import VirtualNodeResource
 from runtime.api.virtualnode import CustomResourceReflection
+from runtime.forging.kinds import ReflectedKind
 from runtime.forging.objects import is_owned
 from runtime.kube import Informer, unless_gone
 from runtime.kube.twins import Twins
 from runtime.reflection.context import Peering
-from runtime.reflection.kinds import ReflectedKind
 from runtime.reflection.reflector import ReflectionMetrics, Reflector
 
 log = logging.getLogger(__name__)
