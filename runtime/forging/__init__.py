@@ -6,5 +6,6 @@ per kind of object forged:
 - `pods`: offloaded pods and their status back home;
 - `tokens`: ServiceAccount token Secrets;
 - `events`: home copies of foreign events;
-- `storage`: remote claims and the home PVs standing for them.
+- `storage`: remote claims and the home PVs standing for them;
+- `custom`: custom objects' copies and the VirtualNode's condition on their reflection.
 """
