@@ -4,6 +4,7 @@ per kind of object forged:
 - `objects`: any reflected copy (ownership, skip lists, applied hash) and whether it is up to date;
 - `kinds`: the kinds reflected toward foreign clusters, and what each copy leaves out;
 - `pods`: offloaded pods and their status back home;
+- `shadowpods`: what brings a live remote pod to its ShadowPod, and the status recording it;
 - `tokens`: ServiceAccount token Secrets;
 - `events`: home copies of foreign events;
 - `storage`: remote claims and the home PVs standing for them;

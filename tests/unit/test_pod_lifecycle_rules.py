@@ -16,7 +16,7 @@ from runtime.__main__ import main
 from runtime.api import names
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import pod_spec_of
-from runtime.controllers.shadowpod import ShadowPodController, applied_hash, live_changes
+from runtime.controllers.shadowpod import ShadowPodController
 from runtime.forging.pods import (
     aborted_status,
     home_pod_status,
@@ -25,6 +25,7 @@ from runtime.forging.pods import (
     nothing_to_tell,
     remote_pod_spec,
 )
+from runtime.forging.shadowpods import applied_hash, live_changes
 from runtime.kube.packing import Packer
 from runtime.virtualkubelet.pods import ever_ran
 
