@@ -3,7 +3,8 @@ kubelet, reflection, the foreign agent and the webhooks, and by liqo_stack's pre
 per kind of object forged:
 - `objects`: any reflected copy (ownership, skip lists, applied hash) and whether it is up to date;
 - `kinds`: the kinds reflected toward foreign clusters, and what each copy leaves out;
-- `pods`: offloaded pods and their status back home;
+- `pods`: offloaded pods and their status back home, and where a home pod may run (the pod webhook's
+  constraints);
 - `shadowpods`: what brings a live remote pod to its ShadowPod, and the status recording it;
 - `tokens`: ServiceAccount token Secrets;
 - `events`: home copies of foreign events;

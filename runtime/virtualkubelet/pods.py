@@ -49,6 +49,8 @@ from runtime.forging.pods import (
     CidrMapping,
     TranslationError,
     aborted_status,
+    fit_requirements,
+    fits,
     home_pod_status,
     live_pod_spec,
     merge_patch,
@@ -61,7 +63,6 @@ from runtime.kube import Event, Informer, InformerUnion, OwnWrites, unless_gone
 from runtime.kube.packing import unpacked
 from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
-from runtime.webhooks.podmutation import fit_requirements, fits
 
 log = logging.getLogger(__name__)
 
