@@ -5,6 +5,7 @@ webhook's mutation). Pure functions on wire-format dicts; inputs are never chang
 from __future__ import annotations
 
 import copy
+import datetime
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -69,6 +70,13 @@ class CidrMapping:
             return ip
         offset = int(address) - int(self.remote.network_address)
         return str(ipaddress.ip_address(int(self.home.network_address) + offset))
+
+
+def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:
+    """The VirtualNode's remapping of the foreign pod range, when the stack gave it one."""
+    if spec is None or not spec.pod_cidr or not spec.remapped_pod_cidr:
+        return None
+    return CidrMapping.parse(spec.pod_cidr, spec.remapped_pod_cidr)
 
 
 def _anti_affinity(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -452,6 +460,43 @@ def _killed(container: dict[str, Any], now: str, reason: str = ABORTED_REASON) -
     if started:
         terminated["startedAt"] = started
     return {**container, "ready": False, "started": False, "state": {"terminated": terminated}}
+
+
+def controlled(pod: Any) -> bool:
+    """A controller owns the pod: deleted, it is made anew (where its namespace now allows)."""
+    return any(ref.controller for ref in pod.metadata.ownerReferences or [])
+
+
+def ever_ran(status: dict[str, Any]) -> bool:
+    """Whether the pod got past Pending remotely (Liqo's test: a phase past Pending or containers)."""
+    return status.get("phase", "Pending") != "Pending" or bool(status.get("containerStatuses"))
+
+
+def not_offloaded_message(namespace: str, foreign_cluster_id: str, *, offloaded: bool) -> str:
+    """A pod on the virtual node of a cluster its namespace is not offloaded to: why, and what to run."""
+    if offloaded:  # offloaded, but the cluster selector leaves this cluster out
+        return (
+            f"namespace {namespace} is not offloaded to {foreign_cluster_id} (its cluster selector leaves it out): "
+            f"select it with `liqo-stack offload namespace {namespace} --selector ...`"
+        )
+    return (
+        f"namespace {namespace} is not offloaded to {foreign_cluster_id}: "
+        f"offload it with `liqo-stack offload namespace {namespace}`; the pod starts once it is"
+    )
+
+
+def unschedulable_since(status: dict[str, Any]) -> tuple[datetime.datetime, str] | None:
+    """When the foreign scheduler found no node for the pod, and its message; None if it did not."""
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+            and condition.get("lastTransitionTime")
+        ):
+            since = datetime.datetime.fromisoformat(condition["lastTransitionTime"])
+            return since, condition.get("message") or ""
+    return None
 
 
 # -- where a home pod may run: the constraints the pod webhook (runtime/webhooks/serving.py) adds -----------
