@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import datetime
 import logging
 from collections.abc import Callable, Mapping
@@ -31,31 +30,15 @@ from runtime.api import names
 from runtime.api.crds import crd_kind, reflection_problem
 from runtime.api.resources import VirtualNodeResource
 from runtime.api.virtualnode import CustomResourceReflection
+from runtime.forging.custom import CRD_MISSING_REASON, custom_content, has_status_subresource, reflected_condition
+from runtime.forging.kinds import ReflectedKind
 from runtime.forging.objects import is_owned
 from runtime.kube import Informer, unless_gone
 from runtime.kube.twins import Twins
 from runtime.reflection.context import Peering
-from runtime.reflection.kinds import ReflectedKind
 from runtime.reflection.reflector import ReflectionMetrics, Reflector
 
 log = logging.getLogger(__name__)
-
-CRD_MISSING_REASON = "CustomResourceDefinitionMissing"
-REFLECTED_REASON = "Reflected"
-# what a custom object's copy never takes from home: the API server's and the foreign operator's
-NOT_REFLECTED_FIELDS = ("apiVersion", "kind", "metadata", "status")
-
-
-def custom_content(obj: Mapping[str, Any], _: str = "") -> dict[str, Any]:
-    """Every field but status (and metadata, which the copy forges): spec and whatever else the type has."""
-    return {key: copy.deepcopy(value) for key, value in obj.items() if key not in NOT_REFLECTED_FIELDS}
-
-
-def has_status_subresource(crd: Mapping[str, Any], version: str) -> bool:
-    for served in (crd.get("spec") or {}).get("versions") or []:
-        if served.get("name") == version:
-            return "status" in (served.get("subresources") or {})
-    return False
 
 
 def without_schemas(crd: Any) -> Any:
@@ -63,37 +46,6 @@ def without_schemas(crd: Any) -> Any:
     for version in crd.spec.versions or []:
         version.schema = None
     return crd
-
-
-def reflected_condition(
-    entries: Mapping[str, CustomResourceReflection], problems: Mapping[str, str], no_status_subresource: list[str]
-) -> dict[str, str] | None:
-    """The VirtualNode's `CustomResourcesReflected` condition (None: no type opted in, no condition):
-    False naming each CRD missing or unfit and why; True naming the types reflected, and those whose
-    status was asked for but cannot come back (`no_status_subresource`: no status subresource at home)."""
-    if not entries:
-        return None
-    if problems:
-        missing = "; ".join(f"{name}: {problems[name]}" for name in sorted(problems))
-        return {
-            "type": names.CUSTOM_RESOURCES_REFLECTED_CONDITION,
-            "status": "False",
-            "reason": CRD_MISSING_REASON,
-            "message": f"not reflected, until their CustomResourceDefinitions are there: {missing}",
-        }
-    message = "reflected: " + ", ".join(sorted(entries))
-    status_stays = sorted(name for name in no_status_subresource if name in entries and entries[name].reflect_status)
-    if status_stays:
-        message += (
-            f"; reflectStatus has no effect for {', '.join(status_stays)}: their home CustomResourceDefinition has "
-            "no status subresource, so their status stays in the foreign cluster"
-        )
-    return {
-        "type": names.CUSTOM_RESOURCES_REFLECTED_CONDITION,
-        "status": "True",
-        "reason": REFLECTED_REASON,
-        "message": message,
-    }
 
 
 class CustomReflector(Reflector):

@@ -9,13 +9,13 @@ from typing import Any
 
 from runtime.api import names
 from runtime.api.namespaceoffloading import Placement, placement, ready_twin
+from runtime.forging.kinds import ALL_KINDS, ReflectedKind
 from runtime.forging.objects import ReflectionSettings, is_owned
 from runtime.kube import Event, ObjectSource
 from runtime.kube.twins import TwinMember, Twins, Watched
 from runtime.reflection.context import Peering
 from runtime.reflection.custom import CustomResources
 from runtime.reflection.events import EventReflector
-from runtime.reflection.kinds import ALL_KINDS, ReflectedKind
 from runtime.reflection.reflector import ReflectionMetrics, Reflector
 from runtime.reflection.storage import StorageProvisioner
 from runtime.reflection.tokens import TokenReflector

@@ -25,6 +25,7 @@ from lightkube import ApiError
 from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from runtime.forging.kinds import ReflectedKind
 from runtime.forging.objects import (
     APPLIED_HASH_ANNOTATION,
     ReflectionSettings,
@@ -37,7 +38,6 @@ from runtime.forging.objects import (
 from runtime.kube import Event, Informer, unless_gone
 from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
-from runtime.reflection.kinds import ReflectedKind
 
 log = logging.getLogger(__name__)
 

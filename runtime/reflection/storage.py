@@ -15,13 +15,13 @@ the claim (`volume.kubernetes.io/selected-node`). When that node is this virtual
   the offloaded pod mounts it as it is.
 Reclaim follows the home PV's policy (the StorageClass's, Delete): once the home claim is gone the
 remote claim and the home PV are deleted; with Retain both stay. Decisions come from the synced
-stores of both clusters only, so a restart recreates and deletes nothing.
+stores of both clusters only, so a restart recreates and deletes nothing. The remote claim and the
+home PV are forged in runtime/forging/storage.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -30,7 +30,8 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim
 
 from runtime.api import names
-from runtime.forging.objects import ReflectionSettings, is_owned, ownership_labels, reflected_object, up_to_date
+from runtime.forging.objects import is_owned, ownership_labels, up_to_date
+from runtime.forging.storage import home_volume, metadata_of, provisions_here, remote_claim, volume_outdated
 from runtime.kube import Event, Informer, unless_gone
 from runtime.kube.twins import TwinFollower, Watched
 from runtime.reflection.context import Peering
@@ -39,126 +40,6 @@ log = logging.getLogger(__name__)
 
 KIND = "persistentvolumeclaim"  # not configurable (docs/reflection.md); only the VirtualNode's skip lists apply
 FIELD_MANAGER = "liqo-storage"
-# A home PV only stands for the remote volume: nothing mounts it at home (its node is virtual), but a
-# PV needs a source; Liqo's virtual storage uses the same placeholder.
-PLACEHOLDER_PATH = "/tmp/liqo-placeholder"
-# Written by the home PV controller and scheduler about the home claim: meaningless in the foreign
-# cluster (a selected node there would name a home node).
-_HOME_ONLY_ANNOTATION_PREFIXES = ("volume.kubernetes.io/", "volume.beta.kubernetes.io/", "pv.kubernetes.io/")
-
-
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
-
-
-def volume_name(claim: Mapping[str, Any]) -> str:
-    """The home PV of a claim, named after its UID as dynamically provisioned volumes are."""
-    return f"pvc-{_meta(claim)['uid']}"
-
-
-def provisions_here(claim: Mapping[str, Any], node_name: str) -> bool:
-    """A `liqo` claim whose first pod was scheduled on this virtual node, and not bound to another volume."""
-    spec = claim.get("spec") or {}
-    bound_to = spec.get("volumeName")
-    return (
-        spec.get("storageClassName") == names.STORAGE_CLASS_NAME
-        and (_meta(claim).get("annotations") or {}).get(names.SELECTED_NODE_ANNOTATION) == node_name
-        and (not bound_to or bound_to == volume_name(claim))
-    )
-
-
-def remote_claim(
-    home: Mapping[str, Any],
-    *,
-    twin: str,
-    storage_class: str | None,
-    home_cluster_id: str,
-    foreign_cluster_id: str,
-    settings: ReflectionSettings,
-) -> dict[str, Any]:
-    """The claim in the foreign cluster: the home one verbatim (docs/reflection.md) but for its storage class
-    (`storage_class`; None leaves the foreign default), what only the home cluster set on it, and
-    its selector and volume (home PVs)."""
-    spec = home.get("spec") or {}
-    remote_spec: dict[str, Any] = {
-        "accessModes": list(spec.get("accessModes") or []),
-        "resources": copy.deepcopy(spec.get("resources") or {}),
-        "volumeMode": spec.get("volumeMode") or "Filesystem",
-    }
-    if storage_class:
-        remote_spec["storageClassName"] = storage_class
-    meta = dict(_meta(home))
-    meta["annotations"] = {
-        key: value
-        for key, value in (meta.get("annotations") or {}).items()
-        if not key.startswith(_HOME_ONLY_ANNOTATION_PREFIXES)
-    }
-    body = reflected_object(
-        {**home, "metadata": meta},
-        {"spec": remote_spec},
-        twin=twin,
-        home_cluster_id=home_cluster_id,
-        foreign_cluster_id=foreign_cluster_id,
-        settings=settings,
-    )
-    body["metadata"]["annotations"][names.HOME_CLAIM_UID_ANNOTATION] = str(meta["uid"])
-    return body
-
-
-def home_volume(
-    home: Mapping[str, Any],
-    remote: Mapping[str, Any] | None,
-    *,
-    node_name: str,
-    home_cluster_id: str,
-    foreign_cluster_id: str,
-) -> dict[str, Any]:
-    """The home PV of a claim provisioned in the foreign cluster: pre-bound to the home claim, on the
-    virtual node only. Size and access modes are the remote claim's once bound there, else the request."""
-    spec = home.get("spec") or {}
-    meta = _meta(home)
-    status = (remote or {}).get("status") or {}
-    bound = status.get("phase") == "Bound"
-    capacity = (status.get("capacity") or {}).get("storage") if bound else None
-    requested = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
-    access_modes = (status.get("accessModes") if bound else None) or spec.get("accessModes") or []
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {
-            "name": volume_name(home),
-            "labels": ownership_labels(home_cluster_id, foreign_cluster_id),
-            "annotations": {names.PROVISIONED_BY_ANNOTATION: names.STORAGE_PROVISIONER},
-        },
-        "spec": {
-            "capacity": {"storage": capacity or requested},
-            "accessModes": list(access_modes),
-            "volumeMode": spec.get("volumeMode") or "Filesystem",
-            "storageClassName": names.STORAGE_CLASS_NAME,
-            "persistentVolumeReclaimPolicy": names.STORAGE_RECLAIM_POLICY,
-            "claimRef": {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-            },
-            "hostPath": {"path": PLACEHOLDER_PATH},
-            "nodeAffinity": {
-                "required": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": names.HOSTNAME_LABEL, "operator": "In", "values": [node_name]}]}
-                    ]
-                }
-            },
-        },
-    }
-
-
-def volume_outdated(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
-    """What the remote claim says of the volume changed (it got bound, or resized)."""
-    want, have = desired["spec"], actual.get("spec") or {}
-    return bool(want["capacity"] != (have.get("capacity") or {}) or want["accessModes"] != have.get("accessModes"))
 
 
 class StorageProvisioner(TwinFollower):
@@ -216,9 +97,11 @@ class StorageProvisioner(TwinFollower):
         remote = found.to_dict() if found is not None else None
         volume = self._volume_of(namespace, name)
         ours = remote is not None and is_owned(remote, peering.home_cluster_id, peering.foreign_cluster_id)
-        home_uid = _meta(home).get("uid")
+        # the UID of the home claim the remote one was made for
+        made_for = (metadata_of(remote).get("annotations") or {}).get(names.HOME_CLAIM_UID_ANNOTATION)
+        home_uid = metadata_of(home).get("uid")
         volume_uid = ((volume or {}).get("spec") or {}).get("claimRef", {}).get("uid")
-        deleting = bool(_meta(home).get("deletionTimestamp"))
+        deleting = bool(metadata_of(home).get("deletionTimestamp"))
         serves_claim = volume is not None and home_uid is not None and volume_uid == home_uid
         wanted = home is not None and (serves_claim or (not deleting and provisions_here(home, peering.node_name)))
 
@@ -226,13 +109,10 @@ class StorageProvisioner(TwinFollower):
             # the claim it was bound to is gone (or is another claim now): reclaim as the volume says
             if (volume.get("spec") or {}).get("persistentVolumeReclaimPolicy") == "Retain":
                 return
-            if ours and (_meta(remote).get("annotations") or {}).get(names.HOME_CLAIM_UID_ANNOTATION) in (
-                None,
-                volume_uid,
-            ):
+            if ours and made_for in (None, volume_uid):
                 await self._delete_remote(watch.twin, name, remote)
             with unless_gone():
-                await peering.home.delete(PersistentVolume, _meta(volume)["name"])
+                await peering.home.delete(PersistentVolume, metadata_of(volume)["name"])
             return
         if home is None or not wanted:
             if ours and remote is not None and volume is None:
@@ -243,9 +123,7 @@ class StorageProvisioner(TwinFollower):
             held = f"PersistentVolumeClaim {watch.twin}/{name}"
             await peering.conflict(home, "ProvisioningConflict", held, consequence)
             return
-        if remote is not None and (_meta(remote).get("annotations") or {}).get(names.HOME_CLAIM_UID_ANNOTATION) != str(
-            home_uid
-        ):
+        if remote is not None and made_for != str(home_uid):
             await self._delete_remote(watch.twin, name, remote)  # a former claim's volume: never this one's
             return
         if remote is None and deleting:
@@ -294,7 +172,7 @@ class StorageProvisioner(TwinFollower):
         return result
 
     async def _delete_remote(self, twin: str, name: str, remote: Mapping[str, Any] | None) -> None:
-        if remote is None or _meta(remote).get("deletionTimestamp"):
+        if remote is None or metadata_of(remote).get("deletionTimestamp"):
             return
         with unless_gone():
             await self.peering.foreign.delete(PersistentVolumeClaim, name, namespace=twin)

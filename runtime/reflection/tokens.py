@@ -17,6 +17,7 @@ from lightkube.resources.core_v1 import ConfigMap, Secret, ServiceAccount
 
 from runtime.api import names
 from runtime.api.virtualnode import ApiServerAddress
+from runtime.forging.kinds import without_pod_token_values
 from runtime.forging.objects import is_owned
 from runtime.forging.tokens import (
     CA_KEY,
@@ -32,7 +33,6 @@ from runtime.forging.tokens import (
 from runtime.kube import Event, Informer, ObjectSource, unless_gone
 from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
-from runtime.reflection.kinds import without_pod_token_values
 
 log = logging.getLogger(__name__)
 

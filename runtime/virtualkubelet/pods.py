@@ -39,7 +39,7 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
-from runtime.api import VirtualNodeSpec, names
+from runtime.api import names
 from runtime.api.namespaceoffloading import Placement, move_unfit_after, placement
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, EVICTED_REASON, pod_spec_of
@@ -49,19 +49,25 @@ from runtime.forging.pods import (
     CidrMapping,
     TranslationError,
     aborted_status,
+    controlled,
+    ever_ran,
+    fit_requirements,
+    fits,
     home_pod_status,
     live_pod_spec,
     merge_patch,
+    not_offloaded_message,
     nothing_to_tell,
+    pod_cidr_mapping,
     remote_pod_metadata,
     shadow_pod,
     skip_lists,
+    unschedulable_since,
 )
 from runtime.kube import Event, Informer, InformerUnion, OwnWrites, unless_gone
 from runtime.kube.packing import unpacked
 from runtime.kube.twins import TwinFollower, TwinScope, Watched
 from runtime.reflection.context import Peering
-from runtime.webhooks.podmutation import fit_requirements, fits
 
 log = logging.getLogger(__name__)
 
@@ -71,49 +77,6 @@ UNFIT_REASON = "NoForeignNodeFits"  # moved off the virtual node: its foreign sc
 # A ShadowPod create refused by the foreign cluster's admission (its ValidatingAdmissionPolicy: 403,
 # or 422 for an invalid object) rather than failed: said on the home pod.
 REFUSED_CODES = (400, 403, 422)
-
-
-def pod_cidr_mapping(spec: VirtualNodeSpec | None) -> CidrMapping | None:
-    """The VirtualNode's remapping of the foreign pod range, when the stack gave it one."""
-    if spec is None or not spec.pod_cidr or not spec.remapped_pod_cidr:
-        return None
-    return CidrMapping.parse(spec.pod_cidr, spec.remapped_pod_cidr)
-
-
-def controlled(pod: Any) -> bool:
-    return any(ref.controller for ref in pod.metadata.ownerReferences or [])
-
-
-def ever_ran(status: dict[str, Any]) -> bool:
-    """Whether the pod got past Pending remotely (Liqo's test: a phase past Pending or containers)."""
-    return status.get("phase", "Pending") != "Pending" or bool(status.get("containerStatuses"))
-
-
-def not_offloaded_message(namespace: str, foreign_cluster_id: str, *, offloaded: bool) -> str:
-    """A pod on the virtual node of a cluster its namespace is not offloaded to: why, and what to run."""
-    if offloaded:  # offloaded, but the cluster selector leaves this cluster out
-        return (
-            f"namespace {namespace} is not offloaded to {foreign_cluster_id} (its cluster selector leaves it out): "
-            f"select it with `liqo-stack offload namespace {namespace} --selector ...`"
-        )
-    return (
-        f"namespace {namespace} is not offloaded to {foreign_cluster_id}: "
-        f"offload it with `liqo-stack offload namespace {namespace}`; the pod starts once it is"
-    )
-
-
-def unschedulable_since(status: dict[str, Any]) -> tuple[datetime.datetime, str] | None:
-    """When the foreign scheduler found no node for the pod, and its message; None if it did not."""
-    for condition in status.get("conditions") or []:
-        if (
-            condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
-            and condition.get("reason") == "Unschedulable"
-            and condition.get("lastTransitionTime")
-        ):
-            since = datetime.datetime.fromisoformat(condition["lastTransitionTime"])
-            return since, condition.get("message") or ""
-    return None
 
 
 def now() -> str:

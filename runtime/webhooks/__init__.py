@@ -1,7 +1,6 @@
-"""Admission webhooks: pod mutation per offloading strategy and NamespaceOffloading validation,
-served over TLS by the controller-manager."""
+"""Admission webhooks: pod mutation per offloading strategy (its constraints forged in
+runtime.forging.pods) and NamespaceOffloading validation, served over TLS by the controller-manager."""
 
-from runtime.webhooks.podmutation import mutate_pod, not_ready_reason
 from runtime.webhooks.serving import WebhookServer, admit_offloading, admit_pod
 from runtime.webhooks.sharedca import shared_ca
 from runtime.webhooks.validation import validate_offloading
@@ -10,8 +9,6 @@ __all__ = [
     "WebhookServer",
     "admit_offloading",
     "admit_pod",
-    "mutate_pod",
-    "not_ready_reason",
     "shared_ca",
     "validate_offloading",
 ]

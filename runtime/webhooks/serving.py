@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from runtime.api import NamespaceOffloadingSpec, names
 from runtime.api.namespaceoffloading import move_unfit_after
-from runtime.webhooks.podmutation import mutate_pod, not_ready_reason, unoffloading
+from runtime.forging.pods import mutate_pod, not_ready_reason, unoffloading
 from runtime.webhooks.validation import validate_offloading
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry
 
 from liqo_stack.dev.clusters import DevEnvironment
+from runtime.forging.kinds import CONFIGMAPS
 from runtime.reflection import Peering
-from runtime.reflection.kinds import CONFIGMAPS
 from runtime.reflection.reflector import ReflectionMetrics, Reflector
 from tests.support.kube import get_or_none, wait_until_async
 

@@ -181,7 +181,7 @@ def home_view(home: Client, cluster_id: str, remote_ip: str) -> str:
     """The address a remote pod IP of `cluster_id` shows at home: remapped as its VirtualNode says."""
     from runtime.api import VirtualNodeSpec
     from runtime.api.resources import VirtualNodeResource
-    from runtime.virtualkubelet.pods import pod_cidr_mapping
+    from runtime.forging.pods import pod_cidr_mapping
 
     found = home.get(VirtualNodeResource, names.virtual_node_name(cluster_id), namespace=names.LIQO_NAMESPACE)
     mapping = pod_cidr_mapping(VirtualNodeSpec.model_validate(found["spec"]))

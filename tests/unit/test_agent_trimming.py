@@ -9,9 +9,9 @@ from typing import Any
 from lightkube.resources.core_v1 import Node, Pod
 
 from runtime.api.advertisement import available_for, load_of, pod_requests
-from runtime.controllers.shadowpod import live_changes
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.forging.pods import restart_counts
+from runtime.forging.shadowpods import live_changes
 
 WHOLE: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "twin", "uid": "u-1", "labels": {"liqo.io/origin": "home", "app": "a"}},

@@ -1,5 +1,5 @@
 """Custom resources follow their pods (issue 39): the config, what the stack grants for them, the
-policy pack's view of it, and the pure parts of their reflection (runtime/reflection/custom.py)."""
+policy pack's view of it, and the pure parts of their reflection (runtime/forging/custom.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,10 @@ from liqo_stack import manifests, policy
 from liqo_stack.config import ConfigError, parse
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
 from runtime.api.crds import crd_problem, reflection_problem
+from runtime.forging.custom import custom_content, has_status_subresource, reflected_condition
 from runtime.forging.objects import settings_from
 from runtime.reflection import Peering
-from runtime.reflection.custom import (
-    CustomResources,
-    custom_content,
-    has_status_subresource,
-    reflected_condition,
-)
+from runtime.reflection.custom import CustomResources
 from tests.unit.test_components import RecordingMocks, mocks, run_program
 from tests.unit.test_config import config, problem_at
 

@@ -16,17 +16,18 @@ from runtime.__main__ import main
 from runtime.api import names
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import pod_spec_of
-from runtime.controllers.shadowpod import ShadowPodController, applied_hash, live_changes
+from runtime.controllers.shadowpod import ShadowPodController
 from runtime.forging.pods import (
     aborted_status,
+    ever_ran,
     home_pod_status,
     live_pod_spec,
     merge_patch,
     nothing_to_tell,
     remote_pod_spec,
 )
+from runtime.forging.shadowpods import applied_hash, live_changes
 from runtime.kube.packing import Packer
-from runtime.virtualkubelet.pods import ever_ran
 
 IDS = {"home_cluster_id": "home", "foreign_cluster_id": "foreign-1"}
 RUNNING = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runtime.api import PodOffloadingStrategy, names, parse_selector
-from runtime.webhooks.podmutation import TOLERATION, fit_requirements, fits, mutate_pod
+from runtime.forging.pods import VIRTUAL_NODE_TOLERATION, fit_requirements, fits, mutate_pod
 from tests.support.placement import EXPECTED, NODES, SELECTORS, schedulable
 
 
@@ -33,9 +33,9 @@ def test_the_pods_own_affinity_is_kept_and_anded() -> None:
 
 
 def test_mutation_is_idempotent_for_the_toleration_and_leaves_the_input_alone() -> None:
-    original = pod(tolerations=[dict(TOLERATION)])
+    original = pod(tolerations=[dict(VIRTUAL_NODE_TOLERATION)])
     mutated = mutate_pod(original, PodOffloadingStrategy.LOCAL_AND_REMOTE, parse_selector([]))
-    assert mutated["spec"]["tolerations"] == [TOLERATION]
+    assert mutated["spec"]["tolerations"] == [VIRTUAL_NODE_TOLERATION]
     assert "affinity" not in original["spec"]
 
 

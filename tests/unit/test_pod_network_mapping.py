@@ -14,9 +14,9 @@ from runtime.api.network import (
     remapped_pod_cidrs,
     translate_address,
 )
+from runtime.forging.kinds import ENDPOINT_SLICES
 from runtime.forging.objects import ReflectionSettings, settings_from
-from runtime.reflection.kinds import ENDPOINT_SLICES
-from runtime.virtualkubelet.pods import pod_cidr_mapping
+from runtime.forging.pods import pod_cidr_mapping
 
 
 def foreign(cluster_id: str, cidr: str | None, remapped: str | None = None) -> ForeignPodNetwork:

@@ -7,16 +7,7 @@ from typing import Any
 import pytest
 
 from runtime.api import ReflectionPolicy, names
-from runtime.forging.objects import (
-    APPLIED_HASH_ANNOTATION,
-    ReflectionSettings,
-    covers,
-    is_owned,
-    policy_allows,
-    reflected_object,
-    up_to_date,
-)
-from runtime.reflection.kinds import (
+from runtime.forging.kinds import (
     CONFIGMAPS,
     ENDPOINT_SLICES,
     INGRESSES,
@@ -26,6 +17,15 @@ from runtime.reflection.kinds import (
     SERVICE_NAME_LABEL,
     ingress_content,
     service_content,
+)
+from runtime.forging.objects import (
+    APPLIED_HASH_ANNOTATION,
+    ReflectionSettings,
+    covers,
+    is_owned,
+    policy_allows,
+    reflected_object,
+    up_to_date,
 )
 
 SKIP, ALLOW = names.SKIP_REFLECTION_ANNOTATION, names.ALLOW_REFLECTION_ANNOTATION
@@ -175,7 +175,7 @@ def test_endpoint_slices_carry_what_the_foreign_cluster_cannot_see() -> None:
 def test_the_foreign_control_planes_slices_of_a_reflected_service_are_not_ours() -> None:
     """They inherit the reflected Service's labels, ownership labels included: deleting them as
     copies nobody wants made the foreign controller recreate them, forever."""
-    from runtime.reflection.kinds import ENDPOINT_SLICES, MANAGED_BY_LABEL
+    from runtime.forging.kinds import ENDPOINT_SLICES, MANAGED_BY_LABEL
 
     inherited = {
         names.ORIGIN_LABEL: "home",

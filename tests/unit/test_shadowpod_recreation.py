@@ -8,7 +8,8 @@ from typing import Any, cast
 from lightkube.resources.core_v1 import Pod
 
 from runtime.api.resources import ShadowPodResource
-from runtime.controllers.shadowpod import ShadowPodController, applied, applied_hash
+from runtime.controllers.shadowpod import ShadowPodController
+from runtime.forging.shadowpods import applied, applied_hash
 from runtime.kube.packing import Packer
 
 KEY = "twin/p"

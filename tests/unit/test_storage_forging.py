@@ -12,7 +12,7 @@ from liqo_stack.config import ConfigError, parse
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.virtualnode import StorageType
 from runtime.forging.objects import ReflectionSettings, applied_hash, up_to_date
-from runtime.reflection.storage import (
+from runtime.forging.storage import (
     PLACEHOLDER_PATH,
     home_volume,
     provisions_here,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from runtime.controllers.namespacemap import withdrawn_until_gone
-from runtime.reflection.events import about_teardown
-from runtime.virtualkubelet.pods import not_offloaded_message
+from runtime.forging.events import about_teardown
+from runtime.forging.pods import not_offloaded_message
 
 
 def test_a_withdrawn_mapping_is_reported_terminating_until_its_twin_is_gone() -> None:

@@ -17,6 +17,7 @@ from liqo_stack.config import StackConfig, parse_api_server_address
 from liqo_stack.plan import virtual_node_spec
 from runtime.api import ReflectionPolicy, VirtualNodeSpec, names
 from runtime.api.virtualnode import ApiServerAddress
+from runtime.forging.events import event_allowed, home_event, needs_write, occurrences
 from runtime.forging.pods import HomeApiAccess, remote_pod_spec, remote_pod_spec_with
 from runtime.forging.tokens import (
     TokenProjection,
@@ -26,7 +27,6 @@ from runtime.forging.tokens import (
     token_secret,
     tokens_wanted,
 )
-from runtime.reflection.events import event_allowed, home_event, needs_write, occurrences
 from tests.support.kubeconfigs import one_cluster_kubeconfig
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.UTC)

@@ -11,7 +11,7 @@ import pytest
 from runtime.api import names
 from runtime.api.advertisement import largest_pod_labels
 from runtime.api.namespaceoffloading import move_unfit_after, stack_move_unfit_after
-from runtime.virtualkubelet.pods import unschedulable_since
+from runtime.forging.pods import unschedulable_since
 
 CPU, MEMORY = names.LARGEST_POD_CPU_LABEL, names.LARGEST_POD_MEMORY_LABEL
 SPEC: dict[str, Any] = {

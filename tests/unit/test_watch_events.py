@@ -12,10 +12,10 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod, Secret
 
 from runtime.api import names
+from runtime.forging.kinds import without_pod_token_values
 from runtime.kube import Event, Informer
 from runtime.kube.client import lines_of
 from runtime.kube.informing import _Gone
-from runtime.reflection.kinds import without_pod_token_values
 from runtime.virtualkubelet.pods import without_spec
 
 
