@@ -1025,6 +1025,12 @@ class StackConfig(ConfigModel):
 _SETTING_PATH = re.compile(rf"\b{CONFIG_NAMESPACE}:(?=[a-zA-Z])")
 
 
+def renamed_settings(message: str, where: str) -> str:
+    """`message` with each `liqo:<setting>` it names written `<where><setting>` (every message names its
+    setting from the config namespace; the checks across fields write it too)."""
+    return _SETTING_PATH.sub(lambda _: where, message)
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     text = f"{CONFIG_NAMESPACE}:"
     for index, part in enumerate(loc):
@@ -1114,8 +1120,7 @@ def parse(raw: Mapping[str, Any], where: str = f"{CONFIG_NAMESPACE}:") -> StackC
     except ConfigError as err:
         if where == f"{CONFIG_NAMESPACE}:":
             raise
-        # every message names its setting from the config namespace (checks across fields write it too)
-        raise ConfigError(_SETTING_PATH.sub(lambda _: where, str(err)).replace("stack config", "properties")) from None
+        raise ConfigError(renamed_settings(str(err), where).replace("stack config", "properties")) from None
     if not isinstance(config, StackConfig):
         raise ConfigError("liqo:foreignSide: this is a foreign side's stack config, not a home stack's")
     return config

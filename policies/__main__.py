@@ -19,6 +19,7 @@ from pulumi_policy import policy as policy_module
 
 from liqo_stack import config as stack_config
 from liqo_stack import policy as checks
+from liqo_stack.package import properties as package
 
 # -- the stack config -------------------------------------------------------------------------------
 # pulumi-policy 1.21 reads only the tags of ConfigureStack; the engine also sends the stack's config and
@@ -35,16 +36,30 @@ def _capture_stack(self: Any, request: Any, context: Any) -> Any:
 policy_module._PolicyAnalyzerServicer.ConfigureStack = _capture_stack  # type: ignore[method-assign,assignment]
 
 
-def _stack_config() -> stack_config.StackConfig | stack_config.ForeignSideStackConfig | None:
+def _component(args: StackValidationArgs) -> Any:
+    """The package's `Stack` component (a program in another language: docs/package.md), if any."""
+    return next((r for r in args.resources if r.resource_type == package.STACK), None)
+
+
+def _stack_config(args: StackValidationArgs) -> stack_config.StackConfig | stack_config.ForeignSideStackConfig | None:
+    """The `liqo:` stack config; in a program that declares the package's `Stack`, its properties."""
     try:
+        component = _component(args)
+        if component is not None:  # it shows its settings as an output (the pack sees outputs only)
+            return package.config_of(component.name, _plain(dict(component.props))[package.SETTINGS])
         return stack_config.any_from_pulumi_config(_STACK["config"])
     except stack_config.ConfigError:
         return None  # the program itself fails the preview, naming the field
+    except Exception:  # a property computed from outputs not known yet: the component declares nothing yet
+        return None
 
 
-def _is_secret() -> Callable[[str], bool]:
+def _is_secret(args: StackValidationArgs) -> Callable[[str], bool]:
     """The engine names the secret config keys at the top level (`liqo:foreignClusters` holds a secret when
-    any value in it is one); the pack's working directory is the pack, so Pulumi.<stack>.yaml is not at hand."""
+    any value in it is one); the pack's working directory is the pack, so Pulumi.<stack>.yaml is not at hand.
+    The package's schema makes a kubeconfig property secret in every language, whatever the program gives."""
+    if _component(args) is not None:
+        return lambda _: True
     return checks.is_secret_in(_STACK["secret_keys"])
 
 
@@ -52,10 +67,15 @@ def _settings(args: StackValidationArgs) -> checks.PolicySettings:
     return checks.PolicySettings.from_policy_config({"all": dict(args.get_config() or {})})
 
 
-def _report(found: list[checks.Violation], policy: str, report: ReportViolation) -> None:
+def _report(found: list[checks.Violation], policy: str, report: ReportViolation, args: StackValidationArgs) -> None:
+    component = _component(args)
     for violation in found:
         if violation.policy == policy:
-            report(violation.message, None)
+            # a package program has no `liqo:` settings: name the component's properties
+            message = violation.message
+            if component is not None:
+                message = package.in_program_terms(message, component.name)
+            report(message, None)
 
 
 def _plain(value: Any) -> Any:
@@ -87,19 +107,20 @@ def _objects(args: StackValidationArgs) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def _config_policy(
-    name: str, compute: Callable[[stack_config.StackConfig, checks.PolicySettings], list[checks.Violation]]
+    name: str,
+    compute: Callable[[stack_config.StackConfig, checks.PolicySettings, StackValidationArgs], list[checks.Violation]],
 ) -> StackValidationPolicy:
     level, description = checks.POLICIES[name]
 
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
-        config = _stack_config()
+        config = _stack_config(args)
         if config is None:
             args.not_applicable("the stack config is invalid (the program reports why)")
             return
         if isinstance(config, stack_config.ForeignSideStackConfig):
             args.not_applicable("a foreign side's stack: this checks a home stack's config")
             return
-        _report(compute(config, _settings(args)), name, report)
+        _report(compute(config, _settings(args), args), name, report, args)
 
     return StackValidationPolicy(
         name=name,
@@ -110,7 +131,9 @@ def _config_policy(
     )
 
 
-def _extended(config: stack_config.StackConfig, _: checks.PolicySettings) -> list[checks.Violation]:
+def _extended(
+    config: stack_config.StackConfig, _: checks.PolicySettings, __: StackValidationArgs
+) -> list[checks.Violation]:
     offered, unread = checks.offered_by(config)
     for line in unread:
         print(f"{checks.EXTENDED_RESOURCE_ROUNDS_TO_ZERO}: skipped {line}", flush=True)
@@ -131,7 +154,7 @@ def _least_privilege() -> StackValidationPolicy:
     description = checks.POLICIES[checks.HOME_IDENTITY_LEAST_PRIVILEGE][1]
 
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
-        config = _stack_config()
+        config = _stack_config(args)
         if config is None:
             args.not_applicable("the stack config is invalid (the program reports why)")
             return
@@ -157,12 +180,12 @@ def _least_privilege() -> StackValidationPolicy:
 POLICIES: list[Policy] = [
     _config_policy(checks.EXTENDED_RESOURCE_ROUNDS_TO_ZERO, _extended),
     _least_privilege(),
-    _config_policy(checks.KUBECONFIG_AS_SECRET, lambda c, _: checks.plain_kubeconfigs(c, _is_secret())),
+    _config_policy(checks.KUBECONFIG_AS_SECRET, lambda c, _, args: checks.plain_kubeconfigs(c, _is_secret(args))),
     _config_policy(
-        checks.RESERVED_NAMESPACE_SAME_NAME, lambda c, s: checks.reserved_namespace_names(c, s.reserved_namespaces)
+        checks.RESERVED_NAMESPACE_SAME_NAME, lambda c, s, _: checks.reserved_namespace_names(c, s.reserved_namespaces)
     ),
     *[
-        _config_policy(name, lambda c, s: checks.advisories(c, s.max_sharing_percentage))
+        _config_policy(name, lambda c, s, _: checks.advisories(c, s.max_sharing_percentage))
         for name in (
             checks.NAMESPACE_WITHOUT_SELECTOR,
             checks.SHARING_PERCENTAGE_HIGH,

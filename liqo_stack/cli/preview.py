@@ -23,6 +23,7 @@ from liqo_stack import kube
 from liqo_stack.cli.params import policy_pack_option, work_dir_option
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.effects import Effects, Snapshot, effects
+from liqo_stack.package import properties as package
 
 # `- [mandatory]  liqo-reserved-namespace-same-name  (pulumi:pulumi:Stack: ...)`, then its description, then the message
 _VIOLATION = re.compile(r"^\s*- \[(mandatory|advisory)\]\s+(\S+)\s+\(")
@@ -89,14 +90,42 @@ class PreviewReport:
         return 2 if self.effects.any() else 0
 
 
+class PackageComponents:
+    """The package's `Stack` components a preview plans (a program in YAML, TypeScript, ...: docs/package.md):
+    their new properties are the stack config of such a program, which has no `liqo:` settings."""
+
+    def __init__(self) -> None:
+        self.planned: dict[str, dict[str, Any]] = {}  # name -> its properties as the preview plans them
+
+    def seen(self, event: auto.EngineEvent) -> None:
+        step = event.resource_pre_event
+        new = step.metadata.new if step is not None else None
+        if step is not None and step.metadata.type == package.STACK and new is not None:
+            self.planned[step.metadata.urn.rpartition("::")[2]] = dict(new.inputs or {})
+
+    def config(self) -> stack_config.StackConfig | None:
+        """The one component's config; None when the program declares none (a Python stack's `liqo:`)."""
+        if not self.planned:
+            return None
+        if len(self.planned) > 1:
+            raise stack_config.ConfigError(
+                f"the program declares {len(self.planned)} liqo-stack Stack components ({sorted(self.planned)}): "
+                "preview one stack of one home cluster at a time"
+            )
+        [(name, properties)] = self.planned.items()
+        return package.config_of(name, properties)
+
+
 def preview_stack(stack: auto.Stack, policy_pack: Path | None, policy_config: Path | None) -> PreviewReport:
     """Pulumi preview (with the policy pack), then the effects from the stack's config and the live clusters."""
     failed: str | None = None
     changes: dict[str, int] = {}
+    components = PackageComponents()
     try:
         result = stack.preview(
             policy_packs=[str(policy_pack)] if policy_pack else None,
             policy_pack_configs=[str(policy_config)] if policy_config else None,
+            on_event=components.seen,
         )
         output = result.stdout
         # the summary's keys are the engine's operation names ("create", "same", ...), as text
@@ -104,8 +133,10 @@ def preview_stack(stack: auto.Stack, policy_pack: Path | None, policy_config: Pa
         changes = {op: count for op, count in summary.items() if op != "same"}
     except auto.CommandError as err:
         output, failed = str(err), str(err)
-    raw = {key: value.value for key, value in stack.get_all_config().items()}
-    config = stack_config.from_pulumi_config(raw)  # raises ConfigError naming the field
+    config = components.config()
+    if config is None:
+        raw = {key: value.value for key, value in stack.get_all_config().items()}
+        config = stack_config.from_pulumi_config(raw)  # raises ConfigError naming the field
     found = effects(config, Snapshot.read(config, clients_for(config)))
     found.policy_violations = policy_violations(output)
     return PreviewReport(stack=stack.name, effects=found, preview_failed=failed, changes=changes)

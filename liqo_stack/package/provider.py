@@ -21,23 +21,9 @@ from pulumi.provider import ConstructResult, Provider
 from pulumi.provider import main as serve
 
 from liqo_stack import config as stack_config
+from liqo_stack.package.properties import PROVIDERS, SETTINGS, config_of, properties_path, without_secrets
 from liqo_stack.package.schema import OUTPUTS, STACK, VERSION, schema_text
 from liqo_stack.program import declare
-
-PROVIDERS = "providers"
-
-
-def properties_path(name: str) -> str:
-    """What an error puts before a property's path: where it is written in a YAML program (a resource's
-    key is its name there), and readable in the other languages."""
-    return f"resources.{name}.properties."
-
-
-def config_of(name: str, properties: Mapping[str, Any]) -> stack_config.StackConfig:
-    """The stack config a `Stack` component's properties declare (everything but `providers`): the same
-    models and checks as the `liqo:` settings. Raises ConfigError naming each bad property."""
-    settings = {key: value for key, value in properties.items() if key != PROVIDERS}
-    return stack_config.parse(settings, where=properties_path(name))
 
 
 def _providers(name: str, given: Any) -> dict[str, k8s.Provider]:
@@ -90,7 +76,7 @@ class Stack(pulumi.ComponentResource):
             )
         except stack_config.ConfigError as err:
             raise _refused(err, name) from None
-        return stack.plan
+        return {**stack.plan, SETTINGS: without_secrets(properties)}
 
 
 class StackProvider(Provider):

@@ -32,6 +32,7 @@ STACK_DESCRIPTION = (
     "the `liqo:` settings of docs/configuration.md; `providers` lets a program pass its own "
     "`kubernetes.Provider` per cluster id instead of a kubeconfig."
 )
+SETTINGS = "settings"
 OUTPUTS: dict[str, dict[str, Any]] = {
     # stack_plan (liqo_stack/plan.py), as the Python stack exports it
     "homeClusterId": {"type": "string", "description": "the home cluster's id"},
@@ -45,6 +46,12 @@ OUTPUTS: dict[str, dict[str, Any]] = {
         "type": "object",
         "additionalProperties": {"$ref": ANY},
         "description": "per offloaded namespace: its strategies and its twin namespace in each cluster",
+    },
+    SETTINGS: {
+        "type": "object",
+        "additionalProperties": {"$ref": ANY},
+        "description": "the settings the component declared the stack from (kubeconfig contents left out): what "
+        "the policy pack checks, as it checks a Python stack's `liqo:` config",
     },
 }
 
