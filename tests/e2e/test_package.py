@@ -96,7 +96,9 @@ def test_the_yaml_programs_deployment_runs_in_the_foreign_clusters(
 ) -> None:
     assert {p.spec.nodeName for p in running} <= {names.virtual_node_name(c) for c in FOREIGN}
     twin = f"{NAMESPACE}-home"
-    remote: list[Any] = [p.metadata.name for client in foreign.values() for p in client.list(Pod, namespace=twin)]
+    remote = [
+        str(p.metadata.name) for client in foreign.values() for p in client.list(Pod, namespace=twin) if p.metadata
+    ]
     assert sorted(remote) == sorted(p.metadata.name for p in running)
 
     resources = resources_of(installed)
