@@ -8,7 +8,7 @@ reflection policy or offloading patch does to the pods running remotely (their l
 there, the objects they use that stop or start following them; runtime.forging decides, as at run
 time), and which custom objects a change of the custom resource types starts, stops or stops updating
 the copies of. The new state comes from the stack config through the same plan functions the runtime uses
-(liqo_stack/plan.py, runtime/api/plan.py); the current state is read from the live clusters
+(liqo_stack/declaring/plan.py, runtime/api/plan.py); the current state is read from the live clusters
 (`Snapshot.read`), so the computation itself is pure (`effects`).
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 from lightkube.utils.quantity import parse_quantity
 
-from liqo_stack.config import StackConfig, VirtualNodeConfig
-from liqo_stack.plan import virtual_node_spec
+from liqo_stack.declaring.config import StackConfig, VirtualNodeConfig
+from liqo_stack.declaring.plan import virtual_node_spec
 from liqo_stack.podpreview import references, selects
 from liqo_stack.policy import is_not_found
 from runtime.api import CustomResourceReflection, NamespaceMappingStrategy, VirtualNodeSpec, names

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from liqo_stack.config import ForeignCluster, StackConfig
+from liqo_stack.declaring.config import ForeignCluster, StackConfig
 from runtime.api import NamespaceMappingStrategy, names
 from runtime.api.plan import shared_resources
 
@@ -179,7 +179,7 @@ def is_secret_in(paths: Iterable[str]) -> Callable[[str], bool]:
 
 # The (group, resource, verb) triples the home identity needs in its tenant namespace: the stack's own rules.
 def _allowed_triples() -> set[tuple[str, str, str]]:
-    from liqo_stack.manifests import HOME_IDENTITY_TENANT_RULES
+    from liqo_stack.declaring.manifests import HOME_IDENTITY_TENANT_RULES
 
     return {
         (group, resource, verb)
@@ -234,7 +234,7 @@ def home_identity_privileges(home_cluster_id: str, objects: Iterable[tuple[str, 
     """Over the stack's objects (cluster id, manifest): the home identity's bindings in foreign clusters,
     and the role the foreign agents bind it to in twin namespaces, which may name custom resources
     (liqo:reflection.customResources) but never ask for `*`."""
-    from liqo_stack.manifests import HOME_IN_TWIN_NAMESPACE_ROLE
+    from liqo_stack.declaring.manifests import HOME_IN_TWIN_NAMESPACE_ROLE
 
     objects = [(c, m) for c, m in objects if c != home_cluster_id]
     identity, tenant = names.home_identity_name(home_cluster_id), names.tenant_namespace(home_cluster_id)
@@ -245,7 +245,7 @@ def home_identity_privileges(home_cluster_id: str, objects: Iterable[tuple[str, 
     }
     found = []
     fix = (
-        "the identity's rules are not stack config: they come from liqo_stack/manifests.py "
+        "the identity's rules are not stack config: they come from liqo_stack/declaring/manifests.py "
         "(HOME_IDENTITY_TENANT_RULES); remove the object that grants more"
     )
     for (cluster_id, kind, _, name), manifest in roles.items():

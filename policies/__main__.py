@@ -17,8 +17,8 @@ from pulumi_policy import (
 )
 from pulumi_policy import policy as policy_module
 
-from liqo_stack import config as stack_config
 from liqo_stack import policy as checks
+from liqo_stack.declaring import config as stack_config
 
 # -- the stack config -------------------------------------------------------------------------------
 # pulumi-policy 1.21 reads only the tags of ConfigureStack; the engine also sends the stack's config and

@@ -18,9 +18,9 @@ import yaml
 from lightkube import Client, KubeConfig
 from pulumi import automation as auto
 
-from liqo_stack import config as stack_config
 from liqo_stack import kube
 from liqo_stack.cli.params import policy_pack_option, work_dir_option
+from liqo_stack.declaring import config as stack_config
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.effects import Effects, Snapshot, effects
 

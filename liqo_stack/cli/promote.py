@@ -18,7 +18,6 @@ from pathlib import Path
 import click
 from pulumi import automation as auto
 
-from liqo_stack import config as stack_config
 from liqo_stack.cli.params import policy_pack_option, work_dir_option
 from liqo_stack.cli.preview import (
     PreviewReport,
@@ -27,6 +26,7 @@ from liqo_stack.cli.preview import (
     select_stack,
     stack_policy_config,
 )
+from liqo_stack.declaring import config as stack_config
 
 PROMOTED_KEYS = ("namespaces", "reflection", "virtualKubelet", "sharingPercentage")
 PROMOTED_FROM_TAG = "liqo-stack:promoted-from"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from liqo_stack.config import StackConfig, parse
+from liqo_stack.declaring.config import StackConfig, parse
 from liqo_stack.effects import PodOnNode, Snapshot, TwinState, effects
 
 
@@ -121,7 +121,7 @@ def with_reflection(reflection: dict[str, Any] | None = None) -> StackConfig:
 def running_with_objects() -> Snapshot:
     """Two pods of apps on foreign-2 using ConfigMap cfg (one also Secret creds), selected by Service web;
     the VirtualNodes as the current config (default reflection) made them."""
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     current = with_reflection()
 
@@ -245,7 +245,7 @@ WIDGETS = {"group": "example.com", "version": "v1", "resource": "widgets"}
 def with_widgets(current: dict[str, Any] | None, change: dict[str, Any] | None) -> tuple[StackConfig, Snapshot]:
     """Widgets reflected now as `current` (None: not at all) and by the config as `change`; three of
     them in apps at home: one annotated to be reflected, one to be skipped, one neither."""
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     def reflection(custom: dict[str, Any] | None) -> dict[str, Any]:
         return {"customResources": [{**WIDGETS, **custom}]} if custom is not None else {}
@@ -339,7 +339,7 @@ def test_a_custom_type_turned_on_again_under_a_narrower_policy_deletes_the_copie
 
 
 def test_a_kind_turned_on_again_under_a_narrower_policy_deletes_the_copy_running_pods_use() -> None:
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     state = running_with_objects()
     off = with_reflection({"resources": {"configmap": {"workers": 0}}})

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from liqo_stack import policy
-from liqo_stack.config import StackConfig, parse
-from liqo_stack.manifests import HOME_IDENTITY_TENANT_RULES, binding, role
+from liqo_stack.declaring.config import StackConfig, parse
+from liqo_stack.declaring.manifests import HOME_IDENTITY_TENANT_RULES, binding, role
 
 
 def stack(**overrides: Any) -> StackConfig:

@@ -3,8 +3,8 @@ what the policy pack's least-privilege policy exists to stop (e.g. added by a we
 
 import pulumi
 
-from liqo_stack import manifests
-from liqo_stack.program import main
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.program import main
 from runtime.api import names
 
 stack = main()

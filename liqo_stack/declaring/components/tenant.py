@@ -15,11 +15,11 @@ from typing import cast
 import pulumi
 import pulumi_kubernetes as k8s
 
-from liqo_stack import manifests
-from liqo_stack.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, annotated
-from liqo_stack.components.credentials import home_identity_kubeconfig
-from liqo_stack.components.foreign import ForeignAgent
-from liqo_stack.config import GrantConfig, HomeServed
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, annotated
+from liqo_stack.declaring.components.credentials import home_identity_kubeconfig
+from liqo_stack.declaring.components.foreign import ForeignAgent
+from liqo_stack.declaring.config import GrantConfig, HomeServed
 from runtime.api import CustomResourceReflection, names
 
 TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pulumi
 
-from liqo_stack import manifests
-from liqo_stack.components.cluster import SKIP_AWAIT, Cluster, annotated
-from liqo_stack.config import RuntimeConfig, RuntimeMode
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.components.cluster import SKIP_AWAIT, Cluster, annotated
+from liqo_stack.declaring.config import RuntimeConfig, RuntimeMode
 from runtime.api import names
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pulumi
 
-from liqo_stack import manifests
-from liqo_stack.components.cluster import Cluster
-from liqo_stack.components.home import HomeControlPlane
-from liqo_stack.config import NamespaceOffloadingConfig, NamespaceSelectorConfig
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.components.cluster import Cluster
+from liqo_stack.declaring.components.home import HomeControlPlane
+from liqo_stack.declaring.config import NamespaceOffloadingConfig, NamespaceSelectorConfig
 from runtime.api import NamespaceOffloadingSpec
 
 

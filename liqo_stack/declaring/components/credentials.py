@@ -15,8 +15,8 @@ from typing import Any
 import pulumi
 import yaml
 
-from liqo_stack.components.cluster import Cluster
-from liqo_stack.config import ConfigError, current_cluster, parse_api_server_address
+from liqo_stack.declaring.components.cluster import Cluster
+from liqo_stack.declaring.config import ConfigError, current_cluster, parse_api_server_address
 
 
 def server_of(kubeconfig: str, cluster_id: str) -> dict[str, Any]:

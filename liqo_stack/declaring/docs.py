@@ -1,7 +1,7 @@
-"""Generated documentation: `python -m liqo_stack.docs config > docs/configuration.md`, and
-`python -m liqo_stack.docs identities > docs/identities.md`.
+"""Generated documentation: `python -m liqo_stack.declaring.docs config > docs/configuration.md`, and
+`python -m liqo_stack.declaring.docs identities > docs/identities.md`.
 
-The configuration reference is written from the pydantic models of `liqo_stack/config.py` (their
+The configuration reference is written from the pydantic models of `liqo_stack/declaring/config.py` (their
 field types, defaults, constraints and descriptions), so the page cannot say anything the program
 does not accept; `tests/unit/test_docs.py` fails when the committed page is stale.
 """
@@ -21,14 +21,14 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from liqo_stack import config, manifests
+from liqo_stack.declaring import config, manifests
 from runtime.api import format_duration, names
 
-REGENERATE = "python -m liqo_stack.docs config > docs/configuration.md"
+REGENERATE = "python -m liqo_stack.declaring.docs config > docs/configuration.md"
 
 HEADER = f"""# Configuration reference
 
-<!-- GENERATED from the pydantic models of liqo_stack/config.py: do not edit by hand.
+<!-- GENERATED from the pydantic models of liqo_stack/declaring/config.py: do not edit by hand.
      Regenerate with: {REGENERATE} -->
 
 The stack reads one config namespace, `liqo:`, from `Pulumi.<stack>.yaml`. It is validated as a
@@ -215,11 +215,11 @@ def config_reference() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-REGENERATE_IDENTITIES = "python -m liqo_stack.docs identities > docs/identities.md"
+REGENERATE_IDENTITIES = "python -m liqo_stack.declaring.docs identities > docs/identities.md"
 
 IDENTITIES_HEADER = f"""# What each identity may do, in each cluster
 
-<!-- GENERATED from the RBAC rules of liqo_stack/manifests.py: do not edit by hand.
+<!-- GENERATED from the RBAC rules of liqo_stack/declaring/manifests.py: do not edit by hand.
      Regenerate with: {REGENERATE_IDENTITIES} -->
 
 Every right the stack grants, exactly as it declares it; who trusts whom, and what is enforced

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 import pulumi
 
-from liqo_stack import manifests
-from liqo_stack.components._controller import deploy_controller
-from liqo_stack.components.cluster import Cluster
-from liqo_stack.components.home import HomeControlPlane
-from liqo_stack.config import StackConfig
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.components._controller import deploy_controller
+from liqo_stack.declaring.components.cluster import Cluster
+from liqo_stack.declaring.components.home import HomeControlPlane
+from liqo_stack.declaring.config import StackConfig
 from runtime.api import names
 
 

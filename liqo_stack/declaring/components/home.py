@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pulumi
 
-from liqo_stack import manifests
-from liqo_stack.components._controller import deploy_controller
-from liqo_stack.components.cluster import Cluster
-from liqo_stack.config import RuntimeConfig, RuntimeMode
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.components._controller import deploy_controller
+from liqo_stack.declaring.components.cluster import Cluster
+from liqo_stack.declaring.config import RuntimeConfig, RuntimeMode
 from runtime.api import home_crd_manifests, names
 
 

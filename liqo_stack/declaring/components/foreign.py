@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pulumi
 
-from liqo_stack import manifests
-from liqo_stack.components._controller import deploy_controller
-from liqo_stack.components.cluster import Cluster
-from liqo_stack.config import RuntimeConfig
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.components._controller import deploy_controller
+from liqo_stack.declaring.components.cluster import Cluster
+from liqo_stack.declaring.config import RuntimeConfig
 from runtime.api import CustomResourceReflection, foreign_crd_manifests, names
 
 

@@ -190,7 +190,7 @@ class ClusterAccess(ConfigModel):
 
     @property
     def has_kubeconfig(self) -> bool:
-        """False when a program passes its own provider for this cluster instead (liqo_stack.program)."""
+        """False when a program passes its own provider for this cluster instead (liqo_stack.declaring.program)."""
         return self.kubeconfig is not None or self.kubeconfig_path is not None
 
     def kubeconfig_text(self) -> str:
@@ -944,7 +944,7 @@ class StackConfig(ConfigModel):
         if self.virtual_kubelet.home_api_server_address is not None:
             return parse_api_server_address(self.virtual_kubelet.home_api_server_address)
         if not self.home.has_kubeconfig:
-            return None  # a program's own provider reaches home: liqo_stack.program requires the address then
+            return None  # a program's own provider reaches home: liqo_stack.declaring.program requires the address then
         server = current_cluster(self.home.kubeconfig_text()).get("server")
         if not server:
             return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from liqo_stack.config import ForeignCluster, StackConfig, VirtualNodeConfig
+from liqo_stack.declaring.config import ForeignCluster, StackConfig, VirtualNodeConfig
 from runtime.api import ReflectorSettings, VirtualNodeSpec, names
 from runtime.api.plan import selected_clusters, twin_namespace_name, virtual_node_labels, virtual_node_taints
 from runtime.api.virtualnode import HealthCheck, OffloadingPatch, RangeRemapping, SecretReference, StorageType

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pulumi
 
-from liqo_stack import manifests
-from liqo_stack.components.cluster import Cluster
-from liqo_stack.components.foreign import ForeignAgent
-from liqo_stack.components.home import HomeControlPlane
-from liqo_stack.components.shard import VirtualKubeletShard, deploy_virtual_kubelet
-from liqo_stack.components.tenant import TenantSide, declare_tenant
-from liqo_stack.config import ForeignCluster, StackConfig, VirtualNodeConfig
-from liqo_stack.plan import virtual_node_spec
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.components.cluster import Cluster
+from liqo_stack.declaring.components.foreign import ForeignAgent
+from liqo_stack.declaring.components.home import HomeControlPlane
+from liqo_stack.declaring.components.shard import VirtualKubeletShard, deploy_virtual_kubelet
+from liqo_stack.declaring.components.tenant import TenantSide, declare_tenant
+from liqo_stack.declaring.config import ForeignCluster, StackConfig, VirtualNodeConfig
+from liqo_stack.declaring.plan import virtual_node_spec
 from runtime.api import names
 
 

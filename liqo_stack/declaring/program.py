@@ -2,12 +2,12 @@
 
 A user's own Pulumi program may run it too, passing the `kubernetes.Provider` it already has for a
 cluster (by cluster id) instead of a kubeconfig in the stack config. Give each the settings of the
-stack's own (`liqo_stack.components.cluster.provider`): `cluster_identifier` = the cluster id (without
+stack's own (`liqo_stack.declaring.components.cluster.provider`): `cluster_identifier` = the cluster id (without
 it, a new kubeconfig replaces every object through that provider, CRDs and their objects included),
 server-side apply, mutable Secrets and ConfigMaps.
 
     providers = {"home": home_provider, "foreign-1": foreign_provider}
-    stack = liqo_stack.program.main(providers)
+    stack = liqo_stack.declaring.program.main(providers)
     k8s.apps.v1.Deployment(..., opts=pulumi.ResourceOptions(provider=home_provider,
                                                             depends_on=[stack.offloadings["demo"]]))
 """
@@ -24,14 +24,14 @@ import pulumi_kubernetes as k8s
 import yaml
 from lightkube import KubeConfig
 
-from liqo_stack import config as stack_config
-from liqo_stack.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
-from liqo_stack.components.cluster import provider
-from liqo_stack.components.credentials import server_of
-from liqo_stack.components.shard import VirtualKubeletShard
-from liqo_stack.components.tenant import ForeignTenant
-from liqo_stack.floor import refused_by_new_floor
-from liqo_stack.plan import stack_plan, virtual_kubelet_shards
+from liqo_stack.declaring import config as stack_config
+from liqo_stack.declaring.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
+from liqo_stack.declaring.components.cluster import provider
+from liqo_stack.declaring.components.credentials import server_of
+from liqo_stack.declaring.components.shard import VirtualKubeletShard
+from liqo_stack.declaring.components.tenant import ForeignTenant
+from liqo_stack.declaring.floor import refused_by_new_floor
+from liqo_stack.declaring.plan import stack_plan, virtual_kubelet_shards
 
 
 def load_config() -> stack_config.StackConfig | stack_config.ForeignSideStackConfig:
@@ -45,7 +45,7 @@ def load_config() -> stack_config.StackConfig | stack_config.ForeignSideStackCon
 
 def _foresee_floors(config: stack_config.StackConfig, peerings: Mapping[str, Peering]) -> None:
     """In a preview: the running pods each foreign cluster's new pod-security floor would refuse, named
-    by that cluster's API server (liqo_stack/floor.py); a cluster the stack has no kubeconfig of, or
+    by that cluster's API server (liqo_stack/declaring/floor.py); a cluster the stack has no kubeconfig of, or
     that does not answer, is said to be unchecked."""
     for foreign in config.foreign_clusters:
         if not foreign.has_kubeconfig:

@@ -1,6 +1,6 @@
 """The Kubernetes objects liqo-stack installs, as plain manifests (pure functions, no Pulumi).
 
-The components in `liqo_stack.components` decide which cluster each goes to and in what order;
+The components in `liqo_stack.declaring.components` decide which cluster each goes to and in what order;
 what each object looks like is decided here, once.
 """
 

@@ -8,7 +8,7 @@ Every object the stack declares is a pulumi-kubernetes resource of its own type 
   cluster is an update of the provider and never replaces an object;
 - ConfigMaps and Secrets updated in place (pulumi-kubernetes replaces them by default; a user of
   Kubernetes expects an edit, and the credentials Secret's name is fixed).
-A user's program may pass its own provider for a cluster instead (see `liqo_stack.program`).
+A user's program may pass its own provider for a cluster instead (see `liqo_stack.declaring.program`).
 """
 
 from __future__ import annotations
