@@ -37,7 +37,7 @@ from liqo_stack.cli.offload import (
 )
 from liqo_stack.cli.offload import home_client as _home_client
 from liqo_stack.cli.params import timeout_option
-from liqo_stack.effects import NOT_SELECTED
+from liqo_stack.foreseeing.effects import NOT_SELECTED
 from liqo_stack.kube import delete_if_present, get_or_none
 from runtime.api import (
     NamespaceMappingStrategy,

@@ -22,7 +22,7 @@ from liqo_stack import kube
 from liqo_stack.cli.params import policy_pack_option, work_dir_option
 from liqo_stack.declaring import config as stack_config
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from liqo_stack.effects import Effects, Snapshot, effects
+from liqo_stack.foreseeing.effects import Effects, Snapshot, effects
 
 # `- [mandatory]  liqo-reserved-namespace-same-name  (pulumi:pulumi:Stack: ...)`, then its description, then the message
 _VIOLATION = re.compile(r"^\s*- \[(mandatory|advisory)\]\s+(\S+)\s+\(")

@@ -1,5 +1,5 @@
 """`liqo-stack preview pod`: reads the pod (or a manifest's) and what decides its fate from the home
-cluster, then shows it as each foreign cluster would run it (liqo_stack/podpreview.py), and asks each
+cluster, then shows it as each foreign cluster would run it (liqo_stack/foreseeing/podpreview.py), and asks each
 foreign cluster whether it admits the pod's ShadowPod: a dry run as the home identity (the credentials
 its virtual kubelet uses), so its own admission policy answers, as it would for the real one
 (docs/security.md). Nothing is stored there."""
@@ -20,8 +20,7 @@ from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, 
 
 from liqo_stack import kube
 from liqo_stack.cli.offload import home_client, read_peers, with_cluster
-from liqo_stack.kube import get_or_none
-from liqo_stack.podpreview import (
+from liqo_stack.foreseeing.podpreview import (
     WORKLOAD_KINDS,
     Cluster,
     PodContext,
@@ -31,6 +30,7 @@ from liqo_stack.podpreview import (
     preview_pod,
     render,
 )
+from liqo_stack.kube import get_or_none
 from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names, twin_namespace_name
 from runtime.api.resources import NamespaceOffloadingResource, ShadowPodResource, VirtualNodeResource
 

@@ -17,7 +17,7 @@ from liqo_stack.cli import main as cli
 from liqo_stack.cli.promote import PROMOTED_FROM_TAG
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from liqo_stack.policy import is_not_found
+from liqo_stack.foreseeing.policy import is_not_found
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 from tests import conftest

@@ -9,9 +9,9 @@ from typing import Any, cast
 import pulumi
 import pytest
 
-from liqo_stack import policy
 from liqo_stack.declaring import manifests
 from liqo_stack.declaring.config import ConfigError, parse
+from liqo_stack.foreseeing import policy
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
 from runtime.api.crds import crd_problem, reflection_problem
 from runtime.forging.objects import settings_from

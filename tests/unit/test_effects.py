@@ -1,4 +1,4 @@
-"""The effects of a stack change on running workloads (liqo_stack/effects.py), as a pure function of the
+"""The effects of a stack change on running workloads (liqo_stack/foreseeing/effects.py), as a pure function of the
 new stack config and a snapshot of the live clusters."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from liqo_stack.declaring.config import StackConfig, parse
-from liqo_stack.effects import PodOnNode, Snapshot, TwinState, effects
+from liqo_stack.foreseeing.effects import PodOnNode, Snapshot, TwinState, effects
 
 
 def stack(namespaces: list[dict[str, Any]], sharing: int | None = None) -> StackConfig:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from liqo_stack.cli import main
 from liqo_stack.declaring import config
-from liqo_stack.effects import Snapshot, TwinState, effects
+from liqo_stack.foreseeing.effects import Snapshot, TwinState, effects
 from runtime.api import SelectorSyntaxError, names
 from runtime.api.namespaceselector import (
     LabelSelector,

@@ -1,5 +1,5 @@
 """`liqo-stack preview pod` without a cluster: a manifest's pod, where it may go, what the remote pod
-looks like and why, which objects follow it, and the three outputs (liqo_stack/podpreview.py)."""
+looks like and why, which objects follow it, and the three outputs (liqo_stack/foreseeing/podpreview.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from liqo_stack.cli import main
-from liqo_stack.podpreview import (
+from liqo_stack.foreseeing.podpreview import (
     Cluster,
     PodContext,
     PreviewError,

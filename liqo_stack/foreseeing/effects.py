@@ -23,8 +23,8 @@ from lightkube.utils.quantity import parse_quantity
 
 from liqo_stack.declaring.config import StackConfig, VirtualNodeConfig
 from liqo_stack.declaring.plan import virtual_node_spec
-from liqo_stack.podpreview import references, selects
-from liqo_stack.policy import is_not_found
+from liqo_stack.foreseeing.podpreview import references, selects
+from liqo_stack.foreseeing.policy import is_not_found
 from runtime.api import CustomResourceReflection, NamespaceMappingStrategy, VirtualNodeSpec, names
 from runtime.api.advertisement import LARGEST_POD_LABELS, as_quantity, largest_pod_labels, pool_offer
 from runtime.api.namespaceselector import is_system_namespace, label_selector_matches
