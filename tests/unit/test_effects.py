@@ -190,7 +190,7 @@ def test_labels_no_longer_reflected_change_the_remote_pods_and_need_no_approval(
 
 
 def test_the_text_report_lists_the_namespace_its_pods_and_each_object() -> None:
-    from liqo_stack.cli.preview import PreviewReport, render
+    from liqo_stack.operating.cli.preview import PreviewReport, render
 
     config = with_reflection({"skipLabels": ["team"], "resources": {"configmap": {"type": "AllowList"}}})
     report = PreviewReport(
@@ -205,7 +205,7 @@ def test_the_text_report_lists_the_namespace_its_pods_and_each_object() -> None:
 
 def test_a_pod_that_fits_the_sum_but_no_single_foreign_node_is_reported() -> None:
     """foreign-2: two nodes with 4 cpu free each, offered at 90 %: 7.2 cpu in sum, 3.6 on one node."""
-    from liqo_stack.cli.preview import PreviewReport, render
+    from liqo_stack.operating.cli.preview import PreviewReport, render
 
     nodes = [{"name": f"n{i}", "labels": {}, "resources": {"cpu": "4", "memory": "16Gi"}} for i in range(2)]
     advertisement = {"resources": {"cpu": "8", "memory": "32Gi", "pods": "220"}, "nodes": nodes}
@@ -320,7 +320,7 @@ def test_a_custom_type_opted_in_where_its_crd_cannot_take_copies_is_not_said_to_
 
 
 def test_the_text_report_lists_each_custom_object_whose_copy_changes() -> None:
-    from liqo_stack.cli.preview import PreviewReport, render
+    from liqo_stack.operating.cli.preview import PreviewReport, render
 
     report = PreviewReport(
         stack="dev", effects=effects(*with_widgets({"type": "DenyList"}, {})), preview_failed=None, changes={}

@@ -11,7 +11,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from liqo_stack.cli import main
 from liqo_stack.foreseeing.podpreview import (
     Cluster,
     PodContext,
@@ -21,6 +20,7 @@ from liqo_stack.foreseeing.podpreview import (
     references,
     render,
 )
+from liqo_stack.operating.cli import main
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.ondemand import VIRTUAL_NODE_TOLERATION
 from runtime.forging.objects import ReflectionSettings, never_reflected, settings_from, why_not_reflected

@@ -18,15 +18,15 @@ from pathlib import Path
 import click
 from pulumi import automation as auto
 
-from liqo_stack.cli.params import policy_pack_option, work_dir_option
-from liqo_stack.cli.preview import (
+from liqo_stack.declaring import config as stack_config
+from liqo_stack.operating.cli.params import policy_pack_option, work_dir_option
+from liqo_stack.operating.cli.preview import (
     PreviewReport,
     preview_stack,
     render,
     select_stack,
     stack_policy_config,
 )
-from liqo_stack.declaring import config as stack_config
 
 PROMOTED_KEYS = ("namespaces", "reflection", "virtualKubelet", "sharingPercentage")
 PROMOTED_FROM_TAG = "liqo-stack:promoted-from"

@@ -22,10 +22,10 @@ from lightkube.core.exceptions import ConfigError
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret
 
 from liqo_stack import kube
-from liqo_stack.cli.params import timeout_option
-from liqo_stack.cli.preview import pod_losing_node_line, twin_deleted_line
 from liqo_stack.foreseeing.effects import NOT_SELECTED, PodOnNode, TwinState, count_twin, pods_losing_node, twin_deleted
 from liqo_stack.kube import delete_if_present, get_or_none
+from liqo_stack.operating.cli.params import timeout_option
+from liqo_stack.operating.cli.preview import pod_losing_node_line, twin_deleted_line
 from runtime.api import (
     NamespaceMappingStrategy,
     NamespaceOffloading,

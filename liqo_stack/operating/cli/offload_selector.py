@@ -19,7 +19,9 @@ import yaml
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Namespace
 
-from liqo_stack.cli.offload import (
+from liqo_stack.foreseeing.effects import NOT_SELECTED
+from liqo_stack.kube import delete_if_present, get_or_none
+from liqo_stack.operating.cli.offload import (
     FAILED,
     PROGRESS_EVERY,
     SETTLED,
@@ -35,10 +37,8 @@ from liqo_stack.cli.offload import (
     unoffload,
     with_cluster,
 )
-from liqo_stack.cli.offload import home_client as _home_client
-from liqo_stack.cli.params import timeout_option
-from liqo_stack.foreseeing.effects import NOT_SELECTED
-from liqo_stack.kube import delete_if_present, get_or_none
+from liqo_stack.operating.cli.offload import home_client as _home_client
+from liqo_stack.operating.cli.params import timeout_option
 from runtime.api import (
     NamespaceMappingStrategy,
     PodOffloadingStrategy,

@@ -23,9 +23,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodEviction
 from lightkube.types import PatchType
 
-from liqo_stack.cli.offload import PROGRESS_EVERY, ask
-from liqo_stack.cli.offload import cluster_client as foreign_client
-from liqo_stack.cli.params import timeout_option
+from liqo_stack.operating.cli.offload import PROGRESS_EVERY, ask
+from liqo_stack.operating.cli.offload import cluster_client as foreign_client
+from liqo_stack.operating.cli.params import timeout_option
 from runtime.api import format_duration, names
 from runtime.api.resources import QuotaResource
 

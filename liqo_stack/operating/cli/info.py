@@ -11,8 +11,8 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Node
 from lightkube.utils.quantity import parse_quantity
 
-from liqo_stack.cli.offload import home_client, shown_labels, with_cluster
 from liqo_stack.kube import get_or_none
+from liqo_stack.operating.cli.offload import home_client, shown_labels, with_cluster
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 

@@ -19,7 +19,6 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service
 
 from liqo_stack import kube
-from liqo_stack.cli.offload import home_client, read_peers, with_cluster
 from liqo_stack.foreseeing.podpreview import (
     WORKLOAD_KINDS,
     Cluster,
@@ -31,6 +30,7 @@ from liqo_stack.foreseeing.podpreview import (
     render,
 )
 from liqo_stack.kube import get_or_none
+from liqo_stack.operating.cli.offload import home_client, read_peers, with_cluster
 from runtime.api import NamespaceMappingStrategy, VirtualNodeSpec, names, twin_namespace_name
 from runtime.api.resources import NamespaceOffloadingResource, ShadowPodResource, VirtualNodeResource
 

@@ -23,13 +23,13 @@ from lightkube.resources.core_v1 import ConfigMap, Node, Service
 from pulumi import automation as auto
 
 import liqo_stack
-from liqo_stack.cli.dev import layout_options, make_layout, progress
-from liqo_stack.cli.params import timeout_option
 from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.progress import Heartbeat
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_config_and_service, example_deployment, wait_pods_running
+from liqo_stack.operating.cli.dev import layout_options, make_layout, progress
+from liqo_stack.operating.cli.params import timeout_option
 from runtime.api import format_duration, names
 from runtime.api.resources import NamespaceOffloadingResource
 

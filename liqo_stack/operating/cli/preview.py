@@ -19,10 +19,10 @@ from lightkube import Client, KubeConfig
 from pulumi import automation as auto
 
 from liqo_stack import kube
-from liqo_stack.cli.params import policy_pack_option, work_dir_option
 from liqo_stack.declaring import config as stack_config
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.foreseeing.effects import Effects, Snapshot, effects
+from liqo_stack.operating.cli.params import policy_pack_option, work_dir_option
 
 # `- [mandatory]  liqo-reserved-namespace-same-name  (pulumi:pulumi:Stack: ...)`, then its description, then the message
 _VIOLATION = re.compile(r"^\s*- \[(mandatory|advisory)\]\s+(\S+)\s+\(")

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from liqo_stack.cli.demo import demo
-from liqo_stack.cli.dev import dev
-from liqo_stack.cli.image import image
-from liqo_stack.cli.info import info
-from liqo_stack.cli.offload import offload, unoffload
-from liqo_stack.cli.offload_selector import offload_namespaces, unoffload_namespaces
-from liqo_stack.cli.preview import preview
-from liqo_stack.cli.preview_pod import preview_pod_command
-from liqo_stack.cli.promote import promote
-from liqo_stack.cli.tenants import cordon, drain, uncordon
+from liqo_stack.operating.cli.demo import demo
+from liqo_stack.operating.cli.dev import dev
+from liqo_stack.operating.cli.image import image
+from liqo_stack.operating.cli.info import info
+from liqo_stack.operating.cli.offload import offload, unoffload
+from liqo_stack.operating.cli.offload_selector import offload_namespaces, unoffload_namespaces
+from liqo_stack.operating.cli.preview import preview
+from liqo_stack.operating.cli.preview_pod import preview_pod_command
+from liqo_stack.operating.cli.promote import promote
+from liqo_stack.operating.cli.tenants import cordon, drain, uncordon
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -43,7 +43,7 @@ def timeout_option(what: str) -> Callable[[Any], Any]:
     )
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DEFAULT_POLICY_PACK = REPO / "policies"
 
 

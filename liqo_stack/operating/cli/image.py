@@ -1,4 +1,4 @@
-"""`liqo-stack image build`: the runtime's OCI image, without Docker (liqo_stack/image.py)."""
+"""`liqo-stack image build`: the runtime's OCI image, without Docker (liqo_stack/operating/image.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from liqo_stack import image as runtime_image
+from liqo_stack.operating import image as runtime_image
 from runtime.api import names
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+PROJECT_DIR = Path(__file__).resolve().parents[3]
 
 
 @click.group()
