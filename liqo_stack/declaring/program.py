@@ -1,13 +1,13 @@
 """The Pulumi program: stack config -> components. `__main__.py` and the tests both run `main()`.
 
 A user's own Pulumi program may run it too, passing the `kubernetes.Provider` it already has for a
-cluster (by cluster id) instead of a kubeconfig in the stack config. Give each the settings of the
-stack's own (`liqo_stack.declaring.components.cluster.provider`): `cluster_identifier` = the cluster id (without
-it, a new kubeconfig replaces every object through that provider, CRDs and their objects included),
-server-side apply, mutable Secrets and ConfigMaps.
+cluster (by cluster id) instead of a kubeconfig in the stack config (it is `liqo_stack.main`). Give
+each the settings of the stack's own (`liqo_stack.declaring.components.cluster.provider`):
+`cluster_identifier` = the cluster id (without it, a new kubeconfig replaces every object through
+that provider, CRDs and their objects included), server-side apply, mutable Secrets and ConfigMaps.
 
     providers = {"home": home_provider, "foreign-1": foreign_provider}
-    stack = liqo_stack.declaring.program.main(providers)
+    stack = liqo_stack.main(providers)
     k8s.apps.v1.Deployment(..., opts=pulumi.ResourceOptions(provider=home_provider,
                                                             depends_on=[stack.offloadings["demo"]]))
 """
