@@ -1,5 +1,5 @@
-"""liqo-stack's Pulumi program: see liqo_stack/program.py."""
+"""liqo-stack's Pulumi program: see liqo_stack/declaring/program.py."""
 
-from liqo_stack.program import main
+import liqo_stack
 
-main()
+liqo_stack.main()

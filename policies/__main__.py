@@ -1,4 +1,4 @@
-"""liqo-stack's policy pack. The checks are pure functions in liqo_stack/policy.py; this file wires them
+"""liqo-stack's policy pack. The checks are pure functions in liqo_stack/foreseeing/policy.py; this file wires them
 into pulumi-policy and gives them the stack config, which the engine sends in its ConfigureStack call."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pulumi_policy import (
 )
 from pulumi_policy import policy as policy_module
 
-from liqo_stack import config as stack_config
-from liqo_stack import policy as checks
-from liqo_stack.package import properties as package
+from liqo_stack.declaring import config as stack_config
+from liqo_stack.declaring.package import properties as package
+from liqo_stack.foreseeing import policy as checks
 
 # -- the stack config -------------------------------------------------------------------------------
 # pulumi-policy 1.21 reads only the tags of ConfigureStack; the engine also sends the stack's config and

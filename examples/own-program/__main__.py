@@ -11,7 +11,7 @@ external`), start it before the application's pods are created, so that its webh
 import pulumi
 import pulumi_kubernetes as k8s
 
-import liqo_stack.program
+import liqo_stack
 
 config = pulumi.Config()
 kubeconfigs = config.require_secret_object("kubeconfigs")
@@ -28,7 +28,7 @@ providers = {
     )
     for cluster_id in config.require_object("clusters")
 }
-stack = liqo_stack.program.main(providers)
+stack = liqo_stack.main(providers)
 
 
 def application(app: str) -> None:

@@ -53,7 +53,7 @@ class PulumiEnvironment:
             # a crash of a Python provider process then shows its threads' tracebacks in the diagnostics
             "PYTHONFAULTHANDLER": "1",
             # The pinned engine first, then this interpreter's environment: the policy pack's analyzer
-            # (liqo_stack/policy_host.py) and the retired dynamic providers of an upgrade run there.
+            # (liqo_stack/foreseeing/policy_host.py) and the retired dynamic providers of an upgrade run there.
             "PATH": os.pathsep.join([str(self.bin_dir), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }
 

@@ -23,7 +23,7 @@ class ShadowPodSpec(ApiModel):
 # Pod fields a ShadowPod never sets (runtime/forging/pods.py drops them with the home's other scheduling
 # fields, and puts none back): the foreign cluster's scheduler and priorities decide them. Set, they
 # would bypass its scheduler (a node of one's choosing, past its taints) or preempt its own pods; its
-# admission policy refuses them (liqo_stack/manifests.py: shadowpod_policy).
+# admission policy refuses them (liqo_stack/declaring/manifests.py: shadowpod_policy).
 FIELDS_THE_FOREIGN_CLUSTER_DECIDES = ("nodeName", "schedulerName", "priorityClassName", "priority", "preemptionPolicy")
 
 # status.reason when the foreign API server refused to create the pod (status.message says why)

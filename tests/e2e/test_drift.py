@@ -22,7 +22,7 @@ from lightkube.resources.node_v1 import RuntimeClass
 from lightkube.resources.rbac_authorization_v1 import Role
 from pulumi import automation as auto
 
-from liqo_stack import manifests
+from liqo_stack.declaring import manifests
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment

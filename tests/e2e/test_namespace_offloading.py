@@ -165,7 +165,7 @@ def test_cli_offload_waits_for_ready_and_unoffload_cleans_up(
 ) -> None:
     from click.testing import CliRunner
 
-    from liqo_stack.cli import main
+    from liqo_stack.operating.cli import main
 
     kubeconfig = ["--kubeconfig", str(dev_env.kubeconfig("home"))]
     home.create(Namespace(metadata=ObjectMeta(name="cli-apps")))
@@ -186,7 +186,7 @@ def test_cli_offload_reports_failures_and_exits_non_zero(
 ) -> None:
     from click.testing import CliRunner
 
-    from liqo_stack.cli import main
+    from liqo_stack.operating.cli import main
 
     for client in foreign.values():
         client.create(Namespace(metadata=ObjectMeta(name="taken")))
@@ -202,7 +202,7 @@ def test_info_shows_peerings_and_offloaded_namespaces(
 ) -> None:
     from click.testing import CliRunner
 
-    from liqo_stack.cli import main
+    from liqo_stack.operating.cli import main
 
     offload(home, "described", {})
     wait_phase(home, "described", "Ready")
@@ -229,7 +229,7 @@ def test_selector_follows_labels_added_to_virtual_nodes_at_home(
     re-selects when they change (issue: `kubectl label node liqo-foreign-2 team=ml`)."""
     from click.testing import CliRunner
 
-    from liqo_stack.cli import main
+    from liqo_stack.operating.cli import main
     from tests.support.kube import VIRTUAL_NODES, node_ready
 
     wait_until(lambda: all(node_ready(home, n) for n in VIRTUAL_NODES.values()), 60, "virtual nodes Ready")
@@ -400,7 +400,7 @@ def cli(dev_env: DevEnvironment, *args: str) -> Any:
     """`liqo-stack ARGS --kubeconfig <home>`; its stdin is not a terminal (CliRunner), as in a script."""
     from click.testing import CliRunner
 
-    from liqo_stack.cli import main
+    from liqo_stack.operating.cli import main
 
     return CliRunner().invoke(main, [*args, "--kubeconfig", str(dev_env.kubeconfig("home"))])
 

@@ -13,10 +13,10 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event as CoreEvent
 from pulumi import automation as auto
 
-from liqo_stack.cli import main
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from liqo_stack.operating.cli import main
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
 from tests.support.kube import create_namespace, exists, get_or_none, twin_gone, wait_phase, wait_until

@@ -16,7 +16,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.resources.core_v1 import Node, Pod
 
-from liqo_stack.config import OnDemandConfig
+from liqo_stack.declaring.config import OnDemandConfig
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.api import names

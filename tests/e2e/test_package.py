@@ -19,10 +19,10 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod
 from pulumi import automation as auto
 
+from liqo_stack.declaring.package.schema import STACK
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from liqo_stack.package.schema import STACK
 from runtime.api import names
 from tests.e2e.conftest import RuntimeSlot
 from tests.support.cli import run_preview

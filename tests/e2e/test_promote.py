@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from lightkube import Client
 from pulumi import automation as auto
 
-from liqo_stack.cli import main as cli
-from liqo_stack.cli.promote import PROMOTED_FROM_TAG
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from liqo_stack.policy import is_not_found
+from liqo_stack.foreseeing.policy import is_not_found
+from liqo_stack.operating.cli import main as cli
+from liqo_stack.operating.cli.promote import PROMOTED_FROM_TAG
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 from tests import conftest

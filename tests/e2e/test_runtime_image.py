@@ -29,10 +29,10 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ServiceAccount
 from pulumi import automation as auto
 
-from liqo_stack import image
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from liqo_stack.operating import image
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource
 from tests.support.kube import deploy_running, free_port, node_ready, offload, remote_pod, wait_phase, wait_until

@@ -25,10 +25,10 @@ from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, Secret
 from pulumi import automation as auto
 
-from liqo_stack.cli.params import DEFAULT_POLICY_PACK
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from liqo_stack.operating.cli.params import DEFAULT_POLICY_PACK
 from runtime.api import names
 from runtime.api.quantities import parse_quantity
 from runtime.api.resources import QuotaResource, ShadowPodResource

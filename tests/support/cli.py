@@ -11,9 +11,9 @@ from typing import Any
 from click.testing import CliRunner
 from pulumi import automation as auto
 
-from liqo_stack.cli import main as cli
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from liqo_stack.operating.cli import main as cli
 
 
 def liqo_stack_command(dev_env: DevEnvironment, *args: str) -> list[str]:

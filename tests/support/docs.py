@@ -131,7 +131,7 @@ def liqo_stack_invocations(text: str) -> list[list[str]]:
 
 def cli_error(args: list[str]) -> str | None:
     """None when `liqo-stack ARGS` parses against the real command line (nothing is executed), else why not."""
-    from liqo_stack.cli import main
+    from liqo_stack.operating.cli import main
 
     command: click.Command = main
     name = "liqo-stack"

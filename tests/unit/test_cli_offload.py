@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
-from liqo_stack.cli import main
+from liqo_stack.operating.cli import main
 from tests.support.kubeconfigs import one_cluster_kubeconfig
 
 
@@ -102,7 +102,7 @@ def test_options_not_given_keep_their_current_values() -> None:
     import click
     import pytest
 
-    from liqo_stack.cli.offload import merged_spec, spec_changes
+    from liqo_stack.operating.cli.offload import merged_spec, spec_changes
     from runtime.api import NamespaceOffloadingSpec, parse_selector
 
     current = NamespaceOffloadingSpec.model_validate(
@@ -138,7 +138,7 @@ def test_options_not_given_keep_their_current_values() -> None:
 
 
 def test_a_selector_matching_nothing_lists_the_virtual_nodes_and_their_labels() -> None:
-    from liqo_stack.cli.offload import Peer, no_cluster_selected
+    from liqo_stack.operating.cli.offload import Peer, no_cluster_selected
     from runtime.api import parse_selector
     from runtime.api.plan import virtual_node_labels
 
@@ -158,7 +158,7 @@ def test_without_a_terminal_nothing_is_asked_and_the_error_names_yes() -> None:
     import click
     import pytest
 
-    from liqo_stack.cli.offload import ask
+    from liqo_stack.operating.cli.offload import ask
 
     ask("Drop foreign-1?", yes=True)  # --yes: no question
     with pytest.raises(click.ClickException, match="pass --yes"):
@@ -166,7 +166,7 @@ def test_without_a_terminal_nothing_is_asked_and_the_error_names_yes() -> None:
 
 
 def test_info_shows_capacities_in_kubernetes_units() -> None:
-    from liqo_stack.cli.info import display_quantity
+    from liqo_stack.operating.cli.info import display_quantity
 
     assert display_quantity("memory", "123695058124") == "115Gi"
     assert display_quantity("memory", "1610612736") == "1536Mi"

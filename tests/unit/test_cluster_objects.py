@@ -9,9 +9,9 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from liqo_stack.components.cluster import APPLY_ANNOTATIONS, KINDS, annotated, snake_case
-from liqo_stack.components.credentials import compose_kubeconfig, server_of
-from liqo_stack.config import ConfigError
+from liqo_stack.declaring.components.cluster import APPLY_ANNOTATIONS, KINDS, annotated, snake_case
+from liqo_stack.declaring.components.credentials import compose_kubeconfig, server_of
+from liqo_stack.declaring.config import ConfigError
 
 
 def test_top_level_fields_become_the_typed_arguments() -> None:

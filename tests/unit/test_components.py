@@ -87,7 +87,7 @@ def mocks(tmp_path: Path) -> Iterator[RecordingMocks]:
 @pulumi.runtime.test  # type: ignore[untyped-decorator]
 def run_program() -> None:
     """Registers the whole program; returns once every registration has reached the mocks."""
-    from liqo_stack.program import main
+    from liqo_stack.declaring.program import main
 
     main()
 
@@ -156,8 +156,8 @@ def test_virtual_node_carries_the_resolved_config(mocks: RecordingMocks) -> None
 
 
 def test_plan_shows_twin_namespaces_and_virtual_nodes(tmp_path: Path) -> None:
-    from liqo_stack.config import from_pulumi_config
-    from liqo_stack.plan import stack_plan
+    from liqo_stack.declaring.config import from_pulumi_config
+    from liqo_stack.declaring.plan import stack_plan
 
     plan = stack_plan(from_pulumi_config(stack_config(tmp_path)))
     assert plan["namespaces"]["demo"]["clusters"] == {"foreign-1": {"twinNamespace": "demo-home"}}
@@ -324,7 +324,7 @@ def test_each_cluster_gets_one_provider_keyed_by_its_id(mocks: RecordingMocks) -
 def run_program_with_own_providers() -> None:
     import pulumi_kubernetes as k8s
 
-    from liqo_stack.program import main
+    from liqo_stack.declaring.program import main
 
     main({cid: k8s.Provider(f"own-{cid}", kubeconfig="{}") for cid in ("home", "foreign-1", "foreign-2")})
 
@@ -441,7 +441,7 @@ def test_all_peerings_in_one_deployment_and_one_per_cluster_by_default(mocks: Re
 
 
 def test_peerings_per_process_must_be_a_count_or_all(tmp_path: Path) -> None:
-    from liqo_stack.config import ConfigError, StackConfig
+    from liqo_stack.declaring.config import ConfigError, StackConfig
 
     for bad in (0, "some", 1.5):
         with pytest.raises((ConfigError, ValueError), match="peeringsPerProcess"):

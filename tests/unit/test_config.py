@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from liqo_stack.config import (
+from liqo_stack.declaring.config import (
     REFLECTED_RESOURCES,
     ClusterAccess,
     ConfigError,

@@ -9,8 +9,9 @@ from typing import Any, cast
 import pulumi
 import pytest
 
-from liqo_stack import manifests, policy
-from liqo_stack.config import ConfigError, parse
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.config import ConfigError, parse
+from liqo_stack.foreseeing import policy
 from runtime.api import CustomResourceReflection, ReflectionPolicy, VirtualNodeSpec, names
 from runtime.api.crds import crd_problem, reflection_problem
 from runtime.forging.custom import custom_content, has_status_subresource, reflected_condition

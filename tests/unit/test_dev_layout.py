@@ -110,7 +110,7 @@ def test_kwokctl_config_sets_the_cluster_ranges_and_keeps_kwok_off_virtual_nodes
 def test_dev_cli_refuses_a_bad_range_naming_the_flag() -> None:
     from click.testing import CliRunner
 
-    from liqo_stack.cli import main
+    from liqo_stack.operating.cli import main
 
     result = CliRunner().invoke(main, ["dev", "up", "--pod-cidr", "foreign-1=10.0.0.1/16"])
     assert result.exit_code == 2

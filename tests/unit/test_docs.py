@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from liqo_stack import config
-from liqo_stack import docs as generated
+from liqo_stack.declaring import config
+from liqo_stack.declaring import docs as generated
 from tests.support import docs
 from tests.support.docs import REPO
 

@@ -1,12 +1,12 @@
-"""The effects of a stack change on running workloads (liqo_stack/effects.py), as a pure function of the
+"""The effects of a stack change on running workloads (liqo_stack/foreseeing/effects.py), as a pure function of the
 new stack config and a snapshot of the live clusters."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from liqo_stack.config import StackConfig, parse
-from liqo_stack.effects import PodOnNode, Snapshot, TwinState, effects
+from liqo_stack.declaring.config import StackConfig, parse
+from liqo_stack.foreseeing.effects import PodOnNode, Snapshot, TwinState, effects
 
 
 def stack(namespaces: list[dict[str, Any]], sharing: int | None = None) -> StackConfig:
@@ -121,7 +121,7 @@ def with_reflection(reflection: dict[str, Any] | None = None) -> StackConfig:
 def running_with_objects() -> Snapshot:
     """Two pods of apps on foreign-2 using ConfigMap cfg (one also Secret creds), selected by Service web;
     the VirtualNodes as the current config (default reflection) made them."""
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     current = with_reflection()
 
@@ -190,7 +190,7 @@ def test_labels_no_longer_reflected_change_the_remote_pods_and_need_no_approval(
 
 
 def test_the_text_report_lists_the_namespace_its_pods_and_each_object() -> None:
-    from liqo_stack.cli.preview import PreviewReport, render
+    from liqo_stack.operating.cli.preview import PreviewReport, render
 
     config = with_reflection({"skipLabels": ["team"], "resources": {"configmap": {"type": "AllowList"}}})
     report = PreviewReport(
@@ -205,7 +205,7 @@ def test_the_text_report_lists_the_namespace_its_pods_and_each_object() -> None:
 
 def test_a_pod_that_fits_the_sum_but_no_single_foreign_node_is_reported() -> None:
     """foreign-2: two nodes with 4 cpu free each, offered at 90 %: 7.2 cpu in sum, 3.6 on one node."""
-    from liqo_stack.cli.preview import PreviewReport, render
+    from liqo_stack.operating.cli.preview import PreviewReport, render
 
     nodes = [{"name": f"n{i}", "labels": {}, "resources": {"cpu": "4", "memory": "16Gi"}} for i in range(2)]
     advertisement = {"resources": {"cpu": "8", "memory": "32Gi", "pods": "220"}, "nodes": nodes}
@@ -245,7 +245,7 @@ WIDGETS = {"group": "example.com", "version": "v1", "resource": "widgets"}
 def with_widgets(current: dict[str, Any] | None, change: dict[str, Any] | None) -> tuple[StackConfig, Snapshot]:
     """Widgets reflected now as `current` (None: not at all) and by the config as `change`; three of
     them in apps at home: one annotated to be reflected, one to be skipped, one neither."""
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     def reflection(custom: dict[str, Any] | None) -> dict[str, Any]:
         return {"customResources": [{**WIDGETS, **custom}]} if custom is not None else {}
@@ -320,7 +320,7 @@ def test_a_custom_type_opted_in_where_its_crd_cannot_take_copies_is_not_said_to_
 
 
 def test_the_text_report_lists_each_custom_object_whose_copy_changes() -> None:
-    from liqo_stack.cli.preview import PreviewReport, render
+    from liqo_stack.operating.cli.preview import PreviewReport, render
 
     report = PreviewReport(
         stack="dev", effects=effects(*with_widgets({"type": "DenyList"}, {})), preview_failed=None, changes={}
@@ -339,7 +339,7 @@ def test_a_custom_type_turned_on_again_under_a_narrower_policy_deletes_the_copie
 
 
 def test_a_kind_turned_on_again_under_a_narrower_policy_deletes_the_copy_running_pods_use() -> None:
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     state = running_with_objects()
     off = with_reflection({"resources": {"configmap": {"workers": 0}}})

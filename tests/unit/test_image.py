@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from liqo_stack.image import ImageBuildError, parse_output, project_version, runtime_requirements, wheel_platforms
+from liqo_stack.operating.image import (
+    ImageBuildError,
+    parse_output,
+    project_version,
+    runtime_requirements,
+    wheel_platforms,
+)
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from liqo_stack import config
-from liqo_stack.cli import main
-from liqo_stack.effects import Snapshot, TwinState, effects
+from liqo_stack.declaring import config
+from liqo_stack.foreseeing.effects import Snapshot, TwinState, effects
+from liqo_stack.operating.cli import main
 from runtime.api import SelectorSyntaxError, names
 from runtime.api.namespaceselector import (
     LabelSelector,

@@ -12,7 +12,7 @@ import pulumi
 import pytest
 from lightkube.resources.core_v1 import Node
 
-from liqo_stack.config import ConfigError, parse
+from liqo_stack.declaring.config import ConfigError, parse
 from runtime.api import names
 from runtime.api.advertisement import PodLoad, available_by_node, available_for, node_offers, pool_offer
 from runtime.forging.pods import remote_pod_spec_with

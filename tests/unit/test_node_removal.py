@@ -83,7 +83,7 @@ def test_only_our_finalizer_holds_the_virtual_node() -> None:
 def test_a_virtual_kubelet_may_remove_its_own_node_and_hold_its_own_virtual_node_only() -> None:
     """Cluster mode runs the virtual kubelet as its ServiceAccount: removal.py's finalizer patch and
     Node delete must be in its ClusterRole (the image test caught their absence), for its own only."""
-    from liqo_stack import manifests
+    from liqo_stack.declaring import manifests
 
     rules = manifests.virtual_kubelet_rules("foreign-1")
 

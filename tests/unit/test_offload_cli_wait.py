@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from liqo_stack.cli.offload import still_pending
+from liqo_stack.operating.cli.offload import still_pending
 
 
 def conditions(required: str, ready: str) -> list[dict[str, Any]]:

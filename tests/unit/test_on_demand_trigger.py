@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
-from liqo_stack.config import ConfigError, parse
+from liqo_stack.declaring.config import ConfigError, parse
 from runtime.__main__ import build_parser
 from runtime.api import PodOffloadingStrategy, names
 from runtime.api.ondemand import (

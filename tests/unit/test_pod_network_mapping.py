@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from liqo_stack.config import ConfigError, parse
+from liqo_stack.declaring.config import ConfigError, parse
 from runtime.api.network import (
     ForeignPodNetwork,
     PodNetworkError,
@@ -102,7 +102,7 @@ def test_bad_ranges_in_the_stack_config_name_their_path() -> None:
 
 
 def test_the_virtual_node_carries_the_remapping_the_virtual_kubelet_uses() -> None:
-    from liqo_stack.plan import virtual_node_spec, virtual_nodes_plan
+    from liqo_stack.declaring.plan import virtual_node_spec, virtual_nodes_plan
 
     stack = parse(config())
     spec = virtual_node_spec(stack, stack.foreign_clusters[0])
@@ -171,7 +171,7 @@ def test_a_reflected_slice_gives_each_destination_the_addresses_it_reaches() -> 
 
 
 def test_the_virtual_node_carries_where_its_cluster_reaches_the_others() -> None:
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     stack = parse(config())  # foreign-1 has home's range: each sees the other's pods in 100.64.0.0/16
     first, second = (virtual_node_spec(stack, f) for f in stack.foreign_clusters)
@@ -185,7 +185,7 @@ def test_the_virtual_node_carries_where_its_cluster_reaches_the_others() -> None
 def test_the_skip_lists_of_the_stack_config_reach_every_virtual_node() -> None:
     """liqo:reflection.skipLabels / skipAnnotations become each VirtualNode's offloadingPatch (docs/reflection.md's
     labelsNotReflected / annotationsNotReflected); none set: the patch is empty."""
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     skips = {"skipLabels": ["cloud.example/zone"], "skipAnnotations": ["cloud.example/id", "note"]}
     stack = parse(config(reflection=skips))

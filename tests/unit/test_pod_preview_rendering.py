@@ -1,5 +1,5 @@
 """`liqo-stack preview pod` without a cluster: a manifest's pod, where it may go, what the remote pod
-looks like and why, which objects follow it, and the three outputs (liqo_stack/podpreview.py)."""
+looks like and why, which objects follow it, and the three outputs (liqo_stack/foreseeing/podpreview.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from liqo_stack.cli import main
-from liqo_stack.podpreview import (
+from liqo_stack.foreseeing.podpreview import (
     Cluster,
     PodContext,
     PreviewError,
@@ -21,6 +20,7 @@ from liqo_stack.podpreview import (
     references,
     render,
 )
+from liqo_stack.operating.cli import main
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.ondemand import VIRTUAL_NODE_TOLERATION
 from runtime.forging.objects import ReflectionSettings, never_reflected, settings_from, why_not_reflected

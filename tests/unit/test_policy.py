@@ -1,4 +1,4 @@
-"""The policy pack's checks (liqo_stack/policy.py) as pure functions: each with a config that violates
+"""The policy pack's checks (liqo_stack/foreseeing/policy.py) as pure functions: each with a config that violates
 it (the message names the config path) and one that passes."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from liqo_stack import policy
-from liqo_stack.config import StackConfig, parse
-from liqo_stack.manifests import HOME_IDENTITY_TENANT_RULES, binding, role
+from liqo_stack.declaring.config import StackConfig, parse
+from liqo_stack.declaring.manifests import HOME_IDENTITY_TENANT_RULES, binding, role
+from liqo_stack.foreseeing import policy
 
 
 def stack(**overrides: Any) -> StackConfig:

@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from liqo_stack.config import ConfigError, parse, parse_any
+from liqo_stack.declaring.config import ConfigError, parse, parse_any
 from runtime.api import names
 from tests.unit.test_components import RecordingMocks
 
@@ -40,7 +40,7 @@ def run_with(config: dict[str, Any]) -> RecordingMocks:
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def program() -> None:
-        from liqo_stack.program import main
+        from liqo_stack.declaring.program import main
 
         main()
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from liqo_stack import manifests
-from liqo_stack.config import ConfigError, parse
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.config import ConfigError, parse
 from runtime.api import VirtualNodeSpec, names
 from runtime.api.virtualnode import StorageType
 from runtime.forging.objects import ReflectionSettings, applied_hash, up_to_date
@@ -160,7 +160,7 @@ def stack(storage_classes: Any) -> dict[str, Any]:
 
 
 def test_storage_classes_in_the_stack_config_reach_the_virtual_node() -> None:
-    from liqo_stack.plan import virtual_node_spec
+    from liqo_stack.declaring.plan import virtual_node_spec
 
     config = parse(stack([{"storageClassName": "local"}, {"storageClassName": "ssd", "default": True}]))
     spec = virtual_node_spec(config, config.foreign_clusters[0])

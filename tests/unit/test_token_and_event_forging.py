@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from liqo_stack.config import StackConfig, parse_api_server_address
-from liqo_stack.plan import virtual_node_spec
+from liqo_stack.declaring.config import StackConfig, parse_api_server_address
+from liqo_stack.declaring.plan import virtual_node_spec
 from runtime.api import ReflectionPolicy, VirtualNodeSpec, names
 from runtime.api.virtualnode import ApiServerAddress
 from runtime.forging.events import event_allowed, home_event, needs_write, occurrences

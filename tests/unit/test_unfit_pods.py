@@ -92,8 +92,8 @@ def test_the_stack_wide_policy_is_the_virtual_nodes_annotation_and_a_namespace_o
 
 
 def test_the_stack_config_reaches_every_virtual_node_as_the_annotation() -> None:
-    from liqo_stack import manifests
-    from liqo_stack.config import parse
+    from liqo_stack.declaring import manifests
+    from liqo_stack.declaring.config import parse
     from runtime.api import VirtualNodeSpec
 
     raw = {

@@ -3,11 +3,11 @@ what the policy pack's least-privilege policy exists to stop (e.g. added by a we
 
 import pulumi
 
-from liqo_stack import manifests
-from liqo_stack.program import main
+import liqo_stack
+from liqo_stack.declaring import manifests
 from runtime.api import names
 
-stack = main()
+stack = liqo_stack.main()
 identity = names.home_identity_name("home")
 stack.clusters["foreign-1"].object(
     "home-identity-cluster-admin",

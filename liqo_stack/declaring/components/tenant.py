@@ -1,0 +1,141 @@
+"""A foreign cluster's side of one home: its tenant namespace (with the pod-security floor of its twins),
+the identity issued to the home and its RBAC, and its grant (Quota).
+
+Declared by the one-stack form's Peering (a team that owns both sides), or by the foreign cluster's own
+stack (`ForeignTenant`, liqo:foreignSide), which hands the identity's kubeconfig to the home's stack as
+an output: the home stack then holds no admin credentials of that cluster (docs/security.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from liqo_stack.declaring import manifests
+from liqo_stack.declaring.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, annotated
+from liqo_stack.declaring.components.credentials import home_identity_kubeconfig
+from liqo_stack.declaring.components.foreign import ForeignAgent
+from liqo_stack.declaring.config import GrantConfig, HomeServed
+from runtime.api import CustomResourceReflection, names
+
+TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret
+
+
+@dataclass(frozen=True)
+class TenantSide:
+    namespace: pulumi.CustomResource
+    quota: pulumi.CustomResource
+    account: pulumi.CustomResource
+    token: pulumi.CustomResource
+    role: pulumi.CustomResource
+    binding: pulumi.CustomResource
+    crd_access: list[pulumi.Resource]
+    kubeconfig: pulumi.Output[str]  # the home identity's, a secret
+
+    def resources(self) -> list[pulumi.Resource]:
+        """What the home's virtual node needs in place (and needs to outlive it: deleted after it)."""
+        return [self.token, self.binding, self.role, *self.crd_access, self.account, self.namespace, self.quota]
+
+
+def declare_tenant(
+    parent: pulumi.Resource,
+    foreign: Cluster,
+    *,
+    home_id: str,
+    pod_security: str,
+    grant: GrantConfig,
+    custom_resources: Sequence[CustomResourceReflection],
+    agent: ForeignAgent,
+    api_server_address: str | None,
+    prefix: str = "",
+) -> TenantSide:
+    """`prefix`: before each resource name (a foreign side's stack serves several homes; the one-stack
+    form keeps its names without one, so an existing stack replaces nothing)."""
+    tenant = names.tenant_namespace(home_id)
+    identity = names.home_identity_name(home_id)
+    component = "peering"
+    # Its Pod Security labels are the floor the agent gives each twin of this home (docs/security.md).
+    floor = dict.fromkeys(names.POD_SECURITY_LABELS, pod_security)
+    namespace = foreign.object(
+        f"{prefix}tenant-namespace",
+        manifests.namespace(tenant, component, {names.TENANT_HOME_LABEL: home_id, **floor}),
+        pulumi.ResourceOptions(parent=parent),
+    )
+    in_tenant = pulumi.ResourceOptions(parent=parent, depends_on=[namespace])
+    quota = foreign.object(
+        f"{prefix}quota",
+        manifests.quota(home_id, grant.quota(), component),
+        pulumi.ResourceOptions(parent=parent, depends_on=[namespace, *agent.crds]),
+    )
+    account = foreign.object(
+        f"{prefix}home-identity", manifests.service_account(identity, tenant, component), in_tenant
+    )
+    # The cluster's token controller fills the Secret. pulumi-kubernetes' own wait for it gives up
+    # after 5 s, too short for a busy cluster: wait for the token itself, up to a minute.
+    token = foreign.object(
+        f"{prefix}home-identity-token",
+        annotated(
+            manifests.service_account_token(identity, tenant, component),
+            {WAIT_FOR: "jsonpath={.data.token}", TIMEOUT_SECONDS: str(TOKEN_WAIT_SECONDS)},
+        ),
+        pulumi.ResourceOptions(parent=parent, depends_on=[account]),
+    )
+    role = foreign.object(
+        f"{prefix}home-identity-role",
+        manifests.role(identity, tenant, manifests.HOME_IDENTITY_TENANT_RULES, component),
+        in_tenant,
+    )
+    binding = foreign.object(
+        f"{prefix}home-identity-binding",
+        manifests.binding("Role", identity, identity, identity, tenant, component, ns=tenant),
+        pulumi.ResourceOptions(parent=parent, depends_on=[role, account, *agent.crds]),
+    )
+    # the opted-in custom resources' CRDs, read by name: reflection starts when one appears here
+    crd_rules = manifests.custom_resource_definition_rules(custom_resources)
+    crd_access: list[pulumi.Resource] = []
+    if crd_rules:
+        reader = names.home_identity_crd_reader(home_id)
+        crd_role = foreign.object(
+            f"{prefix}home-identity-crd-reader", manifests.cluster_role(reader, crd_rules, component), in_tenant
+        )
+        crd_access = [
+            crd_role,
+            foreign.object(
+                f"{prefix}home-identity-crd-reader-binding",
+                manifests.binding("ClusterRole", reader, reader, identity, tenant, component),
+                pulumi.ResourceOptions(parent=parent, depends_on=[crd_role, account]),
+            ),
+        ]
+    kubeconfig = home_identity_kubeconfig(api_server_address, foreign, identity, cast(k8s.core.v1.Secret, token).data)
+    return TenantSide(namespace, quota, account, token, role, binding, crd_access, kubeconfig)
+
+
+class ForeignTenant(pulumi.ComponentResource):
+    """One home served by a foreign side's own stack: its tenant side, and the identity it hands over."""
+
+    def __init__(
+        self,
+        name: str,
+        foreign: Cluster,
+        home: HomeServed,
+        agent: ForeignAgent,
+        api_server_address: str | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("liqo-stack:index:ForeignTenant", name, None, opts)
+        self.side = declare_tenant(
+            self,
+            foreign,
+            home_id=home.cluster_id,
+            pod_security=home.pod_security,
+            grant=home.grant,
+            custom_resources=[CustomResourceReflection.model_validate(c.model_dump()) for c in home.custom_resources],
+            agent=agent,
+            api_server_address=api_server_address,
+            prefix=f"{home.cluster_id}-",
+        )
+        self.register_outputs({"identityKubeconfig": self.side.kubeconfig})
