@@ -92,16 +92,20 @@ class PreviewReport:
 
 class PackageComponents:
     """The package's `Stack` components a preview plans (a program in YAML, TypeScript, ...: docs/package.md):
-    their new properties are the stack config of such a program, which has no `liqo:` settings."""
+    their new settings are the stack config of such a program, which has no `liqo:` settings."""
 
     def __init__(self) -> None:
         self.planned: dict[str, dict[str, Any]] = {}  # name -> its properties as the preview plans them
 
     def seen(self, event: auto.EngineEvent) -> None:
-        step = event.resource_pre_event
+        """A component's outputs as the preview plans them: its `settings` output is what it was declared
+        from (the engine does not show a remote component's properties as its inputs)."""
+        step = event.res_outputs_event
         new = step.metadata.new if step is not None else None
         if step is not None and step.metadata.type == package.STACK and new is not None:
-            self.planned[step.metadata.urn.rpartition("::")[2]] = dict(new.inputs or {})
+            settings = (new.outputs or {}).get(package.SETTINGS)
+            if isinstance(settings, dict):
+                self.planned[step.metadata.urn.rpartition("::")[2]] = settings
 
     def config(self) -> stack_config.StackConfig | None:
         """The one component's config; None when the program declares none (a Python stack's `liqo:`)."""
