@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -183,7 +184,14 @@ def binary_name(package: str, pin: dict) -> str:
 
 
 def target(package: str, pin: dict) -> str:
+    if pin.get("main"):
+        return "."  # the wrapper module is the command itself (its files come from the repository)
     return pin["module"] if package == "." else f"{pin['module']}/{package}"
+
+
+def main_sources(pin: dict) -> list[Path]:
+    """The Go files of a pin's own command (`main`, a directory of this repository)."""
+    return sorted((TOOLS_DIR.parent / pin["main"]).glob("*.go")) if pin.get("main") else []
 
 
 def go_default_name(import_path: str) -> str:
@@ -259,6 +267,9 @@ def cache_key(pin: dict, pins: dict) -> str:
     key = pin["version"]
     if pin.get("scripts"):
         key += "+scripts-" + pin["scripts_version"].format(**fields(pin, pins))
+    if pin.get("main"):  # an edit of the command's source is a new build
+        digest = hashlib.sha256(b"".join(path.read_bytes() for path in main_sources(pin))).hexdigest()
+        key += "+main-" + digest[:12]
     return key
 
 
@@ -385,6 +396,8 @@ def prepare(build: ToolBuild, reporter: Reporter) -> None:
         if replaces:
             wrapper += ["", "replace (", *[f"\t{line}" for line in replaces], ")"]
         (work / "go.mod").write_text("\n".join(wrapper) + "\n")
+        for source in main_sources(pin):
+            shutil.copyfile(source, work / source.name)
         targets = [target(p, pin) for p in pin["packages"]]
         # resolves and downloads what the build needs; the list is the "m" of the progress lines
         listed = run(["go", "list", "-mod=mod", "-deps", *targets], work, log, build.on_download)

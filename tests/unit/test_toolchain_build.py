@@ -173,6 +173,45 @@ def test_progress_says_n_of_m_and_a_failure_names_its_log(build: ModuleType, fak
 
 
 @needs_go
+def test_optional_pins_wait_to_be_asked_and_a_command_of_ours_is_rebuilt_when_edited(
+    build: ModuleType, fake_toolchain: Path, tmp_path: Path
+) -> None:
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "main.go").write_text(HELLO.replace('"hello"', '"ours"'))
+    fake_toolchain.write_text(
+        FAKE_PINS.split("[broken]")[0]
+        + f"""
+[ours]
+module = "example.com/hello"
+version = "v1.0.0"
+main = "{ours}"
+packages = ["."]
+binary_names = {{ "." = "ours" }}
+ldflags = ["-X main.version=mine"]
+optional = true
+"""
+    )
+    cache = fake_toolchain.parent / "cache"
+    code, out = build_output(build, "--pins", str(fake_toolchain))
+    assert code == 0 and "building 1 of 1 pinned tools (hello)" in out, out  # the optional one waits
+    assert not (cache / "bin" / "ours").exists()
+
+    code, out = build_output(build, "--pins", str(fake_toolchain), "--with-optional")
+    assert code == 0 and "building 1 of 2 pinned tools (ours)" in out, out
+    ran = subprocess.run([str(cache / "bin" / "ours")], capture_output=True, text=True, check=True)
+    assert ran.stdout == "ours mine\n"
+    code, out = build_output(build, "--pins", str(fake_toolchain), "--with-optional")
+    assert code == 0 and "building" not in out  # warm
+
+    (ours / "main.go").write_text(HELLO.replace('"hello"', '"edited"'))
+    code, out = build_output(build, "--pins", str(fake_toolchain), "--with-optional")
+    assert code == 0 and "building 1 of 2 pinned tools (ours)" in out, out
+    ran = subprocess.run([str(cache / "bin" / "ours")], capture_output=True, text=True, check=True)
+    assert ran.stdout == "edited mine\n"
+
+
+@needs_go
 def test_a_single_package_with_a_major_version_suffix_gets_its_pinned_name(
     build: ModuleType, fake_toolchain: Path
 ) -> None:

@@ -50,15 +50,25 @@ def _refused(err: stack_config.ConfigError, name: str) -> InputPropertiesError:
     return InputPropertiesError(str(err), errors or None)
 
 
+def _holds_outputs(value: Any) -> bool:
+    if isinstance(value, pulumi.Output):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_outputs(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_outputs(item) for item in value)
+    return False
+
+
 class Stack(pulumi.ComponentResource):
     """`liqo-stack:index:Stack`: the home stack, declared from its properties (see the module's doc)."""
 
     def __init__(self, name: str, properties: Mapping[str, Any], opts: pulumi.ResourceOptions | None = None):
         super().__init__(STACK, name, None, opts)
         self.outputs: dict[str, pulumi.Output[Any]]
-        if any(isinstance(value, pulumi.Output) for value in properties.values()):
+        if _holds_outputs(properties):
             # secrets and values from other resources arrive as outputs: declare once they are known
-            plan = pulumi.Output.all(**properties).apply(lambda known: self._declare(name, known))
+            plan = pulumi.Output.from_input(properties).apply(lambda known: self._declare(name, known))
             self.outputs = {key: pulumi.Output.unsecret(plan[key]) for key in OUTPUTS}
         else:
             plan_now = self._declare(name, properties)

@@ -140,7 +140,11 @@ def package_schema() -> dict[str, Any]:
         },
         "types": types,
         "language": {
-            "nodejs": {"dependencies": {"@pulumi/kubernetes": KUBERNETES_VERSION}, "respectSchemaVersion": True},
+            "nodejs": {
+                "packageName": "liqo-stack",
+                "dependencies": {"@pulumi/kubernetes": KUBERNETES_VERSION},
+                "respectSchemaVersion": True,
+            },
             "python": {"requires": {"pulumi-kubernetes": f"=={KUBERNETES_VERSION}"}, "respectSchemaVersion": True},
         },
     }
