@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,28 +26,14 @@ from runtime.api import names
 from tests.e2e.conftest import RuntimeSlot
 from tests.support.cli import run_preview
 from tests.support.kube import all_running, wait_phase, wait_until
+from tests.support.packages import ROOT, project_from_example, resources_of
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "package-yaml"
 POLICY_PACK = ROOT / "policies"
 NAMESPACE = "yaml-apps"
 FOREIGN = ["foreign-1", "foreign-2"]
-
-
-def yaml_project(directory: Path) -> Path:
-    """The example program as a user's project of its own: the package named by its absolute path."""
-    program = (EXAMPLE / "Pulumi.yaml").read_text()
-    assert "liqo-stack: ../../package" in program
-    (directory / "Pulumi.yaml").write_text(program.replace("../../package", str(ROOT / "package")))
-    return directory
-
-
-def resources_of(stack: auto.Stack) -> dict[str, Any]:
-    deployment = stack.export_stack().deployment
-    assert deployment is not None
-    return {r["urn"]: r for r in deployment["resources"]}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +46,9 @@ def installed(
 ) -> Iterator[auto.Stack]:
     """The YAML program's stack (overrides conftest's: the runtime fixture runs against it), with no
     replicas yet: the runtime (outside the clusters) starts next, and its webhook places the pods."""
-    stack = pulumi_env.stack_for_directory(yaml_project(tmp_path_factory.mktemp("package-yaml")), "dev")
+    stack = pulumi_env.stack_for_directory(
+        project_from_example(EXAMPLE, tmp_path_factory.mktemp("package-yaml")), "dev"
+    )
     stack.set_all_config(
         {
             "homeKubeconfig": auto.ConfigValue(str(dev_env.kubeconfig("home"))),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,11 +29,11 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from tests.e2e.conftest import RuntimeSlot
 from tests.support.kube import all_running, wait_phase, wait_until
+from tests.support.packages import PACKAGE, project_from_example, resources_of
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "package-typescript"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "package-typescript"
 NAMESPACE = "ts-apps"
 CLUSTERS = ["home", "foreign-1", "foreign-2"]
 
@@ -51,12 +50,11 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
 def typescript_project(directory: Path, pulumi_env: PulumiEnvironment) -> Path:
     """The example program as a user's project: the package's TypeScript SDK generated into sdks/ from the
     package's schema (and pulumi-kubernetes' schema, which it refers to), then `npm install`."""
-    for name in ("Pulumi.yaml", "index.ts", "package.json", "tsconfig.json"):
-        shutil.copy(EXAMPLE / name, directory / name)
+    project_from_example(EXAMPLE, directory)
     env = {**os.environ, **pulumi_env.env_vars()}
     kubernetes = run(["pulumi", "package", "get-schema", f"kubernetes@{KUBERNETES_VERSION}"], directory, env)
     (directory / "kubernetes.json").write_text(kubernetes)
-    schema = str(ROOT / "package" / "schema.json")
+    schema = str(PACKAGE / "schema.json")
     sdk = str(directory / "sdks" / "liqo-stack")
     run(["pulumi-sdkgen", "--schema", schema, "--dependency", "kubernetes.json", "--out", sdk], directory, env)
     run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline"], directory, env)
@@ -66,12 +64,6 @@ def typescript_project(directory: Path, pulumi_env: PulumiEnvironment) -> Path:
 def server_of(kubeconfig: Path) -> str:
     server: str = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     return server
-
-
-def resources_of(stack: auto.Stack) -> dict[str, Any]:
-    deployment = stack.export_stack().deployment
-    assert deployment is not None
-    return {r["urn"]: r for r in deployment["resources"]}
 
 
 @pytest.fixture(scope="module")
