@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import ConfigMap, Pod
 from pulumi import automation as auto
@@ -24,18 +23,13 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from tests.e2e.conftest import RuntimeSlot
 from tests.support.kube import all_running, get_or_none, wait_phase, wait_until
+from tests.support.kubeconfigs import server_of
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-program"
 NAMESPACE = "own-program-apps"
 CLUSTERS = ["home", "foreign-1", "foreign-2"]
-
-
-def server_of(kubeconfig: Path) -> str:
-    config = yaml.safe_load(kubeconfig.read_text())
-    server: str = config["clusters"][0]["cluster"]["server"]
-    return server
 
 
 @pytest.fixture(scope="module")

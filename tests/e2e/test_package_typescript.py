@@ -16,20 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import Client
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Pod
 from pulumi import automation as auto
 
-from liqo_stack.declaring.package.schema import KUBERNETES_VERSION, STACK
+from liqo_stack.declaring.package.schema import KUBERNETES_VERSION
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from runtime.api import names
 from tests.e2e.conftest import RuntimeSlot
-from tests.support.kube import all_running, wait_phase, wait_until
-from tests.support.packages import PACKAGE, project_from_example, resources_of
+from tests.support.kubeconfigs import server_of
+from tests.support.packages import (
+    PACKAGE,
+    assert_no_change,
+    assert_refused_untouched,
+    assert_runs_through_the_component,
+    program_installed,
+    project_from_example,
+    resources_of,
+    scaled_up,
+)
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -61,11 +66,6 @@ def typescript_project(directory: Path, pulumi_env: PulumiEnvironment) -> Path:
     return directory
 
 
-def server_of(kubeconfig: Path) -> str:
-    server: str = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    return server
-
-
 @pytest.fixture(scope="module")
 def installed(
     dev_env: DevEnvironment,
@@ -77,72 +77,37 @@ def installed(
     """The TypeScript program's stack (overrides conftest's), with no replicas yet: the runtime (outside
     the clusters) starts next, and its webhook places the pods."""
     project = typescript_project(tmp_path_factory.mktemp("package-typescript"), pulumi_env)
-    stack = pulumi_env.stack_for_directory(project, "dev")
     kubeconfigs = {cluster_id: dev_env.kubeconfig(cluster_id) for cluster_id in CLUSTERS}
     clusters = {cid: {"kubeconfig": str(path), "server": server_of(path)} for cid, path in kubeconfigs.items()}
-    stack.set_all_config(
-        {
-            "clusters": auto.ConfigValue(json.dumps(clusters)),
-            "namespace": auto.ConfigValue(NAMESPACE),
-            "webhookPort": auto.ConfigValue(str(webhook_port)),
-            "replicas": auto.ConfigValue("0"),
-        }
-    )
-    stack.up(on_output=print)
-    try:
+    config = {
+        "clusters": json.dumps(clusters),
+        "namespace": NAMESPACE,
+        "webhookPort": str(webhook_port),
+        "replicas": "0",
+    }
+    with program_installed(pulumi_env.stack_for_directory(project, "dev"), config, runtime_slot.release) as stack:
         yield stack
-    finally:
-        stack.destroy(on_output=print)  # while the module's runtime runs: it releases the VirtualNodes
-        runtime_slot.release()
-        stack.workspace.remove_stack("dev")
 
 
 @pytest.fixture(scope="module")
 def running(installed: auto.Stack, runtime: ExternalRuntime, home: Client) -> list[Any]:
-    wait_phase(home, NAMESPACE, "Ready")
-    installed.set_config("replicas", auto.ConfigValue("2"))
-    installed.up(on_output=print)
-    pods: list[Any] = wait_until(lambda: all_running(home, NAMESPACE, "web", 2), 120, "the program's 2 pods Running")
-    return pods
+    return scaled_up(installed, home, NAMESPACE)
 
 
 def test_the_typescript_programs_deployment_runs_in_the_foreign_clusters(
     installed: auto.Stack, running: list[Any], foreign: dict[str, Client]
 ) -> None:
-    assert {p.spec.nodeName for p in running} <= {names.virtual_node_name(c) for c in CLUSTERS[1:]}
-    twin = f"{NAMESPACE}-home"
-    remote = [str(p.metadata and p.metadata.name) for c in foreign.values() for p in c.list(Pod, namespace=twin)]
-    assert sorted(remote) == sorted(p.metadata.name for p in running)
-
-    resources = resources_of(installed)
-    [component] = [r for r in resources.values() if r["type"] == STACK]
-    providers = {r["urn"].rpartition("::")[2] for r in resources.values() if r["type"] == "pulumi:providers:kubernetes"}
+    assert_runs_through_the_component(installed, running, foreign, NAMESPACE)
+    resources = resources_of(installed).values()
+    providers = {r["urn"].rpartition("::")[2] for r in resources if r["type"] == "pulumi:providers:kubernetes"}
     assert providers == set(CLUSTERS), "the program's own providers, one per cluster, and no other"
-    children = [r for r in resources.values() if r.get("parent") == component["urn"]]
-    assert {r["type"] for r in children} >= {"liqo-stack:index:HomeControlPlane", "liqo-stack:index:Peering"}
-    assert installed.outputs()["virtualNodes"].value["foreign-2"]["virtualNode"] == names.virtual_node_name("foreign-2")
 
 
 def test_a_preview_after_up_shows_no_change(installed: auto.Stack, running: list[Any]) -> None:
-    result = installed.preview(on_output=print)
-    changes = {str(getattr(op, "value", op)): n for op, n in result.change_summary.items() if n}
-    assert set(changes) == {"same"}, changes
+    assert_no_change(installed)
 
 
 def test_a_bad_property_names_its_path_and_touches_nothing(
     installed: auto.Stack, running: list[Any], home: Client
 ) -> None:
-    before = resources_of(installed)
-    installed.set_config("namespace", auto.ConfigValue("Bad_Namespace"))
-    try:
-        with pytest.raises(auto.CommandError) as failed:
-            installed.up(on_output=print)
-    finally:
-        installed.set_config("namespace", auto.ConfigValue(NAMESPACE))
-    assert "resources.liqo.properties.namespaces[0].name" in str(failed.value)
-    assert "Bad_Namespace" in str(failed.value)
-    after = resources_of(installed)
-    assert after.keys() == before.keys()
-    assert all(after[urn].get("outputs") == before[urn].get("outputs") for urn in before)
-    deployment = home.get(Deployment, "web", namespace=NAMESPACE)
-    assert deployment.spec is not None and deployment.spec.replicas == 2
+    assert_refused_untouched(installed, home, NAMESPACE, [installed.up])

@@ -1,8 +1,11 @@
-"""Kubeconfigs the unit tests write: the smallest one a client can load."""
+"""Kubeconfigs the tests write (the smallest one a client can load) and read."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 def one_cluster_kubeconfig(server: str, *, user: bool = True) -> dict[str, Any]:
@@ -15,3 +18,9 @@ def one_cluster_kubeconfig(server: str, *, user: bool = True) -> dict[str, Any]:
         "current-context": "ctx",
         **({"users": [{"name": "u", "user": {}}]} if user else {}),
     }
+
+
+def server_of(kubeconfig: Path) -> str:
+    """The API server address of a kubeconfig file's first cluster."""
+    server: str = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    return server
