@@ -235,10 +235,16 @@ def test_a_crd_deleted_in_one_cluster_stops_reflection_there_only(
     crds: None, offloaded: str, home: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
     kubectl(dev_env, "foreign-2", "delete", "crd", f"widgets.{GROUP}")  # its copies go with it
+    # False at once ("is being deleted", while kubectl waits for the copies to go), then "no
+    # CustomResourceDefinition" once the deletion is seen whole
     wait_until(
-        lambda: condition(home, "foreign-2").get("status") == "False", 30, "foreign-2 says its CRD is missing again"
+        lambda: (
+            (found := condition(home, "foreign-2")).get("status") == "False"
+            and "foreign-2: no CustomResourceDefinition" in found.get("message", "")
+        ),
+        30,
+        "foreign-2 says its CRD is missing again",
     )
-    assert "foreign-2: no CustomResourceDefinition" in condition(home, "foreign-2")["message"]
     home.create(widget("later", offloaded, {"size": 5}, annotations=ALLOWED))
     assert copy_in(foreign["foreign-1"], "later", offloaded)["spec"] == {"size": 5}
     assert condition(home, "foreign-1")["status"] == "True"
