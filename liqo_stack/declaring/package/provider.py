@@ -1,10 +1,10 @@
 """The component provider that serves liqo-stack as a Pulumi package (`package/`, docs/package.md).
 
 A program in any Pulumi language declares `liqo-stack:index:Stack`; the engine starts this provider
-(`python package/`, from `package/PulumiPlugin.yaml`) and asks it to construct the component. The
-properties are validated by the same models as the `liqo:` stack config, and the stack is declared by
-the same function as the Python program (liqo_stack.program.declare), its resources parented to the
-component. A bad property fails the construct before any resource is registered, naming its path in the
+(`package/pulumi-resource-liqo-stack`, from the directory the program's `packages:` names) and asks it
+to construct the component. The properties are validated by the same models as the `liqo:` stack
+config, and the stack is declared by the same function as the Python program
+(liqo_stack.declaring.program.declare), its resources parented to the component. A bad property fails the construct before any resource is registered, naming its path in the
 program (`resources.<name>.properties.foreignClusters[0].clusterId` in a YAML program).
 """
 
