@@ -4,8 +4,9 @@ A program in any Pulumi language declares `liqo-stack:index:Stack`; the engine s
 (`package/pulumi-resource-liqo-stack`, from the directory the program's `packages:` names) and asks it
 to construct the component. The properties are validated by the same models as the `liqo:` stack
 config, and the stack is declared by the same function as the Python program
-(liqo_stack.declaring.program.declare), its resources parented to the component. A bad property fails the construct before any resource is registered, naming its path in the
-program (`resources.<name>.properties.foreignClusters[0].clusterId` in a YAML program).
+(liqo_stack.declaring.program.declare), its resources parented to the component. A bad property
+fails the construct before any resource is registered, naming its path in the program
+(`resources.<name>.properties.foreignClusters[0].clusterId` in a YAML program).
 """
 
 from __future__ import annotations
