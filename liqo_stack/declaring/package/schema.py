@@ -10,16 +10,17 @@ rewrites it).
 from __future__ import annotations
 
 import json
+from importlib import metadata
 from typing import Any
 
 from liqo_stack.declaring.config import StackConfig
 
 PACKAGE = "liqo-stack"
-VERSION = "0.1.0"
+VERSION = metadata.version(PACKAGE)  # pyproject.toml's
 STACK = f"{PACKAGE}:index:Stack"
 # pulumi-kubernetes, whose provider resources a program may pass (`providers`): the version the stack
-# runs with (tools/toolchain.toml, pyproject.toml).
-KUBERNETES_VERSION = "4.25.0"
+# runs with (pinned in pyproject.toml; tools/toolchain.toml builds its plugin at that release).
+KUBERNETES_VERSION = metadata.version("pulumi-kubernetes")
 KUBERNETES_PROVIDER = f"/kubernetes/v{KUBERNETES_VERSION}/schema.json#/provider"
 ANY = "pulumi.json#/Any"
 
