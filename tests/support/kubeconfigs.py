@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from liqo_stack.declaring.config import current_cluster
 
 
 def one_cluster_kubeconfig(server: str, *, user: bool = True) -> dict[str, Any]:
@@ -21,6 +21,6 @@ def one_cluster_kubeconfig(server: str, *, user: bool = True) -> dict[str, Any]:
 
 
 def server_of(kubeconfig: Path) -> str:
-    """The API server address of a kubeconfig file's first cluster."""
-    server: str = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    """The API server of a kubeconfig file's current context, as the stack reads it."""
+    server: str = current_cluster(kubeconfig.read_text())["server"]
     return server
