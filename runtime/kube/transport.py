@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 import aiohttp
 import httpx2
 import yarl
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ConnectionKey
 
 # No cap on connections: each watch holds one for as long as it runs (a virtual kubelet runs about
 # ten per offloaded namespace), so a capped pool (httpx2's held 100) once full of watches leaves every
@@ -44,6 +46,24 @@ _OWN_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
 _SKIPPED_AUTO_HEADERS = ("Accept-Encoding", "User-Agent", "Content-Type")
 
 
+class LastUsedFirstConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, handing out the idle connection used last rather than the one idle longest.
+
+    Why: aiohttp reuses its idle connections oldest first, so a trickle of requests (Lease renewals,
+    health checks, status updates: several a minute per peering) goes round every connection a burst
+    or a start-up's lists opened, and none is ever idle for IDLE_CONNECTION_SECONDS: a virtual kubelet
+    kept 8 connections per foreign cluster open for good. Go's http.Transport (client-go's) takes the
+    most recent one, so the others idle out; this does the same. aiohttp has no option for it: the
+    override keeps the idle deque most recent first (aiohttp 3.14 pinned; tests/unit/test_transport_pool.py
+    fails if its order changes)."""
+
+    def _release(self, key: ConnectionKey, protocol: ResponseHandler, *, should_close: bool = False) -> None:
+        super()._release(key, protocol, should_close=should_close)
+        idle = self._conns.get(key)
+        if idle and idle[-1][0] is protocol:  # kept for reuse (appended last): to the front, taken next
+            idle.appendleft(idle.pop())
+
+
 # what a request hook is told: the HTTP method and the URL path (runtime/kube/serving.py counts them)
 RequestHook = Callable[[str, str], None]
 
@@ -62,7 +82,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         """The session, opened in the running loop on first use (an aiohttp session belongs to one loop)."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
+            connector = LastUsedFirstConnector(
                 ssl=self._ssl, limit=MAX_CONNECTIONS, keepalive_timeout=IDLE_CONNECTION_SECONDS
             )
             # httpx2 decodes the body by its Content-Encoding; aiohttp must hand it over as sent
