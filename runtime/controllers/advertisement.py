@@ -63,14 +63,14 @@ class AdvertisementController:
         self.client = client
         self.cluster_id = cluster_id
         self.settle = settle
-        self.nodes = Informer(client, Node, multiplexed=True)
+        self.nodes = Informer(client, Node)
         self.local_pods = Informer(client, Pod, labels={names.ORIGIN_LABEL: not_exists()}, trim=as_the_agent_reads)
         self.shared = [shared for shared in (offloaded_pods, advertisements, quotas) if shared is not None]
         self.offloaded_pods = offloaded_pods or Informer(
             client, Pod, labels={names.ORIGIN_LABEL: exists()}, trim=as_the_agent_reads
         )
-        self.tenants = Informer(client, Namespace, labels={names.TENANT_HOME_LABEL: exists()}, multiplexed=True)
-        self.advertisements = advertisements or Informer(client, ResourceAdvertisementResource, multiplexed=True)
+        self.tenants = Informer(client, Namespace, labels={names.TENANT_HOME_LABEL: exists()})
+        self.advertisements = advertisements or Informer(client, ResourceAdvertisementResource)
         # key -> load, one map per pod informer: a pod whose origin label changes moves between them
         self.local_loads: dict[str, PodLoad] = {}
         self.offloaded_loads: dict[str, PodLoad] = {}

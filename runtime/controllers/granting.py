@@ -62,8 +62,8 @@ class Grants:
         self.recheck = recheck
         self.twin_origin = twin_origin
         # a foreign cluster an older stack installed has no Quota CRD: no Quota, as if none were declared
-        self.quotas = Informer(client, QuotaResource, absent_ok=True, multiplexed=True)
-        self.advertisements = Informer(client, ResourceAdvertisementResource, multiplexed=True)
+        self.quotas = Informer(client, QuotaResource, absent_ok=True)
+        self.advertisements = Informer(client, ResourceAdvertisementResource)
         # home -> ShadowPod key -> what its pod requests: the pods this agent let start, not finished
         self._admitted: dict[str, dict[str, Requests]] = defaultdict(dict)
         self._used: dict[str, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))  # home -> in all

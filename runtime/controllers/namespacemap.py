@@ -79,10 +79,8 @@ class NamespaceMapController:
     def __init__(self, client: AsyncClient, cluster_id: str, *, workers: int = 2) -> None:
         self.client = client
         self.cluster_id = cluster_id
-        self.maps = Informer(client, NamespaceMapResource, multiplexed=True)
-        self.namespaces = Informer(
-            client, Namespace, labels={names.MANAGED_BY_LABEL: names.MANAGED_BY}, multiplexed=True
-        )
+        self.maps = Informer(client, NamespaceMapResource)
+        self.namespaces = Informer(client, Namespace, labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="namespacemap")
         # maps whose every twin was ensured (namespace, RoleBinding) since this process started: later
         # reconciles ask the API server only about the twins that changed, not about hundreds again

@@ -115,14 +115,15 @@ class Informer:
         cluster_id: str = "",
         trim: Callable[[Any], Any] | None = None,
         packed: bool = False,
-        multiplexed: bool = False,
+        multiplexed: bool = True,
         absent_ok: bool = False,
     ) -> None:
         """`trim`: object -> the object as stored and handed to handlers (fields nobody reads dropped);
-        `packed`: objects stored and handed over as `Packed` (packing.py); `multiplexed`: while quiet,
-        the watch is a stream of an HTTP/2 connection the client's other multiplexed watches share
-        (runtime/kube/multiplexing.py): for the many watches of each twin namespace. While busy it
-        has a connection of its own: over HTTP/1.1 an event costs the client and the API server less
+        `packed`: objects stored and handed over as `Packed` (packing.py); `multiplexed` (the default):
+        while quiet, the watch is a stream of an HTTP/2 connection the client's other watches share
+        (runtime/kube/multiplexing.py), so a process holds one connection per API server for all its
+        quiet watches, however many peerings and twin namespaces it serves. While busy it has a
+        connection of its own: over HTTP/1.1 an event costs the client and the API server less
         CPU (a 1,000-pod burst with its watches multiplexed: the virtual kubelet 8.8 ms of CPU per pod
         against 6.4, the foreign API server 19.8 against 15.4). `absent_ok`: a kind that may not be
         there (its CRD not installed, or not readable by an identity an older stack made): a list

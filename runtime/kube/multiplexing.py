@@ -8,11 +8,11 @@ httpcore2's HTTP/2 connection has each stream's reader take the socket in turn u
 event for an idle watch waits behind a read by every other watch. Here one reader task per
 connection hands each frame to its stream at once; h2 (the protocol's state machine) does the rest.
 
-Only the watches that ask for it (Informer `multiplexed`: a twin namespace's, and the quiet ones of
-which each peering or agent in a process would otherwise add a connection: its Node, advertisements,
-NamespaceMaps, Quotas), and only while they are quiet. Over HTTP/2 an event costs more CPU, here
-(the h2 state machine is pure Python) and in the API server, so a watch that turns busy (a burst of
-pods in its twin) goes on over HTTP/1.1.
+Every watch (Informer `multiplexed`, the default), but only while it is quiet: each peering or agent
+in a process would otherwise add a connection per watch it holds (its home Pods, Events, volumes,
+ShadowPods, ...), idle or not. Over HTTP/2 an event costs more CPU, here (the h2 state machine is
+pure Python) and in the API server, so a watch that turns busy (a burst of pods in its twin) goes on
+over HTTP/1.1.
 
 Flow control is the backpressure: a stream's data is acknowledged as its reader takes it, so a
 slow informer holds up only its own stream.

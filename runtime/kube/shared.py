@@ -184,7 +184,6 @@ class SharedWatches:
                     namespace=namespace,
                     labels=dict(labels) if labels else None,
                     fields=dict(fields) if fields else None,
-                    multiplexed=True,
                 )
             )
         return shared.whole()

@@ -63,7 +63,7 @@ class EventReflector(TwinFollower):
         """The foreign events in the twin, and our copies at home."""
         labels = {names.EVENT_REFLECTED_FROM_LABEL: self.peering.foreign_cluster_id}
         return {
-            "foreign": Informer(self.peering.foreign, CoreEvent, namespace=twin, packed=True, multiplexed=True),
+            "foreign": Informer(self.peering.foreign, CoreEvent, namespace=twin, packed=True),
             "home": self.peering.home_watches.view(CoreEvent, namespace, labels=labels, packed=True),
         }
 

@@ -115,12 +115,7 @@ class Reflector(TwinFollower):
         return {
             "home": self.peering.home_watches.view(self.kind.resource, namespace, packed=True),
             "foreign": Informer(
-                self.peering.foreign,
-                self.kind.resource,
-                namespace=twin,
-                trim=self.kind.trim_foreign,
-                packed=True,
-                multiplexed=True,
+                self.peering.foreign, self.kind.resource, namespace=twin, trim=self.kind.trim_foreign, packed=True
             ),
         }
 

@@ -57,9 +57,7 @@ class StorageProvisioner(TwinFollower):
     def open_scope(self, namespace: str, twin: str) -> dict[str, Watched]:
         return {
             "home": self.peering.home_watches.view(PersistentVolumeClaim, namespace, packed=True),
-            "foreign": Informer(
-                self.peering.foreign, PersistentVolumeClaim, namespace=twin, packed=True, multiplexed=True
-            ),
+            "foreign": Informer(self.peering.foreign, PersistentVolumeClaim, namespace=twin, packed=True),
         }
 
     def _on_volume(self, event: Event) -> None:

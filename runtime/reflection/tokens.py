@@ -86,7 +86,6 @@ class TokenReflector(TwinFollower):
             labels={names.SERVICE_ACCOUNT_TOKEN_LABEL: "true"},
             trim=without_pod_token_values,  # renewal_due reads the keys only
             packed=True,
-            multiplexed=True,
         )
         return {"secrets": secrets}
 

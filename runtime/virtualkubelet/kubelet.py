@@ -57,7 +57,7 @@ class VirtualKubelet:
         refuses them (health checks); `restarts`: how often this peering was restarted (its Nodes say)."""
         tenant = names.tenant_namespace(home_cluster_id)
         self.virtual_nodes = shared_home.informer(VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
-        self.advertisements = Informer(foreign, ResourceAdvertisementResource, namespace=tenant, multiplexed=True)
+        self.advertisements = Informer(foreign, ResourceAdvertisementResource, namespace=tenant)
         self.offloadings = shared_home.informer(NamespaceOffloadingResource)
         ports = dict(kubelet_ports or {})
         self.nodes = {

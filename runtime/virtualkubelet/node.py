@@ -295,7 +295,7 @@ class VirtualNodeController:
         self.home_cluster_id, self.foreign_cluster_id = home_cluster_id, foreign_cluster_id
         self.node_name = node_name or names.virtual_node_name(foreign_cluster_id)
         self.virtual_nodes, self.advertisements = virtual_nodes, advertisements
-        self.nodes = Informer(home, Node, fields={"metadata.name": self.node_name}, multiplexed=True)
+        self.nodes = Informer(home, Node, fields={"metadata.name": self.node_name})
         self.queue = WorkQueue(self.reconcile, workers=1, name="virtual-node")
         for informer in (self.virtual_nodes, self.advertisements, self.nodes):
             informer.add_handler(lambda _: self.queue.add(self.node_name))

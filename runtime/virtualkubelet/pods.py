@@ -163,10 +163,8 @@ class PodOffloader(TwinFollower):
     def open_scope(self, namespace: str, twin: str) -> dict[str, Watched]:
         foreign, origin = self.peering.foreign, {names.ORIGIN_LABEL: self.peering.home_cluster_id}
         return {
-            "shadows": Informer(foreign, ShadowPodResource, namespace=twin, packed=True, multiplexed=True),
-            "pods": Informer(
-                foreign, Pod, namespace=twin, labels=origin, trim=without_spec, packed=True, multiplexed=True
-            ),
+            "shadows": Informer(foreign, ShadowPodResource, namespace=twin, packed=True),
+            "pods": Informer(foreign, Pod, namespace=twin, labels=origin, trim=without_spec, packed=True),
         }
 
     def requeue(self, scope: TwinScope) -> None:

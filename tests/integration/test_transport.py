@@ -196,15 +196,15 @@ async def running_informers(
 def test_more_watches_than_a_connection_pool_would_hold_leave_requests_room(
     dev_env: DevEnvironment, namespace: str
 ) -> None:
-    """Each watch holds its connection for as long as it runs, and a virtual kubelet runs several
-    per offloaded namespace: past any fixed pool size (httpx2's was 100) a capped pool would leave
-    the next watch, and every request, waiting forever."""
+    """A watch over HTTP/1.1 (a busy one) holds its connection for as long as it runs, and a burst
+    can make many busy: past any fixed pool size (httpx2's was 100) a capped pool would leave the
+    next watch, and every request, waiting forever."""
     client = runtime_client(dev_env)
     watches = 120
 
     async def scenario() -> None:
         metrics = EngineMetrics()  # counts the watch requests the informers send
-        _, seen, tasks = await running_informers(watches, client, namespace, metrics=metrics)
+        _, seen, tasks = await running_informers(watches, client, namespace, metrics=metrics, multiplexed=False)
         labels = {"cluster": "", "verb": "watch", "resource": "ConfigMap"}
         await wait_until_async(  # every informer past its list, its watch sent
             lambda: (metrics.registry.get_sample_value("liqo_api_calls_total", labels) or 0) >= watches,
