@@ -131,8 +131,11 @@ class Soak:
         seed: int = 0,
         warmup: float | None = 300.0,
         fault_gap: tuple[float, float] = FAULT_GAP_SECONDS,
+        fault_rounds: int | None = None,
         journal: Journal | None = None,
     ) -> None:
+        """`fault_rounds`: churn stops once each kind of fault has been made (and recovered from) this
+        many times, rather than when `run`'s seconds are up (which then only cap it)."""
         self.env = env
         self.runtime = runtime
         self.offloaded = offloaded  # an offloaded home namespace (Remote strategy) for apps, configs and Jobs
@@ -144,6 +147,8 @@ class Soak:
         self.warmup = warmup  # None: memory is reported, not judged (a run too short to settle)
         self.journal = journal or Journal()
         self.stopping = threading.Event()
+        self.fault_rounds = fault_rounds
+        self.rounds_done = threading.Event()
         # held while a fault kills and restarts a process, so the crash check does not take it for a crash
         self.supervising = threading.Lock()
         self.clients = threading.local()
@@ -289,9 +294,14 @@ class Soak:
         """Each kind once per round, in a random order: a short run still sees every kind."""
         kinds = ["kill a runtime process", "stop a foreign control plane", "restart the home API server"]
         planned: list[str] = []
+        rounds = 0
         while not self.stopping.wait(self.fault_random.uniform(*self.fault_gap)):
             if not planned:
+                if rounds == self.fault_rounds:
+                    self.rounds_done.set()
+                    return
                 planned = self.fault_random.sample(kinds, len(kinds))
+                rounds += 1
             kind = planned.pop()
             try:
                 if kind == kinds[0]:
@@ -470,7 +480,8 @@ class Soak:
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, seconds: float) -> bool:
-        """Churn and faults for `seconds`, then settle and check strictly. True when nothing breached."""
+        """Churn and faults for `seconds` (or their `fault_rounds`, at most `seconds`), then settle and
+        check strictly. True when nothing breached."""
         self.prepare()
         threads = [
             threading.Thread(target=target, name=target.__name__, daemon=True)
@@ -478,7 +489,7 @@ class Soak:
         ]
         for thread in threads:
             thread.start()
-        self.stopping.wait(seconds)
+        (self.rounds_done if self.fault_rounds else self.stopping).wait(seconds)
         self.stopping.set()
         for thread in threads:
             thread.join()

@@ -1,9 +1,10 @@
-"""Three minutes of the soak (tests/bench/soak.py) on the test clusters: churn while runtime processes
-are killed, a foreign control plane stops and the home API server restarts; nothing is lost.
+"""One round of the soak's faults (tests/bench/soak.py) on the test clusters: churn while a runtime
+process is killed, a foreign control plane stops and the home API server restarts; nothing is lost.
 
 The 30-minute soak, with the memory verdict after a 5-minute warm-up, is the bench:
-`.venv/bin/python -m tests.bench.soak`. Here memory is reported, not judged: three minutes are too
-short for a process's heap to settle.
+`.venv/bin/python -m tests.bench.soak`. Here memory is reported, not judged: such a run is too
+short for a process's heap to settle. The run ends once each fault has been made and recovered from,
+not on the clock: about a minute and a half.
 """
 
 from __future__ import annotations
@@ -23,23 +24,23 @@ from tests.support.kube import VIRTUAL_NODES, get_or_none, node_ready, wait_unti
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
-SOAK_SECONDS = 180.0
+# a cap: the soak ends after its round of faults (each kind once), 8-20 s apart
+SOAK_SECONDS_AT_MOST = 300.0
 
 
 def nothing_terminating(clients: list[Client]) -> bool:
     return not any(ns.metadata.deletionTimestamp for client in clients for ns in client.list(Namespace) if ns.metadata)
 
 
-def test_three_minutes_of_churn_and_faults_lose_nothing(
+def test_churn_through_a_round_of_faults_loses_nothing(
     offloaded: str, runtime: ExternalRuntime, dev_env: DevEnvironment, home: Client, foreign: dict[str, Client]
 ) -> None:
     # the namespaces earlier modules left are deleted without a wait: gone before the soak judges any
     wait_until(lambda: nothing_terminating([home, *foreign.values()]), 120, "no namespace Terminating")
     seed = int(os.environ.get("LIQO_STACK_SOAK_SEED", "1"))
-    # a fault every 15-45 s, the foreign outage 30 s: the first three faults start within 165 s
-    soak = Soak(dev_env, runtime, offloaded=offloaded, seed=seed, warmup=None, fault_gap=(15.0, 45.0))
-    clean = soak.run(SOAK_SECONDS)
-    for kind in (KILL, FOREIGN_OUTAGE, HOME_RESTART):  # one of each kind per round: all fit in the three minutes
+    soak = Soak(dev_env, runtime, offloaded=offloaded, seed=seed, warmup=None, fault_gap=(8.0, 20.0), fault_rounds=1)
+    clean = soak.run(SOAK_SECONDS_AT_MOST)
+    for kind in (KILL, FOREIGN_OUTAGE, HOME_RESTART):
         assert any(kind in line for _, line in soak.journal.faults), (kind, soak.journal.faults)
     assert soak.journal.checked["remote pods"] > 0 and soak.journal.checked["reflected objects"] > 0
     assert clean, f"invariants breached (seed {seed}): {soak.journal.breaches}"
