@@ -72,6 +72,7 @@ class Point:
     rss: dict[str, dict[str, float]] = field(default_factory=dict)  # "idle" / "pods" -> component -> MB
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # ... -> component -> CPU % over the window
     connections: dict[str, dict[str, int]] = field(default_factory=dict)  # ... -> component -> to all servers
+    home_connections: dict[str, dict[str, int]] = field(default_factory=dict)  # ... -> component -> to home's
     home_writes: dict[str, float] = field(default_factory=dict)  # ... -> writes per second
     home_writers: dict[str, Counter[str]] = field(default_factory=dict)  # ... -> "client: verb resource" -> count
     one_pod_seconds: float = 0.0
@@ -218,6 +219,7 @@ async def measure_layout(
     await asyncio.sleep(args.settle)  # start-up work (lists, first syncs) out of the idle figures
     rss, cpu, conns, writes, writers = await window(env, runtime, cluster_ids, args.window)
     point.rss["idle"], point.cpu["idle"], point.connections["idle"] = rss, cpu, conns
+    point.home_connections["idle"] = connections(env, runtime, [HOME])
     point.home_writes["idle"], point.home_writers["idle"] = writes, writers
 
     home.apply(spread_deployment(args.pods), field_manager="bench", force=True)
@@ -242,6 +244,7 @@ async def measure_layout(
     await asyncio.sleep(args.settle)
     rss, cpu, conns, writes, writers = await window(env, runtime, cluster_ids, args.window)
     point.rss["pods"], point.cpu["pods"], point.connections["pods"] = rss, cpu, conns
+    point.home_connections["pods"] = connections(env, runtime, [HOME])
     point.home_writes["pods"], point.home_writers["pods"] = writes, writers
 
     point.one_pod_seconds = await one_pod(bench_client(env, HOME))
@@ -304,6 +307,7 @@ def report(points: list[Point], ready_seconds: float, largest: int) -> None:
                 "virtual kubelets' connections": [
                     kubelet_side({k: float(v) for k, v in p.connections[state].items()}) for p in ours
                 ],
+                "  of which to the home API server": [kubelet_side(as_floats(p.home_connections[state])) for p in ours],
                 "runtime connections to API servers": [float(sum(p.connections[state].values())) for p in ours],
                 "home API server writes per second": [p.home_writes[state] for p in ours],
             }
