@@ -399,6 +399,26 @@ class DevEnvironment:
         except Exception:
             return False
 
+    def _serves_every_kind(self, cluster_id: str) -> bool:
+        """Every custom resource is served again: after /readyz a restarted API server still answers
+        a kind 429 "storage is (re)initializing" until that kind's storage is rebuilt (seconds on a
+        loaded machine), which client-go retries and lightkube does not."""
+        http = self.client(cluster_id, timeout=5)._client._client
+        try:
+            found = http.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            if found.status_code != 200:
+                return False
+            for crd in found.json().get("items") or []:
+                spec = crd["spec"]
+                served = [v["name"] for v in spec["versions"] if v.get("served")]
+                if served:
+                    path = f"/apis/{spec['group']}/{served[0]}/{spec['names']['plural']}"
+                    if http.get(path, params={"limit": "1"}).status_code == 429:
+                        return False
+            return True
+        except Exception:
+            return False
+
     def pki_dir(self, cluster_id: str) -> Path:
         """kwokctl's CA and admin certificate of the cluster (the API server's client CA)."""
         return self.kwok_workdir / "clusters" / cluster_id / "pki"
@@ -633,7 +653,7 @@ class DevEnvironment:
                     holds[component].release()
                     relaunched[component] = self._relaunch(cluster_dir, component, command)
                 deadline = time.monotonic() + timeout
-                while not self._is_ready(cluster_id):
+                while not (self._is_ready(cluster_id) and self._serves_every_kind(cluster_id)):
                     if not _alive(relaunched["kube-apiserver"]):  # e.g. its port taken: waiting cannot help
                         log = cluster_dir / "logs" / "kube-apiserver.log"
                         raise DevEnvironmentError(
