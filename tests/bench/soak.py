@@ -132,10 +132,12 @@ class Soak:
         warmup: float | None = 300.0,
         fault_gap: tuple[float, float] = FAULT_GAP_SECONDS,
         fault_rounds: int | None = None,
+        outage: float = FOREIGN_OUTAGE_SECONDS,
         journal: Journal | None = None,
     ) -> None:
         """`fault_rounds`: churn stops once each kind of fault has been made (and recovered from) this
-        many times, rather than when `run`'s seconds are up (which then only cap it)."""
+        many times, rather than when `run`'s seconds are up (which then only cap it); `outage`: how
+        long a foreign control plane stays stopped."""
         self.env = env
         self.runtime = runtime
         self.offloaded = offloaded  # an offloaded home namespace (Remote strategy) for apps, configs and Jobs
@@ -148,6 +150,7 @@ class Soak:
         self.journal = journal or Journal()
         self.stopping = threading.Event()
         self.fault_rounds = fault_rounds
+        self.outage = outage
         self.rounds_done = threading.Event()
         # held while a fault kills and restarts a process, so the crash check does not take it for a crash
         self.supervising = threading.Lock()
@@ -312,9 +315,9 @@ class Soak:
                         self.runtime.start(component)  # as its Deployment would start it again
                 elif kind == kinds[1]:
                     cluster_id = self.fault_random.choice(self.foreign_ids)
-                    self.journal.fault(f"{FOREIGN_OUTAGE} {cluster_id} for {FOREIGN_OUTAGE_SECONDS:.0f}s")
+                    self.journal.fault(f"{FOREIGN_OUTAGE} {cluster_id} for {self.outage:.0f}s")
                     with self.env.api_server_stopped(cluster_id, timeout=RESTART_TIMEOUT_SECONDS):
-                        self.stopping.wait(FOREIGN_OUTAGE_SECONDS)  # the outage itself, not a wait for a state
+                        self.stopping.wait(self.outage)  # the outage itself, not a wait for a state
                     self.journal.recovered(f"control plane started again: {cluster_id}")
                 else:
                     self.journal.fault(f"{HOME_RESTART} ({self.home_id})")
