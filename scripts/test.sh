@@ -9,6 +9,6 @@ LIQO_STACK_BUILD_OPTIONAL=1 bash scripts/bootstrap.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports  # DESIGN.md's dependency rules ([tool.importlinter] in pyproject.toml)
-# Four workers, each with its own clusters (tests/conftest.py gives each worker one lane of modules);
+# Three workers, each with its own clusters (tests/conftest.py gives each worker one lane of modules);
 # LIQO_STACK_TEST_WORKERS=0 runs everything in this process.
-exec .venv/bin/pytest -n "${LIQO_STACK_TEST_WORKERS:-4}" "$@"
+exec .venv/bin/pytest -n "${LIQO_STACK_TEST_WORKERS:-3}" "$@"

@@ -1,4 +1,4 @@
-"""How `bash scripts/test.sh` splits the suite over its four workers (tests/conftest.py)."""
+"""How `bash scripts/test.sh` splits the suite over its three workers (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from tests.conftest import LANES, LAST_LANE, REPO, lane_of
 def test_each_cluster_tier_module_has_one_lane_and_unit_tests_run_anywhere() -> None:
     assert lane_of("tests/integration/test_informer.py::test_x") == "clusters-1"
     assert lane_of("tests/e2e/test_promote.py::test_x[a::b]") == "clusters-1"
-    assert lane_of("tests/e2e/test_stack.py::test_x") == "clusters-2"
-    assert lane_of("tests/e2e/test_reflection.py::test_x") == "clusters-3"
-    assert lane_of("tests/e2e/test_failover.py::test_x") == LAST_LANE
+    assert lane_of("tests/e2e/test_failover.py::test_x") == "clusters-2"
+    assert lane_of("tests/e2e/test_drift.py::test_x") == LAST_LANE
     assert lane_of("tests/unit/test_config.py::test_x") == "tests/unit/test_config.py::test_x"
 
 
