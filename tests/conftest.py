@@ -40,8 +40,8 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
 # idle about half the time (a fourth lane gained little more: figures in docs/performance.md).
 # The lanes are chosen from the modules' times so that they take about as long. The first holds the
 # integration tier and e2e modules that make stacks of their own only, so it never installs the
-# shared one; the failover tests (a runtime of their own) run last in theirs. An e2e module named in
-# no lane is in the last one.
+# shared one; the failover tests (a runtime of their own) run first of the shared stack's in theirs.
+# An e2e module named in no lane is in the last one.
 LANES = {
     "clusters-1": {
         "test_cluster_mode",
@@ -103,14 +103,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def _run_order(item: pytest.Item) -> int:
     """Fast tiers first (a broken unit fails in seconds). Among the e2e modules, those that need the
     clusters without the shared stack run before tests/e2e/conftest.py installs it (on first use,
-    once), and those that need a runtime of their own (leader election) after every module that
-    shares the runtime, so it is started once. Each worker runs its lane in this order."""
+    once), and those that need a runtime of their own (leader election) right after it is, before
+    every module that shares the runtime: that one then starts once, and is still running for the
+    stack's destroy at the end. Each worker runs its lane in this order."""
     tier = Path(str(item.path)).relative_to(REPO / "tests").parts[0]
     if tier != "e2e":
         return {"unit": 0, "integration": 1}.get(tier, 2)
     if "session_stack" not in getattr(item, "fixturenames", []):
         return 3
-    return 5 if getattr(getattr(item, "module", None), "LEADER_ELECTION", False) else 4
+    return 4 if getattr(getattr(item, "module", None), "LEADER_ELECTION", False) else 5
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

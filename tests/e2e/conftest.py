@@ -8,8 +8,9 @@ module ran `pulumi up`, the stack's config restored with `up --refresh`.
 
 Modules that need the clusters without the shared stack (their own stack, `pulumi destroy`, the
 upgrade from a release) run before it is installed; modules that need a runtime of their own
-(`LEADER_ELECTION = True`: replicas and leader election) run last, so the shared runtime is never
-restarted for them. `pytest_collection_modifyitems` in tests/conftest.py orders them that way.
+(`LEADER_ELECTION = True`: replicas and leader election) run right after it is, before the shared
+runtime first starts, so it is never restarted for them (nor for the destroy at the end).
+`pytest_collection_modifyitems` in tests/conftest.py orders them that way.
 """
 
 from __future__ import annotations
