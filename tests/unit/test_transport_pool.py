@@ -15,13 +15,16 @@ BURST = 6
 
 
 async def serving(ports: list[int]) -> tuple[web.AppRunner, str]:
-    """A loopback HTTP server that notes each request's client port, and answers after a moment (so
-    the requests of a burst overlap, each on a connection of its own)."""
+    """A loopback HTTP server that notes each request's client port. The first BURST requests are
+    answered only once all of them have arrived, so they overlap, each on a connection of its own."""
+    burst_arrived = asyncio.Event()
 
     async def answer(request: web.Request) -> web.Response:
         assert request.transport is not None
         ports.append(request.transport.get_extra_info("peername")[1])
-        await asyncio.sleep(0.05)
+        if len(ports) >= BURST:
+            burst_arrived.set()
+        await burst_arrived.wait()
         return web.Response(text="ok")
 
     app = web.Application()
