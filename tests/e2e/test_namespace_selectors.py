@@ -72,7 +72,12 @@ def test_cli_selector_offloads_labelled_namespaces_later_ones_too_and_unoffloads
         assert exists(foreign["foreign-1"], f"{namespace}-home") and not exists(
             foreign["foreign-2"], f"{namespace}-home"
         )
-        assert "OffloadedBySelector" in reasons(home, namespace)
+        # the selector controller writes the event after the offloading it reports
+        wait_until(
+            lambda: "OffloadedBySelector" in reasons(home, namespace),  # noqa: B023
+            30,
+            f"OffloadedBySelector in {namespace}",
+        )
     assert owner(home, by_hand) is None and offloading(home, by_hand).spec["clusterSelector"]["nodeSelectorTerms"]
 
     # a namespace labelled after the selector exists is offloaded
@@ -85,7 +90,7 @@ def test_cli_selector_offloads_labelled_namespaces_later_ones_too_and_unoffloads
     kubectl(dev_env, "label", "namespace", first, "team-")
     wait_until(lambda: offloading(home, first) is None, 60, f"{first} unoffloaded")
     wait_until(twin_gone(foreign["foreign-1"], f"{first}-home"), 60, "its twin deleted")
-    assert "UnoffloadedBySelector" in reasons(home, first)
+    wait_until(lambda: "UnoffloadedBySelector" in reasons(home, first), 30, f"UnoffloadedBySelector in {first}")
     status = wait_until(
         lambda: (
             (s := home.get(NamespaceOffloadingSelectorResource, name).get("status") or {}).get("readyNamespaces") == 2

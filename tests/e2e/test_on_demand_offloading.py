@@ -122,15 +122,21 @@ def test_a_pod_asking_for_a_virtual_node_offloads_its_namespace_until_unused(
             running = partial(running_remotely, home, foreign, namespace, name)
             wait_until(running, 60, f"pod {name} Running in a foreign cluster")
             print(f"on-demand: pod {name}: created -> Running remotely in {time.monotonic() - created[name]:.1f} s")
-        assert "PodsPlacedOnDemand" in reasons(home, namespaces["by-node-selector"])
-        assert all("OffloadedOnDemand" in reasons(home, ns) for ns in namespaces.values())
+        # the controller-manager writes its events after the offloading and the toleration it reports
+        placed = namespaces["by-node-selector"]
+        wait_until(lambda: "PodsPlacedOnDemand" in reasons(home, placed), 30, f"PodsPlacedOnDemand in {placed}")
+        wait_until(
+            lambda: all("OffloadedOnDemand" in reasons(home, ns) for ns in namespaces.values()),
+            30,
+            "OffloadedOnDemand in both namespaces",
+        )
 
         # an idle namespace is unoffloaded after its grace period; one whose pod runs remotely keeps its offloading
         idle, busy = namespaces["by-node-selector"], namespaces["by-runtime-class"]
         twin = offloading(home, idle)["status"]["remoteNamespaceName"]
         kubectl(dev_env, "delete", "pod", "by-node-selector", "-n", idle, "--wait=true")
         wait_until(lambda: offloading(home, idle) is None, 60, "the idle offloading removed")
-        assert "UnoffloadedOnDemand" in reasons(home, idle)
+        wait_until(lambda: "UnoffloadedOnDemand" in reasons(home, idle), 30, f"UnoffloadedOnDemand in {idle}")
         for client in foreign.values():
             wait_until(twin_gone(client, twin), 30, f"twin namespace {twin} gone")
         assert offloading(home, busy) is not None  # offloaded before the idle one, its grace long passed
@@ -168,7 +174,11 @@ def test_a_pod_with_no_room_at_home_offloads_its_namespace_when_a_virtual_node_f
         print(
             f"on-demand: pod big (no room at home): created -> Running remotely in {time.monotonic() - created:.1f} s"
         )
-        assert {"OffloadedOnDemand", "PodsPlacedOnDemand"} <= set(reasons(home, namespace))
+        wait_until(
+            lambda: {"OffloadedOnDemand", "PodsPlacedOnDemand"} <= set(reasons(home, namespace)),
+            30,
+            f"OffloadedOnDemand and PodsPlacedOnDemand in {namespace}",
+        )
         kubectl(dev_env, "delete", "pod", "big", "-n", namespace, "--wait=true")
         wait_until(lambda: offloading(home, namespace) is None, 60, "the idle offloading removed")
     finally:

@@ -117,6 +117,12 @@ def test_unoffloading_deletes_controlled_pods_so_they_run_locally_and_fails_bare
         ),
     )
     assert deployment.status.readyReplicas == 3
+    # its virtual kubelet ends it on its own: nothing above waited for that (gone counts as decided too)
+    wait_until(
+        lambda: (p := get_pod(home, ns, "solo")) is None or p.status.phase in ("Succeeded", "Failed"),
+        60,
+        "the bare pod ended by its virtual kubelet",
+    )
     solo = get_pod(home, ns, "solo")
     assert solo is not None, "a bare pod is not deleted: nothing would bring it back"
     assert solo.status.phase == "Failed" and solo.status.reason == "OffloadingAborted"

@@ -412,8 +412,16 @@ def test_a_restarted_virtual_kubelet_rewrites_and_recreates_nothing(
     }
     assert writes == {("configmap", "apply"): 1.0}, "only the object created after the restart was written"
     assert steady() == before, "no copy rewritten or recreated"
-    reflected_now = metric_samples(url, "liqo_reflected_objects")
-    assert reflected_now[(("cluster", "foreign-1"), ("kind", "configmap"))] >= count + 1
+    # the gauge counts the copies in the restarted process's foreign store, which the echo of the
+    # after-restart apply reaches a moment after the queues drain
+    wait_until(
+        lambda: (
+            metric_samples(url, "liqo_reflected_objects").get((("cluster", "foreign-1"), ("kind", "configmap")), 0)
+            >= count + 1
+        ),
+        30,
+        f"foreign-1's reflector counting at least {count + 1} ConfigMap copies",
+    )
 
 
 def test_the_home_identity_reflects_only_inside_twin_namespaces(
