@@ -41,6 +41,8 @@ from runtime.kube.transport import AiohttpTransport, RequestHook, as_httpx_error
 
 # lightkube's default: 10 s to connect, and to wait for each read
 DEFAULT_TIMEOUT = httpx2.Timeout(10.0)
+# and a one-shot request's deadline, whole: a server that trickles its answer does not hold it forever
+REQUEST_DEADLINE_SECONDS = 60.0
 # lightkube's methods that answer with one object (lists and watches keep the httpx2 path)
 _ONE_SHOT = frozenset({"get", "post", "put", "patch", "delete", "deletecollection"})
 # what aiohttp raises for a connection or a read that failed (as_httpx_error maps them to httpx2's)
@@ -118,7 +120,9 @@ class _DirectRequests(GenericAsyncClient):
         # what httpx2 would send but Accept-Encoding: one object is small, and on loopback gzip costs
         # more CPU than it saves (lists, which can be large, keep httpx2's gzip)
         self._headers = {"Accept": "application/json", "User-Agent": self._client.headers["User-Agent"]}
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout.connect, sock_read=timeout.read)
+        self._timeout = aiohttp.ClientTimeout(
+            total=REQUEST_DEADLINE_SECONDS, sock_connect=timeout.connect, sock_read=timeout.read
+        )
         self._multiplexer = multiplexer
 
     async def request(
@@ -179,8 +183,11 @@ class _DirectRequests(GenericAsyncClient):
     def streams_directly(self) -> bool:
         return self._token is not None
 
-    async def stream_lines(self, request: BasicRequest, multiplexed: bool = False) -> AsyncIterator[bytes]:
-        """The non-empty lines of a streamed answer to `request` (a watch), until the server ends it."""
+    async def stream_lines(
+        self, request: BasicRequest, multiplexed: bool = False, read_idle: float | None = None
+    ) -> AsyncIterator[bytes]:
+        """The non-empty lines of a streamed answer to `request` (a watch), until the server ends it;
+        over HTTP/1.1, httpx2.ReadTimeout once nothing came for `read_idle` seconds."""
         assert self._token is not None
         if multiplexed and self._multiplexer is not None:
             async for line in self._multiplexed_lines(request):
@@ -188,7 +195,7 @@ class _DirectRequests(GenericAsyncClient):
             return
         path, url = self._target(request)
         headers = self._authorize(dict(self._headers))
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.sock_connect, sock_read=None)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.sock_connect, sock_read=read_idle)
         connecting = True
         try:
             response = await self._transport.send(request.method, url, path, headers, None, timeout)
@@ -246,19 +253,19 @@ async def lines_of(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
 
 
 async def watch_lines(
-    client: AsyncClient, request: BasicRequest, multiplexed: bool = False
+    client: AsyncClient, request: BasicRequest, multiplexed: bool = False, read_idle: float | None = None
 ) -> AsyncGenerator[bytes, None]:
     """The non-empty lines of the watch `request` (lightkube's prepared request) sent with `client`,
     over HTTP/2 if `multiplexed` (and the client can); a refusal raises ApiError (or RuntimeError when
-    the answer is no Kubernetes Status)."""
+    the answer is no Kubernetes Status). Over HTTP/1.1, `read_idle`: nothing read for that long raises
+    httpx2.ReadTimeout (an HTTP/2 connection has its PING instead)."""
     generic = client._client
     if isinstance(generic, _DirectRequests) and generic.streams_directly():
-        async for line in generic.stream_lines(request, multiplexed):
+        async for line in generic.stream_lines(request, multiplexed, read_idle):
             yield line
         return
-    http_request = generic._client.build_request(
-        request.method, request.url, params=request.params, timeout=generic._watch_timeout
-    )
+    timeout = generic._watch_timeout if read_idle is None else httpx2.Timeout(generic._watch_timeout, read=read_idle)
+    http_request = generic._client.build_request(request.method, request.url, params=request.params, timeout=timeout)
     response = await generic._client.send(http_request, stream=True)
     try:
         if response.is_error:

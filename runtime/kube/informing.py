@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
+import httpx2
 import msgspec
 from lightkube import ApiError, AsyncClient
 from lightkube.core import decoders
@@ -33,6 +34,7 @@ from lightkube.core.selector import build_selector
 
 from runtime.kube.client import watch_lines
 from runtime.kube.errors import status_code_of
+from runtime.kube.liveness import WATCH_READ_IDLE_SECONDS
 from runtime.kube.packing import Packer
 from runtime.kube.serving import EngineMetrics
 
@@ -85,6 +87,9 @@ def _without_managed_fields(obj: Any) -> Any:
 BUSY_EVENTS = 20
 BUSY_SECONDS = 5.0
 QUIET_SECONDS = 60.0
+# A watch that is never multiplexed reads at least a bookmark or the end the server puts to it at
+# its timeoutSeconds: nothing for that long and this more, and its connection is dead.
+WATCH_END_GRACE_SECONDS = 30.0
 
 
 class _Gone(Exception):
@@ -217,14 +222,34 @@ class Informer:
         """
         self._count("watch")
         multiplexed = self.multiplexed and not self.busy
-        # closed here, not whenever the collector gets to it: its connection goes back at once
-        async with contextlib.aclosing(watch_lines(self.client, self._watch_request(), multiplexed)) as lines:
-            async for line in lines:
-                self._on_watch_line(line)
-                if multiplexed and self.busy:
-                    return  # the next watch goes on from here over a connection of its own
+        # Over a connection of its own (HTTP/1.1) a read deadline is the liveness check: a busy watch
+        # silent for WATCH_READ_IDLE_SECONDS is quiet or dead, and goes on over HTTP/2 either way
+        # (runtime/kube/liveness.py); any other waits for its bookmarks and its end.
+        read_idle = self._read_idle_seconds()
+        try:
+            # closed here, not whenever the collector gets to it: its connection goes back at once
+            async with contextlib.aclosing(
+                watch_lines(self.client, self._watch_request(), multiplexed, read_idle)
+            ) as lines:
+                async for line in lines:
+                    self._on_watch_line(line)
+                    if multiplexed and self.busy:
+                        return  # the next watch goes on from here over a connection of its own
+        except httpx2.ReadTimeout:
+            if not self.busy:
+                raise
+            log.info("busy watch of %s read nothing in %.0f s: going on over HTTP/2", self.resource.__name__, read_idle)
+            self.busy = False
+            self._event_times.clear()
+            return
         if self.busy and not self._recently_busy(QUIET_SECONDS):
             self.busy = False
+
+    def _read_idle_seconds(self) -> float:
+        """How long the watch may read nothing over HTTP/1.1 (over HTTP/2 the connection's PING checks)."""
+        if self.multiplexed and self.busy:  # on a connection of its own while busy
+            return WATCH_READ_IDLE_SECONDS
+        return self.watch_timeout_seconds + WATCH_END_GRACE_SECONDS
 
     def _recently_busy(self, seconds: float) -> bool:
         """BUSY_EVENTS events, the last of them, came within `seconds`."""

@@ -16,6 +16,10 @@ over HTTP/1.1.
 
 Flow control is the backpressure: a stream's data is acknowledged as its reader takes it, so a
 slow informer holds up only its own stream.
+
+Liveness (runtime/kube/liveness.py): a connection that has read nothing for PING_AFTER_IDLE_SECONDS
+sends a PING, and is closed, failing its streams, if nothing comes back within PING_TIMEOUT_SECONDS;
+its sockets also carry TCP keepalive and a user timeout. The watches then resume elsewhere.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import h2.exceptions
 import h2.settings
 import httpx2
 import yarl
+
+from runtime.kube.liveness import PING_AFTER_IDLE_SECONDS, PING_TIMEOUT_SECONDS, apply_socket_options
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,11 @@ class _Connection:
         self.closed = False
         self.draining = False  # the server sent GOAWAY: its streams finish, no new one starts here
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self.last_read = self._loop.time()  # when a frame last came: the liveness check's clock
+        self._ping_sent: float | None = None  # when the PING now unanswered went out
+        self.pings = 0  # PINGs sent (the cost of the liveness check, counted by the tests and benches)
+        self._liveness = self._loop.call_later(PING_AFTER_IDLE_SECONDS, self._check_liveness)
         self._h2.local_settings = h2.settings.Settings(
             client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW}
         )
@@ -149,6 +160,38 @@ class _Connection:
         self._task.cancel()
         self._terminate(StreamError("the client closed the connection"))
 
+    def _check_liveness(self) -> None:
+        """Every PING_AFTER_IDLE_SECONDS of silence: a PING; no frame within PING_TIMEOUT_SECONDS of it
+        and the connection is dead (a flow dropped on the way, a partition): closed, its streams failed."""
+        if self.closed:
+            return
+        now = self._loop.time()
+        if self._ping_sent is not None and self.last_read < self._ping_sent:
+            if now - self._ping_sent >= PING_TIMEOUT_SECONDS:
+                silent = now - self._ping_sent
+                log.warning("HTTP/2 connection to %s answered no PING in %.0f s: closed", self.authority, silent)
+                self._abort(StreamError(f"{self.authority} answered no PING within {PING_TIMEOUT_SECONDS:.0f} s"))
+                return
+            self._liveness = self._loop.call_at(self._ping_sent + PING_TIMEOUT_SECONDS, self._check_liveness)
+            return
+        self._ping_sent = None
+        if now - self.last_read < PING_AFTER_IDLE_SECONDS:
+            self._liveness = self._loop.call_at(self.last_read + PING_AFTER_IDLE_SECONDS, self._check_liveness)
+            return
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._h2.ping(b"liveness")
+            self._flush()
+        self.pings += 1
+        self._ping_sent = now
+        self._liveness = self._loop.call_at(now + PING_TIMEOUT_SECONDS, self._check_liveness)
+
+    def _abort(self, error: BaseException) -> None:
+        """Ends a connection that no longer answers: nothing more is sent on it (a GOAWAY would only
+        wait behind the data the peer never acknowledged)."""
+        self._task.cancel()
+        self._terminate(error)
+        self._writer.transport.abort()
+
     def _flush(self) -> None:
         data = self._h2.data_to_send()
         if data and not self._writer.is_closing():
@@ -158,6 +201,7 @@ class _Connection:
         error: BaseException = StreamError("the server closed the connection")
         try:
             while data := await self._reader.read(READ_SIZE):
+                self.last_read = self._loop.time()
                 for event in self._h2.receive_data(data):
                     self._on_event(event)
                 self._flush()
@@ -208,6 +252,7 @@ class _Connection:
     def _terminate(self, error: BaseException) -> None:
         self.closed = True
         self._settled.set()
+        self._liveness.cancel()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         for stream in self._streams.values():
@@ -293,6 +338,7 @@ class Multiplexer:
             )
         except OSError as err:
             raise httpx2.ConnectError(f"cannot reach {self._authority}: {err}") from err
+        apply_socket_options(writer.get_extra_info("socket"))
         ssl_object = writer.get_extra_info("ssl_object")
         if ssl_object is None or ssl_object.selected_alpn_protocol() != "h2":
             writer.close()

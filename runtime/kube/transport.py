@@ -26,6 +26,8 @@ import yarl
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.client_reqrep import ConnectionKey
 
+from runtime.kube.liveness import live_socket
+
 # No cap on connections: each watch holds one for as long as it runs (a virtual kubelet runs about
 # ten per offloaded namespace), so a capped pool (httpx2's held 100) once full of watches leaves every
 # request waiting forever. What bounds the connections is the workers and informers that use them.
@@ -82,8 +84,13 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         """The session, opened in the running loop on first use (an aiohttp session belongs to one loop)."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed:
+            # live_socket: keepalive probes and a user timeout, so a silently dropped connection
+            # ends (runtime/kube/liveness.py) and is never handed out again
             connector = LastUsedFirstConnector(
-                ssl=self._ssl, limit=MAX_CONNECTIONS, keepalive_timeout=IDLE_CONNECTION_SECONDS
+                ssl=self._ssl,
+                limit=MAX_CONNECTIONS,
+                keepalive_timeout=IDLE_CONNECTION_SECONDS,
+                socket_factory=live_socket,
             )
             # httpx2 decodes the body by its Content-Encoding; aiohttp must hand it over as sent
             self._session = aiohttp.ClientSession(

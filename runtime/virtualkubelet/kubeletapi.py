@@ -42,6 +42,7 @@ from lightkube.models.authorization_v1 import ResourceAttributes
 from lightkube.resources.core_v1 import ConfigMap
 from multidict import MultiMapping
 
+from runtime.kube.liveness import live_socket
 from runtime.kube.reviews import Caller, Reviewer
 from runtime.virtualkubelet.resourcemetrics import OffloadedPod, ResourceMetrics, usage_from_pod_metrics
 
@@ -251,7 +252,7 @@ class KubeletApiServer:
         self.tls.load_verify_locations(cadata=await self.client_ca())
         self._session = aiohttp.ClientSession(
             headers=self.foreign.headers,
-            connector=aiohttp.TCPConnector(ssl=self.foreign.tls),
+            connector=aiohttp.TCPConnector(ssl=self.foreign.tls, socket_factory=live_socket),  # liveness.py
             timeout=aiohttp.ClientTimeout(total=None, connect=10),
         )
         # handler_cancellation: a client gone ends its relay at once (a followed log waits forever);

@@ -1,0 +1,75 @@
+"""Liveness of the connections to API servers: a dead one is found within DEAD_CONNECTION_SECONDS.
+
+A NAT or a load balancer that forgets its flows drops a connection's packets without a FIN or a
+reset, while new connections go through; a partition drops everything. Nothing is read from such a
+connection ever again, and nothing says so: a watch on it waits forever. Three checks, each seeing
+what the others cannot:
+
+- **TCP keepalive and TCP_USER_TIMEOUT on every client socket** (`apply_socket_options`): the
+  kernel probes a connection idle for KEEPALIVE_IDLE_SECONDS, and aborts one whose probes or data
+  go unacknowledged for USER_TIMEOUT_SECONDS (the read then fails with ETIMEDOUT). It costs no
+  CPU in user space and no request to the API server: a 66-byte probe and its acknowledgement per
+  KEEPALIVE_INTERVAL_SECONDS, on idle connections only.
+- **HTTP/2 PING after PING_AFTER_IDLE_SECONDS without a frame** (runtime/kube/multiplexing.py, as
+  client-go's health check since kubernetes#95981, 30 s + 15 s there): the connection is closed if
+  no frame comes within PING_TIMEOUT_SECONDS. It sees what TCP cannot: a proxy in the path that still
+  acknowledges TCP while its other side is gone.
+- **A read deadline on a watch with a connection of its own** (HTTP/1.1, runtime/kube/informing.py):
+  such a watch is there because it is busy; one silent for WATCH_READ_IDLE_SECONDS ends and resumes
+  from its resourceVersion over HTTP/2, quiet or dead alike.
+
+Every one-shot request also has a deadline of its own (runtime/kube/client.py).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+DEAD_CONNECTION_SECONDS = 15.0
+
+# Probes start after this long without a packet received, then go every KEEPALIVE_INTERVAL_SECONDS;
+# the kernel aborts at the first probe after USER_TIMEOUT_SECONDS without an acknowledgement
+# (keepalive's count is ignored once a user timeout is set): 5 + 3 x 3 = 14 s at the latest.
+KEEPALIVE_IDLE_SECONDS = 5
+KEEPALIVE_INTERVAL_SECONDS = 3
+KEEPALIVE_PROBES = 3
+USER_TIMEOUT_SECONDS = 12
+
+# HTTP/2: a PING once nothing came for this long, and the connection closed if nothing answers it.
+PING_AFTER_IDLE_SECONDS = 10.0
+PING_TIMEOUT_SECONDS = 5.0
+
+# A watch over HTTP/1.1 that reads nothing for this long is ended (runtime/kube/informing.py).
+WATCH_READ_IDLE_SECONDS = DEAD_CONNECTION_SECONDS
+
+# Linux constants (the socket module names them on Linux only)
+_TCP_KEEPIDLE = getattr(socket, "TCP_KEEPIDLE", None)
+_TCP_KEEPINTVL = getattr(socket, "TCP_KEEPINTVL", None)
+_TCP_KEEPCNT = getattr(socket, "TCP_KEEPCNT", None)
+_TCP_USER_TIMEOUT = getattr(socket, "TCP_USER_TIMEOUT", None)
+
+
+def apply_socket_options(sock: Any) -> None:
+    """Keepalive probes and a user timeout on a TCP socket (asyncio's TransportSocket too); where the
+    platform lacks an option it is left out (the HTTP/2 PING and the deadlines still hold)."""
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        (_TCP_KEEPIDLE, KEEPALIVE_IDLE_SECONDS),
+        (_TCP_KEEPINTVL, KEEPALIVE_INTERVAL_SECONDS),
+        (_TCP_KEEPCNT, KEEPALIVE_PROBES),
+        (_TCP_USER_TIMEOUT, USER_TIMEOUT_SECONDS * 1000),
+    ):
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def live_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """aiohttp's `socket_factory`: the socket aiohttp would open, with the liveness options."""
+    family, kind, protocol = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family=family, type=kind, proto=protocol)
+    sock.setblocking(False)
+    apply_socket_options(sock)
+    return sock
