@@ -198,7 +198,7 @@ class _DirectRequests(GenericAsyncClient):
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.sock_connect, sock_read=read_idle)
         connecting = True
         try:
-            response = await self._transport.send(request.method, url, path, headers, None, timeout)
+            response = await self._transport.send(request.method, url, path, headers, None, timeout, streaming=True)
             connecting = False
             try:
                 if response.status >= 400:

@@ -37,6 +37,7 @@ from runtime.kube.errors import status_code_of
 from runtime.kube.liveness import WATCH_READ_IDLE_SECONDS
 from runtime.kube.packing import Packer
 from runtime.kube.serving import EngineMetrics
+from runtime.kube.transport import AiohttpTransport
 
 log = logging.getLogger(__name__)
 
@@ -239,11 +240,23 @@ class Informer:
             if not self.busy:
                 raise
             log.info("busy watch of %s read nothing in %.0f s: going on over HTTP/2", self.resource.__name__, read_idle)
-            self.busy = False
             self._event_times.clear()
+            self._set_busy(False)
             return
         if self.busy and not self._recently_busy(QUIET_SECONDS):
+            self._set_busy(False)
+
+    def _set_busy(self, busy: bool) -> None:
+        """Busy: on a connection of its own, if the client's budget of those has room (else it stays
+        multiplexed: runtime/kube/transport.py OWN_WATCH_CONNECTIONS bounds a peering's connections)."""
+        transport = getattr(self.client, "transport", None)
+        budget = transport if isinstance(transport, AiohttpTransport) else None
+        if busy and not self.busy:
+            self.busy = budget is None or budget.claim_own_watch()
+        elif not busy and self.busy:
             self.busy = False
+            if budget is not None:
+                budget.release_own_watch()
 
     def _read_idle_seconds(self) -> float:
         """How long the watch may read nothing over HTTP/1.1 (over HTTP/2 the connection's PING checks)."""
@@ -270,7 +283,8 @@ class Informer:
         self.resource_version = decoded.metadata.resourceVersion
         if self.multiplexed:
             self._event_times.append(time.monotonic())
-            self.busy = self.busy or self._recently_busy(BUSY_SECONDS)
+            if not self.busy and self._recently_busy(BUSY_SECONDS):
+                self._set_busy(True)
         key = object_key(decoded)
         obj = self._stored(decoded)
         if event.type == "DELETED":
@@ -285,6 +299,12 @@ class Informer:
         Any failure (the API server unreachable, a broken stream) is retried with a growing delay,
         resuming from the last resourceVersion; 410 Gone or an undecodable event lists again.
         """
+        try:
+            await self._run()
+        finally:
+            self._set_busy(False)  # its connection's place in the budget goes back
+
+    async def _run(self) -> None:
         failures = 0
         while True:
             try:

@@ -28,10 +28,15 @@ from aiohttp.client_reqrep import ConnectionKey
 
 from runtime.kube.liveness import live_socket
 
-# No cap on connections: each watch holds one for as long as it runs (a virtual kubelet runs about
-# ten per offloaded namespace), so a capped pool (httpx2's held 100) once full of watches leaves every
-# request waiting forever. What bounds the connections is the workers and informers that use them.
-MAX_CONNECTIONS = 0  # aiohttp: 0 is no limit
+# One-shot requests (and lists) share at most this many connections per API server, and wait for one
+# beyond that: a 1,000-pod burst's 16 pod workers and the reflectors' once held 42 connections to a
+# foreign API server, which serves many homes. With streams (a busy watch each, at most
+# OWN_WATCH_CONNECTIONS of them) and the HTTP/2 connection of the quiet watches, a peering holds
+# at most 10 (runtime/kube/informing.py).
+REQUEST_CONNECTIONS = 6
+# Streams (watches over HTTP/1.1) have a pool of their own, uncapped: a capped pool once full of
+# watches would leave every request waiting forever. What bounds it is the informers' budget.
+OWN_WATCH_CONNECTIONS = 3
 # How long an idle connection is kept for the next request: client-go's IdleConnTimeout (aiohttp's
 # default, 15 s, closed them between two rollouts, and each burst began with a TLS handshake per
 # worker on both sides, on the path of its first pods).
@@ -71,35 +76,60 @@ RequestHook = Callable[[str, str], None]
 
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):
-    """Sends requests through one aiohttp session, opened in the loop of the first request: httpx2's
-    (lightkube's own path) and those runtime/kube/client.py sends without httpx2."""
+    """Sends requests through aiohttp, opened in the loop of the first request: httpx2's (lightkube's
+    own path) and those runtime/kube/client.py sends without httpx2. Two pools: one-shot requests
+    share REQUEST_CONNECTIONS, streams (watches) have theirs."""
 
     def __init__(self, ssl_context: ssl.SSLContext | bool = True) -> None:
         self._ssl = ssl_context
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # one-shot requests and lists
+        self._streams: aiohttp.ClientSession | None = None  # watches over HTTP/1.1
         self._loop: asyncio.AbstractEventLoop | None = None
         self.request_hooks: list[RequestHook] = []
+        self.own_watches = 0  # watches holding a connection of their own now (informing.py's budget)
 
-    def _session_here(self) -> aiohttp.ClientSession:
-        """The session, opened in the running loop on first use (an aiohttp session belongs to one loop)."""
+    def _session_here(self, streaming: bool = False) -> aiohttp.ClientSession:
+        """The session of requests (or of streams), opened in the running loop on first use (an aiohttp
+        session belongs to one loop)."""
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed:
-            # live_socket: keepalive probes and a user timeout, so a silently dropped connection
-            # ends (runtime/kube/liveness.py) and is never handed out again
-            connector = LastUsedFirstConnector(
-                ssl=self._ssl,
-                limit=MAX_CONNECTIONS,
-                keepalive_timeout=IDLE_CONNECTION_SECONDS,
-                socket_factory=live_socket,
-            )
-            # httpx2 decodes the body by its Content-Encoding; aiohttp must hand it over as sent
-            self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
-            )
-            self._loop = loop
-        elif self._loop is not loop:
+        if self._loop is not None and self._loop is not loop:
             raise RuntimeError("this Kubernetes client was first used in another event loop: make one per loop")
+        self._loop = loop
+        if streaming:
+            if self._streams is None or self._streams.closed:
+                self._streams = self._new_session(limit=0)  # aiohttp: 0 is no limit
+            return self._streams
+        if self._session is None or self._session.closed:
+            self._session = self._new_session(limit=REQUEST_CONNECTIONS)
         return self._session
+
+    def _new_session(self, limit: int) -> aiohttp.ClientSession:
+        # live_socket: keepalive probes and a user timeout, so a silently dropped connection ends
+        # (runtime/kube/liveness.py) and is never handed out again
+        connector = LastUsedFirstConnector(
+            ssl=self._ssl, limit=limit, keepalive_timeout=IDLE_CONNECTION_SECONDS, socket_factory=live_socket
+        )
+        # httpx2 decodes the body by its Content-Encoding; aiohttp must hand it over as sent
+        return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
+
+    def claim_own_watch(self) -> bool:
+        """Whether one more watch may have a connection of its own (then it holds it until `release_own_watch`)."""
+        if self.own_watches >= OWN_WATCH_CONNECTIONS:
+            return False
+        self.own_watches += 1
+        return True
+
+    def release_own_watch(self) -> None:
+        self.own_watches -= 1
+
+    def connection_count(self) -> int:
+        """The connections open in both pools (in use or idle)."""
+        count = 0
+        for session in (self._session, self._streams):
+            connector = session.connector if session is not None and not session.closed else None
+            if isinstance(connector, aiohttp.TCPConnector):
+                count += len(connector._acquired) + sum(len(idle) for idle in connector._conns.values())
+        return count
 
     async def send(
         self,
@@ -109,11 +139,13 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         headers: Mapping[str, str] | list[tuple[str, str]],
         body: bytes | None,
         timeout: aiohttp.ClientTimeout,
+        streaming: bool = False,
     ) -> aiohttp.ClientResponse:
-        """One request to `url` (already encoded: sent as is); aiohttp's own errors pass through."""
+        """One request to `url` (already encoded: sent as is), in the pool of streams if `streaming`;
+        aiohttp's own errors pass through."""
         for hook in self.request_hooks:
             hook(method, path)
-        return await self._session_here().request(
+        return await self._session_here(streaming).request(
             method,
             yarl.URL(url, encoded=True),
             headers=headers,
@@ -137,6 +169,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                 headers,
                 body or None,
                 aiohttp.ClientTimeout(total=None, sock_connect=timeout.get("connect"), sock_read=timeout.get("read")),
+                streaming=request.url.params.get("watch") in ("true", "1"),  # lightkube's own watch path
             )
         except Exception as err:
             raise as_httpx_error(err, request, connecting=True) from err
@@ -148,9 +181,10 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
+        for session in (self._session, self._streams):
+            if session is not None and not session.closed:
+                await session.close()
+        self._session = self._streams = None
 
 
 class _ResponseStream(httpx2.AsyncByteStream):

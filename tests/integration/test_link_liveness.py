@@ -182,21 +182,20 @@ def test_a_busy_watch_on_a_frozen_connection_of_its_own_goes_on_over_http2(
 
 
 def watch_connections(client: RuntimeClient) -> int:
-    """The client's HTTP/1.1 connections in use now: a busy watch's, once nothing else is sent."""
-    session = client.transport._session
-    return 0 if session is None else len(session.connector._acquired)  # type: ignore[union-attr]
+    """The client's HTTP/1.1 connections streaming a watch now (a busy watch's)."""
+    streams = client.transport._streams
+    return 0 if streams is None else len(streams.connector._acquired)  # type: ignore[union-attr]
 
 
 def client_ports(client: RuntimeClient) -> set[int]:
-    """The local ports of the client's open connections: its pool's and its HTTP/2 connections'."""
+    """The local ports of the client's open connections: its pools' and its HTTP/2 connections'."""
     ports = set()
-    session = client.transport._session
-    if session is not None:
-        for idle in session.connector._conns.values():  # type: ignore[union-attr]
-            for protocol, _ in idle:
-                if protocol.transport is not None:
-                    ports.add(protocol.transport.get_extra_info("sockname")[1])
-        for protocol in session.connector._acquired:  # type: ignore[union-attr]
+    for session in (client.transport._session, client.transport._streams):
+        if session is None:
+            continue
+        connector: Any = session.connector
+        protocols = [protocol for idle in connector._conns.values() for protocol, _ in idle]
+        for protocol in [*protocols, *connector._acquired]:
             if protocol.transport is not None:
                 ports.add(protocol.transport.get_extra_info("sockname")[1])
     if client.multiplexer is not None:
