@@ -3,7 +3,8 @@
 # and e2e tests start real local clusters through the shared fixtures in tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# the tests also need the pins marked optional (the YAML language host of tests/e2e/test_package.py)
+# the tests also need the pins marked optional (the YAML language host of tests/e2e/test_package.py,
+# Toxiproxy of the links between the dev clusters)
 LIQO_STACK_BUILD_OPTIONAL=1 bash scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
