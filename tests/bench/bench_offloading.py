@@ -14,6 +14,8 @@ Then, in one run and alternating the two ways round by round:
 - single pods: one at a time, time until Running, p50/p99 of each way and the added latency;
 - memory: RSS and PSS of the runtime processes before the first burst, when the last 1,000-pod
   offloaded burst is Running, and MEMORY_SETTLE_SECONDS later (the runtime trims its heap every 30 s);
+- connections: the most the virtual kubelet holds to the foreign API server during each offloaded
+  burst (sampled from /proc every 0.2 s), and idle;
 - idle: with 100 offloaded pods and nothing changing, the writes each API server receives in
   `--idle` seconds, from its audit log, by client (the node Lease heartbeat counted apart).
 Prints the figures and the ratios offloaded / direct.
@@ -43,7 +45,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, NodeShape
-from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.resources import ShadowPodResource
@@ -55,6 +57,7 @@ from tests.bench.profiling import Profile, profiled
 from tests.bench.profiling import report as report_profile
 from tests.bench.stages import DIRECT_STAGES, OFFLOADED_STAGES, StageClock, percentile
 from tests.support.kube import free_port, metric_samples, node_ready, offload, wait_phase, wait_until
+from tests.support.sockets import api_ports, established_by_port
 
 REPO = Path(__file__).resolve().parents[2]
 HOME, FOREIGN = "home", "foreign-1"
@@ -241,6 +244,39 @@ class BurstFigures:
     own_webhook_seconds: list[float] = field(default_factory=list)
     # seconds of each pod create call at home: in the offloaded namespace, and in one that is not
     home_creates: dict[str, list[float]] = field(default_factory=lambda: {"offloaded": [], "not offloaded": []})
+    # the most connections the virtual kubelet held to the foreign API server during each offloaded burst
+    peak_connections: list[int] = field(default_factory=list)
+
+
+def kubelet_connections(env: DevEnvironment, runtime: ExternalRuntime) -> int | None:
+    """The virtual kubelet's open connections to the foreign API server now (one process: its peering's)."""
+    pid = runtime.pid(SHARED_KUBELET) or runtime.pid(f"kubelet-{FOREIGN}")
+    if pid is None:
+        return None
+    (port,) = api_ports(env, [FOREIGN])
+    try:
+        return established_by_port(pid)[port]
+    except OSError:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def peak_connections(env: DevEnvironment, runtime: ExternalRuntime, found: list[int]) -> Any:
+    """Samples kubelet_connections every 0.2 s while the block runs; its most goes to `found`."""
+    most = 0
+
+    async def sample() -> None:
+        nonlocal most
+        while True:
+            most = max(most, kubelet_connections(env, runtime) or 0)
+            await asyncio.sleep(0.2)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        yield
+    finally:
+        sampler.cancel()
+        found.append(most)
 
 
 async def webhook_buckets(client: AsyncClient) -> dict[float, float]:
@@ -319,7 +355,9 @@ async def one_burst(
         seconds = time.perf_counter() - started
     else:
         creates = figures.home_creates["offloaded"] if offloaded else None
-        seconds = await run_workload(client, namespace, workload, burst, size, clock, creates)
+        sampled = figures.peak_connections if offloaded else []
+        async with peak_connections(env, runtime, sampled):
+            seconds = await run_workload(client, namespace, workload, burst, size, clock, creates)
     await asyncio.sleep(0.5)  # the last sightings
     clock.stop()
     p99 = histogram_quantile(webhook_before, await webhook_buckets(clusters.home), 0.99)
@@ -493,12 +531,16 @@ def audited_writes(mark: AuditMark) -> Counter[str]:
     return counts
 
 
-async def idle_writes(env: DevEnvironment, clusters: Clusters, seconds: float) -> dict[str, Counter[str]]:
+async def idle_writes(
+    env: DevEnvironment, runtime: ExternalRuntime, clusters: Clusters, seconds: float
+) -> dict[str, Counter[str]]:
     await run_until_running(clusters.home, OFFLOADED, "idle", 100)
     await asyncio.sleep(10)  # statuses settle
     marks = {c: audit_mark(env.audit_log(c)) for c in (HOME, FOREIGN)}
     print(f"  idle for {seconds:.0f} s with 100 offloaded pods ...", flush=True)
     await asyncio.sleep(seconds)
+    connections = kubelet_connections(env, runtime)
+    print(f"  the virtual kubelet's connections to {FOREIGN}'s API server, idle: {connections}", flush=True)
     found = {c: audited_writes(mark) for c, mark in marks.items()}
     await delete_all(clusters, "idle")
     return found
@@ -652,6 +694,11 @@ def report_bursts(results: dict[tuple[int, str, str], BurstFigures]) -> None:
             # the busiest, and every runtime process however idle: those are ours to answer for
             shown = [(name, s) for rank, (name, s) in enumerate(ranked) if rank < 9 or name.startswith("runtime ")]
             print(f"      {way:>9}: " + ", ".join(f"{name} {seconds * 1000:.1f}" for name, seconds in shown))
+        if figures.peak_connections:
+            print(
+                f"      the virtual kubelet's connections to {FOREIGN}'s API server during the offloaded bursts:"
+                f" at most {max(figures.peak_connections)} (target <= 10)"
+            )
         bound = cpu_bound(figures, size)
         if bound:
             print(bound)
@@ -733,7 +780,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
     print("[bench] single pods ...", flush=True)
     single_results = await singles(clusters, args.singles)
     print("[bench] idle ...", flush=True)
-    idle = await idle_writes(env, clusters, args.idle) if args.idle else {}
+    idle = await idle_writes(env, runtime, clusters, args.idle) if args.idle else {}
     report_bursts(burst_results)
     if profiles:
         report_profile(profiles, "the runtime during the last offloaded burst of the largest size")
