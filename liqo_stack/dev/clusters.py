@@ -14,6 +14,7 @@ import fcntl
 import ipaddress
 import math
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -33,6 +34,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from liqo_stack.dev import paths
+from liqo_stack.dev.links import LinkNetwork, upstream_of
 from liqo_stack.dev.metricsserver import MetricsServer
 from liqo_stack.dev.progress import Heartbeat
 from runtime.api import format_duration
@@ -349,6 +351,26 @@ class DevEnvironment:
     def kubeconfig(self, cluster_id: str) -> Path:
         return self.kubeconfig_dir / f"{cluster_id}.yaml"
 
+    @property
+    def links(self) -> LinkNetwork:
+        """The links from the home's runtime to the foreign API servers (liqo_stack/dev/links.py)."""
+        return LinkNetwork(self.state_dir / "links", self.bin_dir)
+
+    def api_server_address(self, cluster_id: str) -> str:
+        """`host:port` of the cluster's API server, as its kubeconfig names it."""
+        raw = yaml.safe_load(self.kubeconfig(cluster_id).read_text())
+        return upstream_of(str(raw["clusters"][0]["cluster"]["server"]))
+
+    def start_links(self, profile: str | None = None, foreign_ids: list[str] | None = None) -> dict[str, str]:
+        """A proxy in front of each foreign cluster's API server (default: every running cluster
+        named foreign-N), with `profile` on each (None: the one set last, else `none`). Returns where
+        each is reached: cluster id -> `127.0.0.1:port`, the stack's `apiServerAddress`."""
+        if foreign_ids is None:
+            foreign_ids = [c for c in self.existing_clusters() if c.startswith("foreign-")]
+        upstreams = {cluster_id: self.api_server_address(cluster_id) for cluster_id in foreign_ids}
+        with _ports_locked():  # the proxies' ports, picked free, are bound before a cluster can pick them
+            return self.links.up(upstreams, profile)
+
     def client(self, cluster_id: str, **kwargs: object) -> Client:
         return Client(KubeConfig.from_file(self.kubeconfig(cluster_id)), field_manager="liqo-stack-dev", **kwargs)  # type: ignore[arg-type]
 
@@ -583,7 +605,10 @@ class DevEnvironment:
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
 
     def down(self, progress: Progress = print) -> None:
-        """Delete every dev cluster and stop all of their processes."""
+        """Delete every dev cluster and stop all of their processes, the links' proxy too."""
+        if self.links.running():
+            progress("links: stopping toxiproxy-server ...")
+        self.links.down()
         for cluster_id in self.existing_clusters():
             progress(f"{cluster_id}: deleting ...")
             self.metrics_server(cluster_id).stop()  # not kwokctl's: it would otherwise wait for the reaper
@@ -686,6 +711,8 @@ class DevEnvironment:
         lines = [f"export {env_name(c)}={_quote(self.kubeconfig(c))}" for c in ids]
         lines.append(f"export KUBECONFIG={_quote(self.merged_kubeconfig)}")
         lines.append(f'export PATH={_quote(self.bin_dir)}:"$PATH"')
+        if self.links.running():  # toxiproxy-cli reads its server from TOXIPROXY_URL
+            lines.append(f"export TOXIPROXY_URL={shlex.quote(self.links.url)}")
         return lines
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,11 @@ from pulumi import automation as auto
 import liqo_stack
 from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.links import stack_config_with_links
 from liqo_stack.dev.progress import Heartbeat
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_config_and_service, example_deployment, wait_pods_running
-from liqo_stack.operating.cli.dev import layout_options, make_layout, progress
+from liqo_stack.operating.cli.dev import layout_options, link_options, make_layout, progress, start_links
 from liqo_stack.operating.cli.params import timeout_option
 from runtime.api import format_duration, names
 from runtime.api.resources import NamespaceOffloadingResource
@@ -51,9 +52,23 @@ def kubectl(env: DevEnvironment, *args: str) -> None:
     subprocess.run([str(env.bin_dir / "kubectl"), *args], env=environ, check=True)
 
 
-def apply_example_stack() -> dict[str, object]:
+def config_file_through_links(links_folder: Path, addresses: Mapping[str, str]) -> Path:
+    """A copy of the example stack's config whose foreign clusters are reached through their links
+    (`apiServerAddress`), beside the links' state: the checked-in Pulumi.dev.yaml stays as it is."""
+    example = project_dir() / f"Pulumi.{EXAMPLE_STACK}.yaml"
+    config = yaml.safe_load(example.read_text())
+    key = "liqo:foreignClusters"
+    config["config"][key] = stack_config_with_links(config["config"][key], addresses)
+    copy = links_folder / example.name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(yaml.safe_dump(config, sort_keys=False))
+    return copy
+
+
+def apply_example_stack(config_file: Path | None = None) -> dict[str, object]:
+    """`pulumi up` of the example stack, with its own config or `config_file`."""
     stack = PulumiEnvironment.default().stack_for_directory(project_dir(), EXAMPLE_STACK)
-    progress(f"pulumi up of the example stack ({project_dir() / f'Pulumi.{EXAMPLE_STACK}.yaml'}) ...")
+    progress(f"pulumi up of the example stack ({config_file or project_dir() / f'Pulumi.{EXAMPLE_STACK}.yaml'}) ...")
     started = time.monotonic()
     with Heartbeat(progress, "running pulumi up") as beat:
 
@@ -62,7 +77,7 @@ def apply_example_stack() -> dict[str, object]:
             click.echo(f"    {line.rstrip()}", err=True)
 
         try:
-            result = stack.up(on_output=show, color="never")
+            result = stack.up(on_output=show, color="never", config_file=str(config_file) if config_file else None)
         except auto.CommandError as err:
             # the engine's own output (streamed above) says what failed; no Python traceback on top
             raise click.ClickException(
@@ -122,18 +137,27 @@ def offloading_phase(env: DevEnvironment, namespace: str) -> str | None:
 
 @click.command()
 @layout_options
+@link_options
 @click.option("--replicas", type=click.IntRange(1, 1000), default=4, show_default=True)
 @timeout_option("each step")
-def demo(replicas: int, timeout: float, **layout: object) -> None:
-    """Dev clusters, the example stack, the runtime, and an example Deployment offloaded to the virtual nodes."""
+def demo(replicas: int, timeout: float, links: bool, link_profile: str | None, **layout: object) -> None:
+    """Dev clusters, the example stack, the runtime, and an example Deployment offloaded to the virtual nodes.
+    With links on (--links, or left on by `liqo-stack dev up --links`) the home reaches the foreign clusters
+    through them."""
     env = DevEnvironment()
+    cluster_layout = make_layout(**layout)  # type: ignore[arg-type]
     try:
-        ids = env.up(make_layout(**layout), progress)  # type: ignore[arg-type]
+        ids = env.up(cluster_layout, progress)
     except DevEnvironmentError as err:
         raise click.ClickException(str(err)) from err
-    plan = apply_example_stack()
+    if links or link_profile is not None:
+        start_links(env, cluster_layout, link_profile)
+    addresses = env.links.addresses() if env.links.running() else {}
+    plan = apply_example_stack(config_file_through_links(env.links.folder, addresses) if addresses else None)
 
     runtime = ExternalRuntime({cluster_id: env.kubeconfig(cluster_id) for cluster_id in ids}, ids[0])
+    if addresses and runtime.running():
+        progress("links: the runtime ran already: it reaches the foreign clusters as it did when it started")
     runtime.start_all()
     progress(f"runtime started ({', '.join(runtime.components)}); logs in {runtime.folder}")
     for cluster_id in ids[1:]:

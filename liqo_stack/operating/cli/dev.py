@@ -12,6 +12,7 @@ import click
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, DevEnvironmentError, NodeShape
 from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.links import PROFILES, LinkError
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 
 
@@ -57,6 +58,34 @@ def layout_options(func: click.decorators.FC) -> click.decorators.FC:
     return func
 
 
+def link_options(func: click.decorators.FC) -> click.decorators.FC:
+    profiles = "; ".join(f"{p.name}: {p.description}" for p in PROFILES.values())
+    options = [
+        click.option("--links", is_flag=True, default=False,
+                     help="put a fault-injecting proxy (toxiproxy-server) on each link from the home to a foreign "
+                          "API server; stays on until `dev down`"),
+        click.option("--link-profile", type=click.Choice(list(PROFILES)), default=None,
+                     help=f"the links' conditions (implies --links; default: the last one set, else none): {profiles}"),
+    ]  # fmt: skip
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def start_links(env: DevEnvironment, layout: ClusterLayout, profile: str | None) -> dict[str, str]:
+    """The links of the layout's foreign clusters, reported; cluster id -> address of its proxy."""
+    foreign_ids = [c for c in layout.cluster_ids() if c not in layout.home_ids()]
+    try:
+        addresses = env.start_links(profile, foreign_ids)
+    except LinkError as err:
+        raise click.ClickException(str(err)) from err
+    links = env.links
+    progress(f"links: toxiproxy-server on {links.url}, profile {links.profile}")
+    for cluster_id, address in addresses.items():
+        progress(f"links: {cluster_id} through {address} (its API server: {env.api_server_address(cluster_id)})")
+    return addresses
+
+
 def make_layout(
     foreign: int,
     homes: int,
@@ -92,19 +121,29 @@ def dev() -> None:
 
 @dev.command()
 @layout_options
-def up(**layout: object) -> None:
-    """Start a home (or several, --homes) and N foreign clusters (idempotent)."""
+@link_options
+def up(links: bool, link_profile: str | None, **layout: object) -> None:
+    """Start a home (or several, --homes) and N foreign clusters (idempotent); with --links, a proxy
+    on each link from the home to a foreign API server."""
     env = DevEnvironment()
+    cluster_layout = make_layout(**layout)  # type: ignore[arg-type]
     try:
-        ids = env.up(make_layout(**layout), progress)  # type: ignore[arg-type]
+        ids = env.up(cluster_layout, progress)
     except DevEnvironmentError as err:
         raise click.ClickException(str(err)) from err
+    if links or link_profile is not None:
+        start_links(env, cluster_layout, link_profile)
+        progress(
+            "links: a stack goes through them where liqo:foreignClusters[].apiServerAddress names them "
+            "(`liqo-stack demo` sets it); a runtime started before reaches the clusters as it did"
+        )
     click.echo(f'clusters running: {", ".join(ids)}; use them with: eval "$(liqo-stack dev env)"')
 
 
 @dev.command()
 def down() -> None:
-    """Delete every dev cluster (no process is left behind) and the dev Pulumi stacks that described them."""
+    """Delete every dev cluster and the links' proxy (no process is left behind) and the dev Pulumi stacks
+    that described them."""
     runtime = ExternalRuntime({}, "home")
     for component in runtime.running():
         runtime.stop(component)
@@ -121,8 +160,9 @@ def down() -> None:
 
 @dev.command()
 def env() -> None:
-    """Print shell export lines: KUBECONFIG_<ID>, KUBECONFIG (one context per cluster id), PATH, and the
-    offline Pulumi settings, so that `pulumi preview --diff` works in the checkout."""
+    """Print shell export lines: KUBECONFIG_<ID>, KUBECONFIG (one context per cluster id), PATH, the
+    offline Pulumi settings, so that `pulumi preview --diff` works in the checkout, and with links on
+    TOXIPROXY_URL (for toxiproxy-cli)."""
     try:
         lines = DevEnvironment().env_exports()
     except DevEnvironmentError as err:
