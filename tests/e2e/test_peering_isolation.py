@@ -24,9 +24,8 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
-import yaml
 from lightkube import Client
-from lightkube.resources.core_v1 import Event, Node, Pod, Secret
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
@@ -34,6 +33,7 @@ from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
 from runtime.tls.minting import issue_with, new_ca
 from tests.support.kube import free_port, get_or_none, metric_samples, node_ready, offload, wait_phase, wait_until
+from tests.support.peering import credentials, kubeconfig_of, pointed_at, restart_kubelet, set_kubeconfig
 
 HEALTHY, SLOW, FAILING, DOWN = "healthy", "slow", "failing", "down"
 HELD_SECONDS = 5.0  # how long the slow server holds each answer
@@ -109,48 +109,6 @@ class Misbehaving:
         for server in self.servers.values():
             self.loop.call_soon_threadsafe(server.close)
         self.loop.call_soon_threadsafe(self.loop.stop)
-
-
-def credentials(home: Client, cluster_id: str) -> Any:
-    return home.get(Secret, names.credentials_secret_name(cluster_id), namespace=names.LIQO_NAMESPACE)
-
-
-def kubeconfig_of(secret: Any) -> dict[str, Any]:
-    return cast(dict[str, Any], yaml.safe_load(base64.b64decode(secret.data["kubeconfig"])))
-
-
-def set_kubeconfig(home: Client, cluster_id: str, content: bytes) -> None:
-    home.patch(
-        Secret,
-        names.credentials_secret_name(cluster_id),
-        {"data": {"kubeconfig": base64.b64encode(content).decode()}},
-        namespace=names.LIQO_NAMESPACE,
-        patch_type=PatchType.MERGE,
-    )
-
-
-def pointed_at(kubeconfig: dict[str, Any], server: str, ca_pem: bytes | None) -> bytes:
-    changed = yaml.safe_load(yaml.safe_dump(kubeconfig))
-    for cluster in changed["clusters"]:
-        cluster["cluster"]["server"] = server
-        if ca_pem is not None:
-            cluster["cluster"]["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
-    return yaml.safe_dump(changed).encode()
-
-
-def restart_kubelet(runtime: ExternalRuntime, home: Client) -> None:
-    """The shared process again, once it serves foreign-1's Node (its port, Ready)."""
-    runtime.stop(SHARED_KUBELET)
-    runtime.start(SHARED_KUBELET)
-    port = runtime.kubelet_ports["foreign-1"]
-
-    def served() -> bool:
-        node: Any = get_or_none(home, Node, names.virtual_node_name("foreign-1"))
-        endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
-        return bool(endpoint and endpoint.Port == port and node_ready(home, node.metadata.name))
-
-    wait_until(lambda: runtime.pid(SHARED_KUBELET) is not None and runtime.ready(SHARED_KUBELET), 90, "restarted")
-    wait_until(served, 60, "foreign-1's node served by the restarted process")
 
 
 def seconds_to_running(home: Client, namespace: str, name: str) -> float:

@@ -1,0 +1,59 @@
+"""A peering's credentials at home, read and pointed elsewhere, and the shared virtual kubelet
+restarted to read them (it reads the server address at start, a token at a 401): how the e2e tests
+put a server of their own, or a link, between the virtual kubelet and a foreign cluster."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, cast
+
+import yaml
+from lightkube import Client
+from lightkube.resources.core_v1 import Node, Secret
+from lightkube.types import PatchType
+
+from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
+from runtime.api import names
+from tests.support.kube import get_or_none, node_ready, wait_until
+
+
+def credentials(home: Client, cluster_id: str) -> Any:
+    return home.get(Secret, names.credentials_secret_name(cluster_id), namespace=names.LIQO_NAMESPACE)
+
+
+def kubeconfig_of(secret: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], yaml.safe_load(base64.b64decode(secret.data["kubeconfig"])))
+
+
+def set_kubeconfig(home: Client, cluster_id: str, content: bytes) -> None:
+    home.patch(
+        Secret,
+        names.credentials_secret_name(cluster_id),
+        {"data": {"kubeconfig": base64.b64encode(content).decode()}},
+        namespace=names.LIQO_NAMESPACE,
+        patch_type=PatchType.MERGE,
+    )
+
+
+def pointed_at(kubeconfig: dict[str, Any], server: str, ca_pem: bytes | None) -> bytes:
+    changed = yaml.safe_load(yaml.safe_dump(kubeconfig))
+    for cluster in changed["clusters"]:
+        cluster["cluster"]["server"] = server
+        if ca_pem is not None:
+            cluster["cluster"]["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    return yaml.safe_dump(changed).encode()
+
+
+def restart_kubelet(runtime: ExternalRuntime, home: Client) -> None:
+    """The shared process again, once it serves foreign-1's Node (its port, Ready)."""
+    runtime.stop(SHARED_KUBELET)
+    runtime.start(SHARED_KUBELET)
+    port = runtime.kubelet_ports["foreign-1"]
+
+    def served() -> bool:
+        node: Any = get_or_none(home, Node, names.virtual_node_name("foreign-1"))
+        endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
+        return bool(endpoint and endpoint.Port == port and node_ready(home, node.metadata.name))
+
+    wait_until(lambda: runtime.pid(SHARED_KUBELET) is not None and runtime.ready(SHARED_KUBELET), 90, "restarted")
+    wait_until(served, 60, "foreign-1's node served by the restarted process")
