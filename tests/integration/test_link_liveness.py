@@ -34,6 +34,7 @@ pytestmark = pytest.mark.clusters
 log = logging.getLogger(__name__)
 # generous: the checks find a dead connection within DEAD_CONNECTION_SECONDS, the watch then retries
 RECOVERY_TIMEOUT = 2 * DEAD_CONNECTION_SECONDS
+MADE_HERE = {"made-by": "test-link-liveness"}  # not the namespace's own kube-root-ca.crt
 
 
 @pytest.fixture
@@ -57,14 +58,14 @@ def server_port(dev_env: DevEnvironment) -> int:
 
 
 def create_configmap(home: Client, namespace: str, name: str) -> None:
-    home.create(ConfigMap(metadata=ObjectMeta(name=name, namespace=namespace), data={"k": name}))
+    home.create(ConfigMap(metadata=ObjectMeta(name=name, namespace=namespace, labels=MADE_HERE), data={"k": name}))
 
 
 class Recorder:
     """A ConfigMap informer's events, by name."""
 
     def __init__(self, client: RuntimeClient, namespace: str) -> None:
-        self.informer = Informer(client, ConfigMap, namespace=namespace)
+        self.informer = Informer(client, ConfigMap, namespace=namespace, labels=MADE_HERE)
         self.added: list[str] = []
         self.informer.add_handler(self._on_event)
 
