@@ -28,7 +28,7 @@ from runtime.kube import Event, Informer
 from runtime.kube.client import RuntimeClient, async_client
 from runtime.kube.liveness import DEAD_CONNECTION_SECONDS
 from tests.support.kube import wait_until_async
-from tests.support.links import FreezingRelay, SilentDrop, local_ports_to
+from tests.support.links import FreezingRelay, SilentDrop, client_ports, local_ports_to
 
 pytestmark = pytest.mark.clusters
 log = logging.getLogger(__name__)
@@ -186,21 +186,3 @@ def watch_connections(client: RuntimeClient) -> int:
     """The client's HTTP/1.1 connections streaming a watch now (a busy watch's)."""
     streams = client.transport._streams
     return 0 if streams is None else len(streams.connector._acquired)  # type: ignore[union-attr]
-
-
-def client_ports(client: RuntimeClient) -> set[int]:
-    """The local ports of the client's open connections: its pools' and its HTTP/2 connections'."""
-    ports = set()
-    for session in (client.transport._session, client.transport._streams):
-        if session is None:
-            continue
-        connector: Any = session.connector
-        protocols = [protocol for idle in connector._conns.values() for protocol, _ in idle]
-        for protocol in [*protocols, *connector._acquired]:
-            if protocol.transport is not None:
-                ports.add(protocol.transport.get_extra_info("sockname")[1])
-    if client.multiplexer is not None:
-        for connection in client.multiplexer._connections:
-            if not connection.closed:
-                ports.add(connection._writer.get_extra_info("sockname")[1])
-    return ports

@@ -19,6 +19,9 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+from runtime.kube.client import RuntimeClient
 
 _tables = itertools.count()
 
@@ -37,6 +40,24 @@ def local_ports_to(pid: int, server_port: int) -> set[int]:
             fields = line.split()
             if fields[3] == "01" and fields[9] in inodes and int(fields[2].rsplit(":", 1)[1], 16) == server_port:
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def client_ports(client: RuntimeClient) -> set[int]:
+    """The local ports of the client's open connections: its pools' and its HTTP/2 connections'."""
+    ports = set()
+    for session in (client.transport._session, client.transport._streams):
+        if session is None:
+            continue
+        connector: Any = session.connector
+        protocols = [protocol for idle in connector._conns.values() for protocol, _ in idle]
+        for protocol in [*protocols, *connector._acquired]:
+            if protocol.transport is not None:
+                ports.add(protocol.transport.get_extra_info("sockname")[1])
+    if client.multiplexer is not None:
+        for connection in client.multiplexer._connections:
+            if not connection.closed:
+                ports.add(connection._writer.get_extra_info("sockname")[1])
     return ports
 
 
