@@ -13,7 +13,8 @@ from lightkube import Client
 
 from liqo_stack.dev.clusters import USAGE_CPU_ANNOTATION, USAGE_MEMORY_ANNOTATION, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
-from tests.e2e.test_kubelet_api import granted, kubectl, kubelet_get
+from tests.e2e.test_kubelet_api import granted, kubelet_get
+from tests.support.cli import kubectl
 from tests.support.kube import VIRTUAL_NODES, pod_on_each_virtual_node, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]

@@ -30,19 +30,13 @@ from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import POD_LOG, PREVIOUS_POD_LOG, DevEnvironment, cri_log_line
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from runtime.virtualkubelet.node import WEBSOCKET_FEATURE
+from tests.support.cli import kubectl
 from tests.support.kube import VIRTUAL_NODES, free_port, node_ready, pod_on_each_virtual_node, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 CLUSTERS = list(VIRTUAL_NODES)
 CONTAINER = "main"
-
-
-def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, timeout: float = 60, **env: str) -> Any:
-    """The pinned kubectl, run to its end: a CompletedProcess with text output."""
-    environ = {**os.environ, "KUBECONFIG": str(kubeconfig), **env}
-    command = [str(paths.bin_dir() / "kubectl"), *args]
-    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout, env=environ)
 
 
 class Lines:

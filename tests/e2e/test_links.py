@@ -34,6 +34,7 @@ from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from liqo_stack.dev.links import LinkNetwork, upstream_of
 from runtime.kube.liveness import DEAD_CONNECTION_SECONDS
 from runtime.virtualkubelet.node import UNREACHABLE_REASON
+from tests.support.cli import kubectl
 from tests.support.kube import (
     VIRTUAL_NODES,
     get_or_none,
@@ -272,3 +273,22 @@ def test_a_partition_and_a_resetting_link_lose_nothing_and_converge_after(
         home.delete(Pod, name, namespace=offloaded, grace_period=0)
     for name in during:
         home.delete(ConfigMap, name, namespace=offloaded)
+
+
+def test_logs_and_exec_answer_through_a_wan_link(
+    offloaded: str, links: LinkNetwork, dev_env: DevEnvironment, home: Client
+) -> None:
+    """The README's tour through the `wan` profile: a pod offloaded through the link runs, and
+    `kubectl logs` and `exec` from home answer (the virtual kubelet relays them over the link)."""
+    links.set_profile("wan")
+    try:
+        home.create(pinned_pod("through-wan", offloaded))
+        wait_until(lambda: running_at_home(home, offloaded, "through-wan"), 60, "a pod Running through the wan link")
+        home_kubeconfig = dev_env.kubeconfig("home")
+        logs = kubectl(home_kubeconfig, "-n", offloaded, "logs", "through-wan")
+        assert logs.returncode == 0 and logs.stdout, logs.stderr
+        said = kubectl(home_kubeconfig, "-n", offloaded, "exec", "through-wan", "--", "echo", "across the wan")
+        assert said.returncode == 0 and said.stdout.strip() == "across the wan", said.stderr
+    finally:
+        links.set_profile("none")
+        home.delete(Pod, "through-wan", namespace=offloaded, grace_period=0)

@@ -25,8 +25,8 @@ from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from tests.e2e.test_kubelet_api import kubectl, kubelet_get
-from tests.support.cli import previewed
+from tests.e2e.test_kubelet_api import kubelet_get
+from tests.support.cli import kubectl, previewed
 from tests.support.kube import (
     get_or_none,
     node_ready,

@@ -1,8 +1,10 @@
-"""`liqo-stack` as a user runs it in the tests: the installed command, against the home cluster."""
+"""`liqo-stack` and kubectl as a user runs them in the tests: the installed command, against the home
+cluster, and the pinned kubectl."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 from click.testing import CliRunner
 from pulumi import automation as auto
 
+from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.operating.cli import main as cli
@@ -50,3 +53,10 @@ def run_preview(stack: auto.Stack, pulumi_env: PulumiEnvironment, output: str) -
     )
     print(result.output)
     return result.exit_code, result.output
+
+
+def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, timeout: float = 60, **env: str) -> Any:
+    """The pinned kubectl, run to its end: a CompletedProcess with text output."""
+    environ = {**os.environ, "KUBECONFIG": str(kubeconfig), **env}
+    command = [str(paths.bin_dir() / "kubectl"), *args]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout, env=environ)
