@@ -264,7 +264,10 @@ async def watch_lines(
         async for line in generic.stream_lines(request, multiplexed, read_idle):
             yield line
         return
-    timeout = generic._watch_timeout if read_idle is None else httpx2.Timeout(generic._watch_timeout, read=read_idle)
+    watch_timeout = generic._watch_timeout
+    timeout = httpx2.Timeout(
+        connect=watch_timeout.connect, read=read_idle, write=watch_timeout.write, pool=watch_timeout.pool
+    )
     http_request = generic._client.build_request(request.method, request.url, params=request.params, timeout=timeout)
     response = await generic._client.send(http_request, stream=True)
     try:
