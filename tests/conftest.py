@@ -59,6 +59,7 @@ LANES = {
         # and, once it is done, with the shared stack:
         "test_failover",
         "test_kubectl_top",
+        "test_links",  # a 2-minute partition, mostly waiting
         "test_namespace_offloading",
         "test_namespace_selectors",
         "test_node_pools",

@@ -119,38 +119,7 @@ def test_watches_and_requests_outlive_a_silent_drop_of_every_open_connection(
     asyncio.run(scenario())
 
 
-def test_an_http2_connection_that_answers_no_ping_is_closed_and_its_watches_move(
-    dev_env: DevEnvironment, home: Client, namespace: str
-) -> None:
-    target = urlsplit(home_config(dev_env).cluster.server)
-
-    async def scenario() -> None:
-        async with FreezingRelay(target.hostname or "127.0.0.1", target.port or 443) as relay:
-            client = async_client(home_config(dev_env, relay.port), field_manager="liveness-test")
-            recorder = Recorder(client, namespace)
-            task = asyncio.create_task(recorder.informer.run())
-            try:
-                await asyncio.wait_for(recorder.informer.synced.wait(), 30)
-                create_configmap(home, namespace, "before")
-                await wait_until_async(lambda: recorder.saw("before"), what="the event before the freeze")
-                assert client.multiplexer is not None and client.multiplexer.connection_count() == 1
-                (frozen_connection,) = client.multiplexer._connections
-                assert relay.freeze() >= 1
-                create_configmap(home, namespace, "during")
-                took = await recovered_within(recorder, "during", "the event after the freeze")
-                log.info("the multiplexed watch resumed %.1f s after its connection froze", took)
-                assert frozen_connection.closed and frozen_connection.pings >= 1
-                assert recorder.added == ["before", "during"]
-                assert recorder.informer.relists == 1
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                await client.close()
-
-    asyncio.run(scenario())
-
-
-def test_a_busy_watch_on_a_frozen_connection_of_its_own_goes_on_over_http2(
+def test_frozen_connections_are_found_by_the_http2_ping_and_a_busy_watchs_read_deadline(
     dev_env: DevEnvironment, home: Client, namespace: str
 ) -> None:
     target = urlsplit(home_config(dev_env).cluster.server)
@@ -167,11 +136,15 @@ def test_a_busy_watch_on_a_frozen_connection_of_its_own_goes_on_over_http2(
                 await wait_until_async(lambda: recorder.saw("burst-29"), what="the burst")
                 assert recorder.informer.busy
                 await wait_until_async(lambda: watch_connections(client) == 1, what="the busy watch's own connection")
+                assert client.multiplexer is not None and client.multiplexer.connection_count() == 1
+                (quiet_connection,) = client.multiplexer._connections  # HTTP/2, idle since the watch left it
                 relay.freeze()
                 create_configmap(home, namespace, "during")
                 took = await recovered_within(recorder, "during", "the event after the freeze")
                 log.info("the busy watch resumed %.1f s after its connection froze", took)
                 assert not recorder.informer.busy
+                # the HTTP/2 connection froze too: its PING went unanswered, and it was closed
+                assert quiet_connection.closed and quiet_connection.pings >= 1
                 assert len(recorder.added) == len(set(recorder.added)) == 31
                 assert recorder.informer.relists == 1
             finally:
