@@ -31,9 +31,9 @@ from runtime.kube.liveness import live_socket
 # One-shot requests (and lists) share at most this many connections per API server, and wait for one
 # beyond that: a 1,000-pod burst's 16 pod workers and the reflectors' once held 42 connections to a
 # foreign API server, which serves many homes. With streams (a busy watch each, at most
-# OWN_WATCH_CONNECTIONS of them) and the HTTP/2 connection of the quiet watches, a peering holds
-# at most 10 (runtime/kube/informing.py).
-REQUEST_CONNECTIONS = 6
+# OWN_WATCH_CONNECTIONS of them), the HTTP/2 connection of the quiet watches and the kubelet API's
+# relay (its resource metrics), a peering holds at most 10 (runtime/kube/informing.py).
+REQUEST_CONNECTIONS = 5
 # Streams (watches over HTTP/1.1) have a pool of their own, uncapped: a capped pool once full of
 # watches would leave every request waiting forever. What bounds it is the informers' budget.
 OWN_WATCH_CONNECTIONS = 3

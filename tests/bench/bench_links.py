@@ -110,6 +110,8 @@ async def offloading(
             singles[profile].append(await run_until_running(clusters.home, OFFLOADED, name, 1))
             await delete_all(clusters, name)
     network.set_profile("none")
+    after = link_connections(runtime, link_port)
+    await asyncio.sleep(args.settle)  # what the bursts opened idles out (transport.IDLE_CONNECTION_SECONDS)
     idle = link_connections(runtime, link_port)
 
     print("\n== offloaded bursts through the link: time until every pod is Running at home")
@@ -124,7 +126,7 @@ async def offloading(
             f" wan {statistics.median(wan):7.2f} s ({min(wan):.1f}-{max(wan):.1f}): {ratio:.2f}x;"
             f" at most {most} connections"
         )
-    print(f"  idle afterwards: {idle} connections")
+    print(f"  right after the single pods: {after} connections; idle {args.settle:.0f} s later: {idle}")
     if singles["none"]:
         print("\n== single pod, time until Running at home")
         for q, label in ((0.5, "p50"), (0.99, "p99")):
@@ -164,6 +166,11 @@ async def one_recovery(env: DevEnvironment, admin: AsyncClient, namespace: str, 
     name = f"after-{time.monotonic_ns()}"
     try:
         await asyncio.wait_for(informer.synced.wait(), 30)
+        # an event first: the watch is streaming (a connection of its own), not only listed
+        before = ObjectMeta(name=f"before-{name}", namespace=namespace, labels={"bench": "links"})
+        await admin.create(ConfigMap(metadata=before))
+        while before.name not in seen:
+            await asyncio.sleep(0.05)
         with SilentDrop(server_port, local_ports_to(os.getpid(), server_port) & client_ports(client)):
             started = time.monotonic()
             await admin.create(
@@ -230,6 +237,7 @@ def main() -> None:
     parser.add_argument(
         "--recovery-cap", type=float, default=60.0, help="seconds after which a drop counts as never healed"
     )
+    parser.add_argument("--settle", type=float, default=95.0, help="seconds before the idle connections are counted")
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     args = parser.parse_args()
     state, env = fresh_clusters("bench-links")

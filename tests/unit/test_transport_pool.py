@@ -9,9 +9,14 @@ import socket
 import aiohttp
 from aiohttp import web
 
-from runtime.kube.transport import IDLE_CONNECTION_SECONDS, AiohttpTransport, LastUsedFirstConnector
+from runtime.kube.transport import (
+    IDLE_CONNECTION_SECONDS,
+    REQUEST_CONNECTIONS,
+    AiohttpTransport,
+    LastUsedFirstConnector,
+)
 
-BURST = 6
+BURST = REQUEST_CONNECTIONS  # as many as the pool may open
 
 
 async def serving(ports: list[int]) -> tuple[web.AppRunner, str]:
@@ -64,7 +69,7 @@ def test_after_a_burst_a_trickle_of_requests_reuses_one_connection() -> None:
 
     burst, trickle, idle = asyncio.run(scenario())
     assert len(set(burst)) == BURST  # the burst opened one connection per request
-    # aiohttp's own order would go round all six; the five others stay idle, and are closed once
+    # aiohttp's own order would go round all of them; the others stay idle, and are closed once
     # they have been for IDLE_CONNECTION_SECONDS
     assert len(set(trickle)) == 1, trickle
     assert idle == BURST
