@@ -66,7 +66,9 @@ class ForeignClusters:
         cached = self._clients.get(cluster_id)
         if cached and cached[0] == kubeconfig:
             return cached[1]
-        client = async_client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER)
+        client = async_client(
+            KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER, bounded=True
+        )
         self._clients[cluster_id] = (kubeconfig, client)
         return client
 

@@ -319,7 +319,8 @@ class _SourceAuth(httpx2.Auth):
 
 class RuntimeClient(AsyncClient):
     """A lightkube AsyncClient over aiohttp, whose one-shot requests skip httpx2 (module docstring).
-    `token_source`: its bearer token comes from there at each request instead of from `config`."""
+    `token_source`: its bearer token comes from there at each request instead of from `config`;
+    `bounded`: its connections capped, for a client of another cluster (runtime/kube/transport.py)."""
 
     def __init__(
         self,
@@ -328,10 +329,11 @@ class RuntimeClient(AsyncClient):
         field_manager: str | None = None,
         timeout: httpx2.Timeout | None = None,
         token_source: TokenSource | None = None,
+        bounded: bool = False,
     ) -> None:
         if config.user is None:
             raise ValueError("the kubeconfig names no current context with a user")
-        self.transport = AiohttpTransport(verify_cluster(config.cluster, config.user, config.abs_file))
+        self.transport = AiohttpTransport(verify_cluster(config.cluster, config.user, config.abs_file), bounded=bounded)
         # watches over HTTP/2 (runtime/kube/multiplexing.py), with a TLS context of their own (ALPN h2)
         self.multiplexer = (
             Multiplexer(config.cluster.server, verify_cluster(config.cluster, config.user, config.abs_file))
@@ -360,9 +362,13 @@ def async_client(
     field_manager: str | None = None,
     timeout: httpx2.Timeout | None = None,
     token_source: TokenSource | None = None,
+    bounded: bool = False,
 ) -> RuntimeClient:
-    """The runtime's client of `config` (its current context); `token_source`: see RuntimeClient."""
+    """The runtime's client of `config` (its current context); `token_source`: see RuntimeClient;
+    `bounded`: a client of another cluster's API server, its connections capped (transport.py)."""
     single = config.get() if isinstance(config, KubeConfig) else config
     if single is None:
         raise ValueError("the kubeconfig names no current context")
-    return RuntimeClient(single, field_manager=field_manager, timeout=timeout, token_source=token_source)
+    return RuntimeClient(
+        single, field_manager=field_manager, timeout=timeout, token_source=token_source, bounded=bounded
+    )

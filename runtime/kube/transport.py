@@ -28,11 +28,13 @@ from aiohttp.client_reqrep import ConnectionKey
 
 from runtime.kube.liveness import live_socket
 
-# One-shot requests (and lists) share at most this many connections per API server, and wait for one
-# beyond that: a 1,000-pod burst's 16 pod workers and the reflectors' once held 42 connections to a
-# foreign API server, which serves many homes. With streams (a busy watch each, at most
+# A client `bounded` to another cluster's API server (a peering's foreign client: a foreign cluster
+# serves many homes) shares at most this many connections among its one-shot requests (and lists),
+# which wait for one beyond that: a 1,000-pod burst's 16 pod workers and the reflectors' once held 42
+# connections to a foreign API server. With streams (a busy watch each, at most
 # OWN_WATCH_CONNECTIONS of them), the HTTP/2 connection of the quiet watches and the kubelet API's
-# relay (its resource metrics), a peering holds at most 10 (runtime/kube/informing.py).
+# relay (its resource metrics), a peering holds at most 10 (runtime/kube/informing.py). A client of
+# its own cluster is not bounded: the cap would only queue its work.
 REQUEST_CONNECTIONS = 5
 # Streams (watches over HTTP/1.1) have a pool of their own, uncapped: a capped pool once full of
 # watches would leave every request waiting forever. What bounds it is the informers' budget.
@@ -77,11 +79,12 @@ RequestHook = Callable[[str, str], None]
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):
     """Sends requests through aiohttp, opened in the loop of the first request: httpx2's (lightkube's
-    own path) and those runtime/kube/client.py sends without httpx2. Two pools: one-shot requests
-    share REQUEST_CONNECTIONS, streams (watches) have theirs."""
+    own path) and those runtime/kube/client.py sends without httpx2. Two pools: one for one-shot
+    requests (REQUEST_CONNECTIONS at most if `bounded`), one for streams (watches)."""
 
-    def __init__(self, ssl_context: ssl.SSLContext | bool = True) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | bool = True, *, bounded: bool = False) -> None:
         self._ssl = ssl_context
+        self.bounded = bounded
         self._session: aiohttp.ClientSession | None = None  # one-shot requests and lists
         self._streams: aiohttp.ClientSession | None = None  # watches over HTTP/1.1
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -100,7 +103,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                 self._streams = self._new_session(limit=0)  # aiohttp: 0 is no limit
             return self._streams
         if self._session is None or self._session.closed:
-            self._session = self._new_session(limit=REQUEST_CONNECTIONS)
+            self._session = self._new_session(limit=REQUEST_CONNECTIONS if self.bounded else 0)
         return self._session
 
     def _new_session(self, limit: int) -> aiohttp.ClientSession:
@@ -114,7 +117,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
 
     def claim_own_watch(self) -> bool:
         """Whether one more watch may have a connection of its own (then it holds it until `release_own_watch`)."""
-        if self.own_watches >= OWN_WATCH_CONNECTIONS:
+        if self.bounded and self.own_watches >= OWN_WATCH_CONNECTIONS:
             return False
         self.own_watches += 1
         return True

@@ -269,8 +269,8 @@ async def serve_peering(
     foreign_cluster_id = served.foreign_cluster_id
     credentials = await Credentials.load(home, foreign_cluster_id)
     kubeconfig = credentials.kubeconfig
-    foreign = async_client(
-        KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER, token_source=credentials.token
+    foreign = async_client(  # bounded: a foreign API server serves many homes
+        KubeConfig.from_dict(kubeconfig), field_manager=FIELD_MANAGER, token_source=credentials.token, bounded=True
     )
     metrics.count_requests(foreign, foreign_cluster_id)
     kubelet = VirtualKubelet(

@@ -69,7 +69,7 @@ def test_a_burst_of_requests_shares_at_most_request_connections() -> None:
     async def scenario() -> tuple[list[str], list[int], int]:
         server = Server()
         runner, base = await server.start()
-        transport = AiohttpTransport(ssl_context=False)
+        transport = AiohttpTransport(ssl_context=False, bounded=True)
         try:
             answers = await asyncio.gather(*(answered(transport, base + "/") for _ in range(3 * REQUEST_CONNECTIONS)))
             return answers, server.ports, transport.connection_count()
@@ -89,7 +89,7 @@ def test_streams_have_their_own_pool_and_requests_still_get_through() -> None:
         server = Server()
         server.gate.set()
         runner, base = await server.start()
-        transport = AiohttpTransport(ssl_context=False)
+        transport = AiohttpTransport(ssl_context=False, bounded=True)
         try:
             held = [await get(transport, base + "/stream", streaming=True) for _ in range(REQUEST_CONNECTIONS + 1)]
             answer = await asyncio.wait_for(answered(transport, base + "/"), 5)
@@ -107,11 +107,14 @@ def test_streams_have_their_own_pool_and_requests_still_get_through() -> None:
 
 
 def test_the_budget_of_watches_on_a_connection_of_their_own() -> None:
-    transport = AiohttpTransport(ssl_context=False)
+    transport = AiohttpTransport(ssl_context=False, bounded=True)
     assert all(transport.claim_own_watch() for _ in range(OWN_WATCH_CONNECTIONS))
     assert not transport.claim_own_watch()
     transport.release_own_watch()
     assert transport.claim_own_watch()
+    # a client of its own cluster is not bounded
+    unbounded = AiohttpTransport(ssl_context=False)
+    assert all(unbounded.claim_own_watch() for _ in range(10 * OWN_WATCH_CONNECTIONS))
     # with the HTTP/2 connection of the quiet watches and the kubelet API relay's: the most a
     # peering holds to its foreign API server in a burst
     assert REQUEST_CONNECTIONS + OWN_WATCH_CONNECTIONS + 1 + 1 <= 10
@@ -121,7 +124,7 @@ def test_every_connection_carries_keepalive_and_a_user_timeout() -> None:
     async def scenario() -> list[tuple[int, int, int, int]]:
         server = Server()
         runner, base = await server.start()
-        transport = AiohttpTransport(ssl_context=False)
+        transport = AiohttpTransport(ssl_context=False, bounded=True)
         try:
             seen = []
             for streaming in (False, True):  # each pool

@@ -52,7 +52,7 @@ def test_after_a_burst_a_trickle_of_requests_reuses_one_connection() -> None:
     async def scenario() -> tuple[list[int], list[int], int]:
         ports: list[int] = []
         runner, url = await serving(ports)
-        transport = AiohttpTransport(ssl_context=False)
+        transport = AiohttpTransport(ssl_context=False, bounded=True)
         try:
             await asyncio.gather(*(get(transport, url) for _ in range(BURST)))
             burst = list(ports)
