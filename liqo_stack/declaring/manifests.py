@@ -1,7 +1,9 @@
 """The Kubernetes objects liqo-stack installs, as plain manifests (pure functions, no Pulumi).
 
 The components in `liqo_stack.declaring.components` decide which cluster each goes to and in what order;
-what each object looks like is decided here, once.
+what each object looks like is decided here, once. Our custom objects are written as a server-side
+apply should declare them (`to_apply`: no empty maps), so that a setting taken out of the stack
+leaves the object as it was before the setting was ever made.
 """
 
 from __future__ import annotations
@@ -291,12 +293,8 @@ def virtual_node(
         annotations[names.ABANDON_UNREACHABLE_AFTER_ANNOTATION] = str(abandon_unreachable_after)
     if annotations:
         vn.metadata.annotations = annotations
-    wire = vn.to_wire()
+    wire = vn.to_apply()
     wire["spec"]["labels"] = virtual_node_labels(spec.cluster_id, spec.labels)
-    if not wire["spec"].get("fixedResources"):
-        # Left out, not sent empty: server-side apply turns a map emptied by the apply into null,
-        # which the schema rejects (kubernetes/kubernetes#104694), so the last entry could not go.
-        wire["spec"].pop("fixedResources", None)
     return wire
 
 
@@ -305,14 +303,14 @@ def namespace_offloading(ns: str, spec: NamespaceOffloadingSpec) -> Manifest:
     obj.metadata.name = names.NAMESPACE_OFFLOADING_NAME
     obj.metadata.namespace = ns
     obj.metadata.labels = _labels("namespace-offloading")
-    return obj.to_wire()
+    return obj.to_apply()
 
 
 def namespace_offloading_selector(name: str, spec: NamespaceOffloadingSelectorSpec) -> Manifest:
     obj = NamespaceOffloadingSelector(spec=spec)
     obj.metadata.name = name
     obj.metadata.labels = _labels("namespace-offloading-selector")
-    return obj.to_wire()
+    return obj.to_apply()
 
 
 # -- Admission webhooks (served by the controller-manager, which also fills in their caBundle) ---
@@ -762,4 +760,4 @@ def quota(home_cluster_id: str, spec: QuotaSpec, component: str) -> Manifest:
     obj.metadata.name = names.quota_name(home_cluster_id)
     obj.metadata.namespace = names.tenant_namespace(home_cluster_id)
     obj.metadata.labels = _labels(component)
-    return obj.to_wire()
+    return obj.to_apply()

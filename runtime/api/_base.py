@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +21,40 @@ class ApiModel(BaseModel):
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def to_apply(self) -> dict[str, Any]:
+        """What a server-side apply of this declares: `to_wire()` without the empty maps of the fields
+        that may be left out (absent, they read as the same default). Sent empty, a map that the same
+        field manager filled before comes back null: structured-merge-diff prunes the entries the
+        apply no longer names and leaves null where the map was, which a CRD schema refuses ("must
+        be of type object", kubernetes/kubernetes#135841). Left out, the whole field goes, as it was
+        before it was ever set. Lists are left as they are: without a list type, a CRD's lists are
+        atomic, replaced whole, so an empty one stays empty."""
+        return _without_empty_maps(self, self.to_wire())
+
+
+def _without_empty_maps(model: BaseModel, wire: dict[str, Any]) -> dict[str, Any]:
+    """`wire` (`model` on the wire) without the empty maps of its optional fields, nested models first."""
+    out = dict(wire)
+    for name, info in type(model).model_fields.items():
+        key = info.alias or name
+        value, sent = getattr(model, name), out.get(key)
+        if not isinstance(sent, dict):
+            continue
+        if isinstance(value, BaseModel):
+            sent = _without_empty_maps(value, sent)
+        elif isinstance(value, dict):  # a map of models (e.g. a VirtualNode's reflection settings)
+            models = {_wire_key(k): v for k, v in value.items() if isinstance(v, BaseModel)}
+            sent = {k: _without_empty_maps(models[k], v) if k in models else v for k, v in sent.items()}
+        if sent or info.is_required():
+            out[key] = sent
+        else:
+            del out[key]
+    return out
+
+
+def _wire_key(key: Any) -> str:
+    return str(key.value if isinstance(key, Enum) else key)
 
 
 @dataclass(frozen=True)

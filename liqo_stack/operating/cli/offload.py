@@ -85,7 +85,7 @@ def offloading_manifest(namespace: str, spec: NamespaceOffloadingSpec) -> dict[s
     obj = NamespaceOffloading(spec=spec)
     obj.metadata.name = names.NAMESPACE_OFFLOADING_NAME
     obj.metadata.namespace = namespace
-    return obj.to_wire()
+    return obj.to_apply()
 
 
 def selected_clusters(status: dict[str, Any]) -> list[str]:

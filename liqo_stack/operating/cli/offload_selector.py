@@ -219,7 +219,7 @@ def offload_namespaces(
     )
     obj = NamespaceOffloadingSelector(spec=spec)
     obj.metadata.name = name
-    manifest = obj.to_wire()
+    manifest = obj.to_apply()
     if output:
         click.echo(yaml.safe_dump(manifest, sort_keys=False) if output == "yaml" else json.dumps(manifest, indent=2))
         return
