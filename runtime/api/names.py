@@ -48,6 +48,9 @@ ON_DEMAND_GRACE_PERIOD_ANNOTATION: Final = f"{OWN_DOMAIN}/on-demand-grace-period
 # processes that serves it. A process started with `--shard NAME` serves the VirtualNodes labelled NAME,
 # so a peering added to or removed from a shard starts or ends inside the running process.
 VIRTUAL_KUBELET_SHARD_LABEL: Final = f"{OWN_DOMAIN}/virtual-kubelet-shard"
+# On the token Secret of a home identity, in its tenant namespace of a foreign cluster: the home's id.
+# The Secret's name changes each time it is issued; revoking is `kubectl delete secret -l` this label.
+HOME_IDENTITY_TOKEN_LABEL: Final = f"{OWN_DOMAIN}/home-identity-token"
 
 # Reflected objects carry both; a reflector never touches an object that lacks them.
 ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
@@ -184,6 +187,12 @@ def tenant_namespace(home_cluster_id: str) -> str:
 def home_identity_name(home_cluster_id: str) -> str:
     """The ServiceAccount (and its roles) the home cluster acts as in a foreign cluster."""
     return f"liqo-home-{home_cluster_id}"
+
+
+def home_identity_token_prefix(home_cluster_id: str, foreign_cluster_id: str) -> str:
+    """How the names of the home identity's token Secrets in a foreign cluster start; each one issued
+    ends with a random suffix of its own (`liqo-home-home-token-foreign-1-3f9c2a7e`)."""
+    return f"{home_identity_name(home_cluster_id)}-token-{foreign_cluster_id}"
 
 
 def quota_name(home_cluster_id: str) -> str:

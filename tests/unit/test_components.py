@@ -22,6 +22,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         self.resources.append(args)
+        metadata = args.inputs.get("metadata")
+        if isinstance(metadata, dict) and "name" not in metadata and args.typ.startswith("kubernetes:"):
+            # what pulumi-kubernetes' check does to an object its manifest names not: `<resource name>-<8 hex>`
+            metadata["name"] = f"{args.name}-0123abcd"
         outputs = dict(args.inputs)
         if args.typ == "kubernetes:core/v1:Secret" and args.inputs.get("type") == "kubernetes.io/service-account-token":
             # what the foreign cluster's token controller fills in (pulumi-kubernetes waits for it)
@@ -391,6 +395,25 @@ def test_the_identity_token_is_waited_for_up_to_a_minute(mocks: RecordingMocks) 
     tokens = [m for m in mocks.in_cluster("foreign-1") if m.get("type") == "kubernetes.io/service-account-token"]
     assert [t["metadata"]["annotations"]["pulumi.com/waitFor"] for t in tokens] == ["jsonpath={.data.token}"]
     assert tokens[0]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"] == "60"
+
+
+def test_each_identity_token_secret_is_named_anew_at_each_creation(mocks: RecordingMocks) -> None:
+    """A token is signed over its Secret's name: the stack never names the Secret, pulumi-kubernetes
+    does, `<resource name>-<random>`, a new name each time it creates it (docs/security.md)."""
+    run_program()
+
+    for foreign in ("foreign-1", "foreign-2"):
+        [token] = [
+            r
+            for r in mocks.objects()
+            if r.inputs.get("type") == "kubernetes.io/service-account-token" and mocks.cluster_of(r) == foreign
+        ]
+        assert token.name == names.home_identity_token_prefix("home", foreign) == f"liqo-home-home-token-{foreign}"
+        assert names.is_dns_label(token.name), "what pulumi-kubernetes prefixes the random suffix with is a name"
+        metadata = token.inputs["metadata"]
+        assert metadata["name"] == f"{token.name}-0123abcd", "named by the provider (the mocks' stand-in)"
+        assert metadata["annotations"]["pulumi.com/autonamed"] == "true"
+        assert metadata["labels"][names.HOME_IDENTITY_TOKEN_LABEL] == "home", "what revoking it selects"
 
 
 def shards_config(tmp_path: Path, per_process: object, count: int = 3) -> dict[str, Any]:

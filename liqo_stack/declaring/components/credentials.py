@@ -50,7 +50,11 @@ def compose_kubeconfig(cluster: Mapping[str, Any], cluster_id: str, user: str, t
 
 
 def home_identity_kubeconfig(
-    api_server_address: str | None, foreign: Cluster, identity: str, token_data: pulumi.Output[Mapping[str, str]]
+    api_server_address: str | None,
+    foreign: Cluster,
+    identity: str,
+    tenant: str,
+    token_data: pulumi.Output[Mapping[str, str]],
 ) -> pulumi.Output[str]:
     """The identity's kubeconfig, a secret output known once the token Secret has its data;
     `api_server_address`: where the identity reaches the API server (None: the kubeconfig's server)."""
@@ -71,8 +75,8 @@ def home_identity_kubeconfig(
         cluster, data = args
         if not (data or {}).get("token"):
             raise RuntimeError(
-                f"the Secret {identity}-token in cluster {foreign.cluster_id} has no data.token: is that cluster's "
-                "kube-controller-manager (its token controller) running?"
+                f"the token Secret of {identity} in {tenant} of cluster {foreign.cluster_id} has no data.token: is "
+                "that cluster's kube-controller-manager (its token controller) running?"
             )
         token = base64.b64decode(data["token"]).decode()
         ca = data.get("ca.crt")

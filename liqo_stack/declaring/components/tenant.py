@@ -75,14 +75,16 @@ def declare_tenant(
         f"{prefix}home-identity", manifests.service_account(identity, tenant, component), in_tenant
     )
     # The cluster's token controller fills the Secret. pulumi-kubernetes' own wait for it gives up
-    # after 5 s, too short for a busy cluster: wait for the token itself, up to a minute.
-    token = foreign.object(
-        f"{prefix}home-identity-token",
+    # after 5 s, too short for a busy cluster: wait for the token itself, up to a minute. Each Secret
+    # issued has a name of its own, so a token revoked by deleting its Secret never comes back.
+    token = foreign.named_at_each_creation(
+        names.home_identity_token_prefix(home_id, foreign.cluster_id),
         annotated(
-            manifests.service_account_token(identity, tenant, component),
+            manifests.service_account_token(identity, tenant, component, {names.HOME_IDENTITY_TOKEN_LABEL: home_id}),
             {WAIT_FOR: "jsonpath={.data.token}", TIMEOUT_SECONDS: str(TOKEN_WAIT_SECONDS)},
         ),
         pulumi.ResourceOptions(parent=parent, depends_on=[account]),
+        formerly=f"{prefix}home-identity-token",
     )
     role = foreign.object(
         f"{prefix}home-identity-role",
@@ -110,7 +112,9 @@ def declare_tenant(
                 pulumi.ResourceOptions(parent=parent, depends_on=[crd_role, account]),
             ),
         ]
-    kubeconfig = home_identity_kubeconfig(api_server_address, foreign, identity, cast(k8s.core.v1.Secret, token).data)
+    kubeconfig = home_identity_kubeconfig(
+        api_server_address, foreign, identity, tenant, cast(k8s.core.v1.Secret, token).data
+    )
     return TenantSide(namespace, quota, account, token, role, binding, crd_access, kubeconfig)
 
 
