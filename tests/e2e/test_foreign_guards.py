@@ -8,6 +8,7 @@ admission policy on ShadowPods, and the grant the foreign agent holds each home 
 from __future__ import annotations
 
 import base64
+import copy
 import subprocess
 import sys
 import threading
@@ -29,9 +30,9 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.quota import spec_requests
-from runtime.api.resources import QuotaResource, ShadowPodResource, VirtualNodeResource
+from runtime.api.resources import QuotaResource, ResourceAdvertisementResource, ShadowPodResource, VirtualNodeResource
 from tests.support.cli import liqo_stack_output, previewed
-from tests.support.kube import VIRTUAL_NODES, get_or_none, wait_until
+from tests.support.kube import VIRTUAL_NODES, get_or_none, restarts, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -40,16 +41,22 @@ FOREIGN = "foreign-1"
 TENANT = names.tenant_namespace("home")
 
 
-@pytest.fixture(scope="module")
-def identity_kubeconfig(home: Client, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What an attacker who read the home Secret holds: the home identity in foreign-1."""
+def saved_identity_kubeconfig(home: Client, directory: Path) -> Path:
+    """The home identity's kubeconfig for foreign-1 as the home Secret holds it now, saved to a file."""
     secret: Any = home.get(Secret, names.credentials_secret_name(FOREIGN), namespace=names.LIQO_NAMESPACE)
-    path = tmp_path_factory.mktemp("identity") / "identity.yaml"
+    path = directory / "identity.yaml"
     path.write_bytes(base64.b64decode(secret.data["kubeconfig"]))
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
+def identity_kubeconfig(home: Client, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What an attacker who read the home Secret holds: the home identity in foreign-1 (read for each
+    test: a test here reissues it)."""
+    return saved_identity_kubeconfig(home, tmp_path_factory.mktemp("identity"))
+
+
+@pytest.fixture
 def attacker(identity_kubeconfig: Path) -> Client:
     return Client(KubeConfig.from_file(identity_kubeconfig))
 
@@ -283,37 +290,75 @@ def running_on_foreign_1(home: Client, namespace: str, name: str) -> Any:
     )
 
 
-def test_a_revoked_token_then_a_new_one_is_picked_up_live_with_no_pod_touched(
+def identity_answer(kubeconfig: Path) -> int:
+    """The HTTP status foreign-1's API server answers a read the home identity may do, with that token."""
+    client = Client(KubeConfig.from_file(kubeconfig))
+    try:
+        client.list(ResourceAdvertisementResource, namespace=TENANT)
+    except ApiError as err:
+        return int(err.status.code or 0)
+    finally:
+        client.close()
+    return 200
+
+
+def token_in(kubeconfig: Path) -> str:
+    return str(yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"])
+
+
+def kubectl_as_foreign_admin(dev_env: DevEnvironment, *args: str) -> str:
+    """The pinned kubectl with foreign-1's admin kubeconfig; it must succeed."""
+    command = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", str(dev_env.kubeconfig(FOREIGN)), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"{command}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_a_revoked_token_never_works_again_and_its_successor_is_picked_up_live_with_no_pod_touched(
     offloaded: str,
     home: Client,
     foreign: dict[str, Client],
     runtime: ExternalRuntime,
     installed: auto.Stack,
+    dev_env: DevEnvironment,
     fast_health_checks: None,
+    tmp_path: Path,
 ) -> None:
-    """The foreign side revokes the home identity's token (its Secret deleted); `pulumi up` issues a
-    new one: the virtual node goes NotReady (ForeignUnauthorized), then Ready, with the same virtual
-    kubelet process and the same pods at home and there."""
+    """As docs/security.md says: foreign-1's admin revokes the home identity's token (its Secret deleted),
+    `pulumi up --refresh` issues another. The revoked token gets 401, and still does once the new one
+    exists; the new one is another token, and works. The virtual node goes NotReady (ForeignUnauthorized),
+    then Ready, with the same virtual kubelet process, and the same pods at home and there, never restarted."""
     running = running_on_foreign_1(home, offloaded, "steady")
     remote = cast(Any, foreign[FOREIGN].get(Pod, "steady", namespace=offloaded + TWIN_SUFFIX))
     kubelet_pid = runtime.pid(f"kubelet-{FOREIGN}")
     node = names.virtual_node_name(FOREIGN)
+    revoked = saved_identity_kubeconfig(home, tmp_path).rename(tmp_path / "revoked.yaml")
+    assert identity_answer(revoked) == 200
 
     def ready_reason() -> tuple[str, str]:
         conditions = cast(Any, home.get(Node, node)).status.conditions or []
         ready = next(c for c in conditions if c.type == "Ready")
         return ready.status, ready.reason or ""
 
-    token_secret = f"{names.home_identity_name('home')}-token"  # the stack's (manifests.service_account_token)
-    foreign[FOREIGN].delete(Secret, token_secret, namespace=TENANT)
+    said = kubectl_as_foreign_admin(
+        dev_env, "-n", TENANT, "delete", "secret", "-l", f"{names.HOME_IDENTITY_TOKEN_LABEL}=home"
+    )
+    assert said.count("deleted") == 1, said
     wait_until(lambda: ready_reason() == ("False", "ForeignUnauthorized"), 60, "NotReady: ForeignUnauthorized")
+    assert identity_answer(revoked) == 401
     installed.up(on_output=print, refresh=True)  # issues a new token into the credentials Secret
     wait_until(lambda: ready_reason()[0] == "True", 30, "Ready again with the new token")
+    reissued = saved_identity_kubeconfig(home, tmp_path)
+    assert token_in(reissued) != token_in(revoked), "a new credential, not the revoked one again"
+    assert identity_answer(reissued) == 200
+    assert identity_answer(revoked) == 401, "the revoked token stays revoked"
     assert runtime.pid(f"kubelet-{FOREIGN}") == kubelet_pid, "the virtual kubelet was not restarted"
     after: Any = home.get(Pod, "steady", namespace=offloaded)
     assert after.metadata.uid == running.metadata.uid and after.status.phase == "Running"
+    assert restarts(after) == restarts(running), "its containers were not restarted"
     remote_after = cast(Any, foreign[FOREIGN].get(Pod, "steady", namespace=offloaded + TWIN_SUFFIX))
     assert remote_after.metadata.uid == remote.metadata.uid, "the remote pod was not touched"
+    assert restarts(remote_after) == restarts(remote)
     home.delete(Pod, "steady", namespace=offloaded, grace_period=0)
 
 
@@ -417,6 +462,29 @@ def test_preview_pod_says_a_foreign_cluster_refuses_the_pod_before_it_exists(
     plain = {**pod, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
     manifest.write_text(yaml.safe_dump(plain))
     assert previewed(dev_env, "-f", str(manifest), "-n", offloaded)[FOREIGN]["foreignAdmission"]["admitted"] is True
+
+
+def test_a_grant_set_then_taken_out_by_pulumi_up_leaves_the_quota_as_it_was_and_nothing_to_change(
+    foreign: dict[str, Client], installed: auto.Stack
+) -> None:
+    """`grant: {resources: {cpu: "8"}}` set on foreign-1 and applied, then taken out and applied: the
+    Quota is as it was before (the grant pruned whole, not left null for the schema to refuse), and a
+    refreshed preview has nothing to change."""
+
+    def quota_spec() -> dict[str, Any]:
+        return dict(foreign[FOREIGN].get(QuotaResource, names.quota_name("home"), namespace=TENANT)["spec"])
+
+    before = quota_spec()
+    declared = PulumiEnvironment.liqo_config(installed)
+    granted = copy.deepcopy(declared)
+    next(c for c in granted["foreignClusters"] if c["clusterId"] == FOREIGN)["grant"] = {"resources": {"cpu": "8"}}
+    PulumiEnvironment.set_liqo_config(installed, granted)
+    installed.up(on_output=print)
+    assert quota_spec() == {**before, "resources": {"cpu": "8"}}
+    PulumiEnvironment.set_liqo_config(installed, declared)
+    installed.up(on_output=print)
+    assert quota_spec() == before
+    installed.preview(expect_no_changes=True, refresh=True, diff=True, on_output=print)
 
 
 def test_a_new_floor_is_previewed_with_the_pods_it_would_refuse_and_applied_without_stopping_them(
