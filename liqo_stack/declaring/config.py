@@ -53,7 +53,7 @@ from runtime.api.network import (
     remapped_pod_cidrs,
 )
 from runtime.api.quantities import parse_quantity
-from runtime.api.quota import LimitsEnforcement, QuotaSpec
+from runtime.api.quota import CHECKED_UNDER, LimitsEnforcement, QuotaSpec
 from runtime.api.virtualnode import ApiServerAddress
 
 CONFIG_NAMESPACE = "liqo"
@@ -301,9 +301,8 @@ class GrantConfig(ConfigModel):
 
     limits_enforcement: LimitsEnforcement = Field(
         default=LimitsEnforcement.SOFT,
-        description="`None` (no resource check), `Soft` (the pods' requests, none counting as zero, and one pod "
-        "slot each stay within the grant) or `Hard` (as Soft, and every container requests cpu and memory equal "
-        "to its limits)",
+        description="how strictly the grant is held: "
+        + "; ".join(f"`{level.value}`: {checked}" for level, checked in CHECKED_UNDER.items()),
     )
     resources: Quantities = Field(
         default_factory=dict,

@@ -1,5 +1,6 @@
-"""Generated documentation: `python -m liqo_stack.declaring.docs config > docs/configuration.md`, and
-`python -m liqo_stack.declaring.docs identities > docs/identities.md`.
+"""Generated documentation: `python -m liqo_stack.declaring.docs config > docs/configuration.md`,
+`python -m liqo_stack.declaring.docs identities > docs/identities.md`, and the tables of
+docs/security.md, rewritten in place: `python -m liqo_stack.declaring.docs security`.
 
 The configuration reference is written from the pydantic models of `liqo_stack/declaring/config.py` (their
 field types, defaults, constraints and descriptions), so the page cannot say anything the program
@@ -9,11 +10,14 @@ does not accept; `tests/unit/test_docs.py` fails when the committed page is stal
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from annotated_types import Ge, Le, MaxLen, MinLen
@@ -22,7 +26,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from liqo_stack.declaring import config, manifests
-from runtime.api import format_duration, names
+from runtime.api import CustomResourceReflection, format_duration, names
+from runtime.api.quota import CHECKED_UNDER, LimitsEnforcement
 
 REGENERATE = "python -m liqo_stack.declaring.docs config > docs/configuration.md"
 
@@ -279,12 +284,226 @@ def identities_reference() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+# -- docs/security.md: a page written by hand, whose tables are generated ----------------------------
+# Each table sits between a marker naming it and END_GENERATED; the page around them is prose.
+SECURITY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+REGENERATE_SECURITY = "python -m liqo_stack.declaring.docs security"
+_GENERATED = re.compile(
+    r"^<!-- GENERATED (?P<name>[a-z-]+)[^\n]*-->\n(?P<body>.*?)^<!-- END GENERATED -->$", re.M | re.S
+)
+GENERATED_MARKER = f"<!-- GENERATED {{name}} from liqo-stack's own objects: do not edit; {REGENERATE_SECURITY} -->"
+END_GENERATED = "<!-- END GENERATED -->"
+HOME, FOREIGN = "<home>", "<foreign>"
+
+
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return "\n".join([*lines, *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)])
+
+
+def trust_table() -> str:
+    """Who holds which credential, and who trusts it (names from runtime/api/names.py)."""
+    liqo, tenant, identity = names.LIQO_NAMESPACE, names.tenant_namespace(HOME), names.home_identity_name(HOME)
+    token = names.home_identity_token_prefix(HOME, FOREIGN)
+    rows = [
+        (
+            "the stack (`pulumi up`)",
+            "an admin kubeconfig of each cluster it declares (a foreign side's own stack: of that cluster only)",
+            "each cluster's admins, who run it",
+        ),
+        (
+            "the controller-manager",
+            f"its ServiceAccount `{liqo}/{names.CONTROLLER_MANAGER}` at home",
+            "the home cluster",
+        ),
+        (
+            "a virtual kubelet",
+            f"its ServiceAccount `{liqo}/{names.virtual_kubelet_name(FOREIGN)}` at home, and the home identity's "
+            f"kubeconfig for its foreign cluster (home Secret `{liqo}/{names.credentials_secret_name(FOREIGN)}`)",
+            "the home cluster; the foreign cluster only as far as the home identity goes",
+        ),
+        (
+            "the home identity",
+            f"a token of the ServiceAccount `{tenant}/{identity}` of the foreign cluster (its Secret "
+            f"`{token}-<random>` there, [rotated](#credentials-that-change) by deleting it)",
+            "the foreign cluster, within the limits below",
+        ),
+        (
+            "the foreign agent",
+            f"its ServiceAccount `{liqo}/{names.FOREIGN_AGENT}` in the foreign cluster",
+            "the foreign cluster",
+        ),
+    ]
+    return _table(("identity", "holds", "trusted by"), rows)
+
+
+_READ = frozenset({"get", "list", "watch"})
+_ALL = _READ | {"create", "update", "patch", "delete"}
+
+
+def _may(rule: manifests.Manifest) -> str:
+    """One RBAC rule in a few words: `manage` (every verb), `read` (get, list, watch), else its verbs; a
+    resource of a named API group as kubectl names it (`ingresses.networking.k8s.io`)."""
+    verbs = set(rule.get("verbs") or [])
+    groups = [f".{g}" if g else "" for g in rule.get("apiGroups") or [""]]
+    resources = ", ".join(f"`{r}{g}`" for g in groups for r in rule.get("resources") or [])
+    if verbs == _ALL:
+        said = "manage"
+    elif verbs == _READ:
+        said = "read"
+    elif verbs > _READ:
+        said = "read, " + ", ".join(v for v in rule["verbs"] if v not in _READ)
+    else:
+        said = ", ".join(rule.get("verbs") or [])
+    only = rule.get("resourceNames")
+    return f"{said} {resources}" + (f" (only {', '.join(f'`{n}`' for n in only)})" if only else "")
+
+
+def _home_identity_scopes() -> list[tuple[str, list[manifests.Manifest]]]:
+    """Where the home identity's rules apply in a foreign cluster, and the rules (a custom resource type
+    opted in, `<type>`, stands for those of liqo:reflection.customResources)."""
+    custom = [CustomResourceReflection(group="<group>", version="<version>", resource="<type>")]
+    return [
+        (f"its tenant namespace `{names.tenant_namespace(HOME)}`", manifests.HOME_IDENTITY_TENANT_RULES),
+        (f"each twin namespace of `{HOME}`", manifests.home_in_twin_namespace_rules(custom)),
+        (
+            "the cluster, by name (with liqo:reflection.customResources)",
+            manifests.custom_resource_definition_rules(custom),
+        ),
+    ]
+
+
+def home_identity_rights_table() -> str:
+    """What the home identity may do in a foreign cluster, from the rules the stack binds it to."""
+    rows = [(where, "; ".join(_may(rule) for rule in rules)) for where, rules in _home_identity_scopes()]
+    return _table(("in the foreign cluster, in", "the home identity may"), rows)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Something the home identity may not do: no rule it is bound to grants any of `verbs` on `resource`."""
+
+    said: str
+    group: str
+    resource: str
+    verbs: frozenset[str]
+    scopes: tuple[int, ...] = (0, 1, 2)  # of _home_identity_scopes()
+
+
+REFUSALS = (
+    Refusal(
+        "create pods (only ShadowPods, which the foreign agent turns into pods)", "", "pods", frozenset({"create"})
+    ),
+    Refusal("create, change or delete namespaces (its twins are the foreign agent's to make)", "", "namespaces", _ALL),
+    Refusal("read or change its Quota", names.GROUP, "quotas", _ALL),
+    Refusal(
+        "request tokens for itself, or any account (`serviceaccounts/token`): it cannot mint one that outlives a "
+        "revocation",
+        "",
+        "serviceaccounts/token",
+        frozenset({"create"}),
+    ),
+    Refusal("read the Secrets of its tenant namespace (its own token's among them)", "", "secrets", _ALL, scopes=(0,)),
+    Refusal("create, change or bind roles and bindings", "rbac.authorization.k8s.io", "*", _ALL | {"bind", "escalate"}),
+    Refusal("change the admission policy", "admissionregistration.k8s.io", "*", _ALL),
+)
+
+
+def _grants(rule: manifests.Manifest, refusal: Refusal) -> bool:
+    groups, resources, verbs = (set(rule.get(k) or []) for k in ("apiGroups", "resources", "verbs"))
+    group = "*" in groups or refusal.group in groups
+    resource = "*" in resources or refusal.resource in resources or (refusal.resource == "*" and bool(resources))
+    return group and resource and ("*" in verbs or bool(verbs & refusal.verbs))
+
+
+def home_identity_refusals_table() -> str:
+    """What the home identity may not do, each checked against the rules it is bound to: a rule that
+    grants one of them fails the generation (and the docs test), naming it."""
+    scopes = _home_identity_scopes()
+    for refusal in REFUSALS:
+        for index in refusal.scopes:
+            where, rules = scopes[index]
+            granting = [rule for rule in rules if _grants(rule, refusal)]
+            if granting:
+                raise ValueError(
+                    f"docs/security.md says the home identity may not {refusal.said}, but in {where} "
+                    f"it is granted {granting[0]}: fix the rule or the claim (liqo_stack/declaring/docs.py)"
+                )
+    every = "everywhere it is bound (the three above)"
+    rows = [
+        (refusal.said, every if len(refusal.scopes) == len(scopes) else ", ".join(scopes[i][0] for i in refusal.scopes))
+        for refusal in REFUSALS
+    ]
+    return _table(("the home identity may not", "checked against its rules"), rows)
+
+
+_CEL_LITERAL = re.compile(r"^'(?P<text>[^']*)'$")
+
+
+def _cel_message(expression: str) -> str:
+    """A CEL message expression (`'a ' + x.y + ' b'`) as text, each value shown as `` `<y>` ``."""
+    parts = [part.strip() for part in expression.split(" + ")]
+    return "".join(m["text"] if (m := _CEL_LITERAL.match(p)) else f"`<{p.rsplit('.', 1)[-1]}>`" for p in parts)
+
+
+def admission_policy_table() -> str:
+    """The ShadowPod admission policy's validations, as it words a refusal (manifests.shadowpod_policy)."""
+    policy = manifests.shadowpod_policy()
+    rows = [
+        (str(index), v.get("message") or _cel_message(v["messageExpression"]), v.get("reason", "Invalid"))
+        for index, v in enumerate(policy["spec"]["validations"], start=1)
+    ]
+    return _table(("#", "refused, in the policy's words (`<...>`: filled in when it refuses)", "reason"), rows)
+
+
+def limits_enforcement_table() -> str:
+    """What the foreign agent checks under each limitsEnforcement (runtime/api/quota.py)."""
+    rows = [
+        (f"`{level.value}`" + (" (default)" if level is LimitsEnforcement.SOFT else ""), checked)
+        for level, checked in CHECKED_UNDER.items()
+    ]
+    return _table(("limitsEnforcement", "what is checked"), rows)
+
+
+SECURITY_TABLES: dict[str, Callable[[], str]] = {
+    "trust": trust_table,
+    "home-identity-rights": home_identity_rights_table,
+    "home-identity-refusals": home_identity_refusals_table,
+    "admission-policy": admission_policy_table,
+    "limits-enforcement": limits_enforcement_table,
+}
+
+
+def generated_sections(page: str) -> list[str]:
+    """The names of the generated tables a page holds, in order."""
+    return [m["name"] for m in _GENERATED.finditer(page)]
+
+
+def with_generated_tables(page: str) -> str:
+    """`page` with each of its generated tables written anew; a marker naming no table is an error."""
+
+    def table(found: re.Match[str]) -> str:
+        name = found["name"]
+        if name not in SECURITY_TABLES:
+            raise ValueError(f"{name}: no such generated table (known: {', '.join(SECURITY_TABLES)})")
+        return f"{GENERATED_MARKER.format(name=name)}\n{SECURITY_TABLES[name]()}\n{END_GENERATED}"
+
+    return _GENERATED.sub(table, page)
+
+
+def write_security_tables(path: Path = SECURITY_PAGE) -> None:
+    path.write_text(with_generated_tables(path.read_text()))
+
+
 PAGES = {"config": config_reference, "identities": identities_reference}
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["security"]:  # tables inside a page written by hand: rewritten in place
+        write_security_tables()
+        return 0
     if len(argv) != 1 or argv[0] not in PAGES:
-        print(f"usage: {REGENERATE}, or {REGENERATE_IDENTITIES}", file=sys.stderr)
+        print(f"usage: {REGENERATE}, {REGENERATE_IDENTITIES}, or {REGENERATE_SECURITY}", file=sys.stderr)
         return 2
     sys.stdout.write(PAGES[argv[0]]())
     return 0

@@ -22,11 +22,22 @@ from runtime.api.quantities import parse_quantity
 
 
 class LimitsEnforcement(StrEnum):
-    """How strictly a grant is held (docs/security.md#grants)."""
+    """How strictly a grant is held (docs/security.md#grants): what each checks is CHECKED_UNDER."""
 
-    NONE = "None"  # no check of the resources (origin, host namespaces and the floor still apply)
-    SOFT = "Soft"  # the pods' requests (none counts as zero) and one pod slot each, within the grant
-    HARD = "Hard"  # as Soft, and every container requests cpu and memory, with limits equal to requests
+    NONE = "None"
+    SOFT = "Soft"
+    HARD = "Hard"
+
+
+# What the foreign agent checks of a pod under each level (runtime/controllers/granting.py), as the
+# docs and the config reference say it.
+CHECKED_UNDER: dict[LimitsEnforcement, str] = {
+    LimitsEnforcement.NONE: "no resource check (the pod's origin, host namespaces and the floor still apply)",
+    LimitsEnforcement.SOFT: "the requests of the home's pods there, this one included, stay within `resources`: each "
+    "pod counts its containers' requests (none counts as zero) and one `pods` slot; only the resources the grant "
+    "names are held",
+    LimitsEnforcement.HARD: "as `Soft`, and every container requests cpu and memory, with limits equal to requests",
+}
 
 
 class QuotaSpec(ApiModel):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from liqo_stack.declaring import config
+from liqo_stack.declaring import config, manifests
 from liqo_stack.declaring import docs as generated
 from tests.support import docs
 from tests.support.docs import REPO
@@ -28,6 +28,47 @@ def test_the_identities_page_is_generated_from_the_rbac_rules_the_stack_declares
     assert committed == generated.identities_reference(), (
         f"docs/identities.md is stale: the RBAC rules changed. Regenerate it with `{generated.REGENERATE_IDENTITIES}`"
     )
+
+
+def test_the_tables_of_the_security_page_are_generated_from_what_the_stack_declares() -> None:
+    committed = generated.SECURITY_PAGE.read_text()
+    assert committed == generated.with_generated_tables(committed), (
+        "docs/security.md's tables are stale: the stack's RBAC rules, admission policy, names or grant "
+        f"checks changed. Regenerate them with `{generated.REGENERATE_SECURITY}`"
+    )
+    assert sorted(generated.generated_sections(committed)) == sorted(generated.SECURITY_TABLES), (
+        "each generated table is in the page, once"
+    )
+
+
+def test_a_new_right_of_the_home_identity_shows_in_the_security_page_or_fails_a_claim_it_contradicts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    page = generated.SECURITY_PAGE.read_text()
+    read_crds = {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]}
+    monkeypatch.setattr(manifests, "HOME_IDENTITY_TENANT_RULES", [*manifests.HOME_IDENTITY_TENANT_RULES, read_crds])
+    assert "get `customresourcedefinitions.apiextensions.k8s.io`" in generated.with_generated_tables(page)
+    # the page says it may not read the Secrets of its tenant namespace: a rule that lets it fails the generation
+    read_secrets = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    monkeypatch.setattr(manifests, "HOME_IDENTITY_TENANT_RULES", [*manifests.HOME_IDENTITY_TENANT_RULES, read_secrets])
+    with pytest.raises(ValueError, match="may not read the Secrets of its tenant namespace"):
+        generated.with_generated_tables(page)
+
+
+def test_a_new_validation_of_the_admission_policy_shows_in_the_security_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    page = generated.SECURITY_PAGE.read_text()
+    policy = manifests.shadowpod_policy()
+    policy["spec"]["validations"].append(
+        {"expression": "true", "messageExpression": "'too many pods in ' + namespaceObject.metadata.name"}
+    )
+    monkeypatch.setattr(manifests, "shadowpod_policy", lambda: policy)
+    assert "| 7 | too many pods in `<name>` | Invalid |" in generated.with_generated_tables(page)
+
+
+def test_a_marker_naming_no_table_is_an_error() -> None:
+    page = "# x\n\n<!-- GENERATED no-such-table -->\n<!-- END GENERATED -->\n"
+    with pytest.raises(ValueError, match="no-such-table: no such generated table"):
+        generated.with_generated_tables(page)
 
 
 def test_every_setting_of_the_config_models_is_in_the_reference() -> None:
