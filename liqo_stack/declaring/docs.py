@@ -304,7 +304,7 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
 def trust_table() -> str:
     """Who holds which credential, and who trusts it (names from runtime/api/names.py)."""
     liqo, tenant, identity = names.LIQO_NAMESPACE, names.tenant_namespace(HOME), names.home_identity_name(HOME)
-    token = names.home_identity_token_prefix(HOME, FOREIGN)
+    token = names.home_identity_token_prefix(HOME)
     rows = [
         (
             "the stack (`pulumi up`)",

@@ -86,16 +86,19 @@ def service_account(name: str, ns: str, component: str) -> Manifest:
     }
 
 
-def service_account_token(account: str, ns: str, component: str, labels: dict[str, str] | None = None) -> Manifest:
-    """A long-lived token Secret, filled by the token controller of the cluster it lives in. Without a
-    name: the token is signed over the Secret's name (and the account's), so a Secret made again under
-    the same name would hold the very token that deleting it revoked. Whoever declares it gives each
-    Secret it makes a name of its own (docs/security.md#credentials-that-change)."""
+def service_account_token(
+    account: str, ns: str, component: str, name: str, labels: dict[str, str] | None = None
+) -> Manifest:
+    """A long-lived token Secret, filled by the token controller of the cluster it lives in. The token is
+    signed over the Secret's name (and the account's): a Secret made again under the same name holds
+    the very token that deleting it revoked, so give each Secret issued a `name` of its own
+    (docs/security.md#credentials-that-change)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "kubernetes.io/service-account-token",
         "metadata": {
+            "name": name,
             "namespace": ns,
             "labels": {**_labels(component), **(labels or {})},
             "annotations": {"kubernetes.io/service-account.name": account},

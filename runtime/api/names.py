@@ -189,10 +189,10 @@ def home_identity_name(home_cluster_id: str) -> str:
     return f"liqo-home-{home_cluster_id}"
 
 
-def home_identity_token_prefix(home_cluster_id: str, foreign_cluster_id: str) -> str:
-    """How the names of the home identity's token Secrets in a foreign cluster start; each one issued
-    ends with a random suffix of its own (`liqo-home-home-token-foreign-1-3f9c2a7e`)."""
-    return f"{home_identity_name(home_cluster_id)}-token-{foreign_cluster_id}"
+def home_identity_token_prefix(home_cluster_id: str) -> str:
+    """How the names of the home identity's token Secrets start; each one issued ends with a random
+    suffix of its own (`liqo-home-home-token-3f9c2a7e`)."""
+    return f"{home_identity_name(home_cluster_id)}-token"
 
 
 def quota_name(home_cluster_id: str) -> str:

@@ -294,7 +294,7 @@ def identity_answer(kubeconfig: Path) -> int:
     """The HTTP status foreign-1's API server answers a read the home identity may do, with that token."""
     client = Client(KubeConfig.from_file(kubeconfig))
     try:
-        client.list(ResourceAdvertisementResource, namespace=TENANT)
+        list(client.list(ResourceAdvertisementResource, namespace=TENANT))  # a list is sent once iterated
     except ApiError as err:
         return int(err.status.code or 0)
     finally:
@@ -345,7 +345,8 @@ def test_a_revoked_token_never_works_again_and_its_successor_is_picked_up_live_w
     )
     assert said.count("deleted") == 1, said
     wait_until(lambda: ready_reason() == ("False", "ForeignUnauthorized"), 60, "NotReady: ForeignUnauthorized")
-    assert identity_answer(revoked) == 401
+    # the API server takes a token it authenticated as good for 10 s more (its token cache)
+    wait_until(lambda: identity_answer(revoked) == 401, 30, "the revoked token refused")
     installed.up(on_output=print, refresh=True)  # issues a new token into the credentials Secret
     wait_until(lambda: ready_reason()[0] == "True", 30, "Ready again with the new token")
     reissued = saved_identity_kubeconfig(home, tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         self.resources.append(args)
-        metadata = args.inputs.get("metadata")
-        if isinstance(metadata, dict) and "name" not in metadata and args.typ.startswith("kubernetes:"):
-            # what pulumi-kubernetes' check does to an object its manifest names not: `<resource name>-<8 hex>`
-            metadata["name"] = f"{args.name}-0123abcd"
         outputs = dict(args.inputs)
         if args.typ == "kubernetes:core/v1:Secret" and args.inputs.get("type") == "kubernetes.io/service-account-token":
             # what the foreign cluster's token controller fills in (pulumi-kubernetes waits for it)
@@ -397,23 +394,24 @@ def test_the_identity_token_is_waited_for_up_to_a_minute(mocks: RecordingMocks) 
     assert tokens[0]["metadata"]["annotations"]["pulumi.com/timeoutSeconds"] == "60"
 
 
-def test_each_identity_token_secret_is_named_anew_at_each_creation(mocks: RecordingMocks) -> None:
-    """A token is signed over its Secret's name: the stack never names the Secret, pulumi-kubernetes
-    does, `<resource name>-<random>`, a new name each time it creates it (docs/security.md)."""
-    run_program()
+def test_each_identity_token_secret_issued_has_a_name_of_its_own(mocks: RecordingMocks) -> None:
+    """A token is signed over its Secret's name: a Secret issued again (deleted, then `pulumi up --refresh`)
+    gets another name, so another token (docs/security.md); the name it has is kept (ignore_changes)."""
 
-    for foreign in ("foreign-1", "foreign-2"):
-        [token] = [
-            r
-            for r in mocks.objects()
-            if r.inputs.get("type") == "kubernetes.io/service-account-token" and mocks.cluster_of(r) == foreign
-        ]
-        assert token.name == names.home_identity_token_prefix("home", foreign) == f"liqo-home-home-token-{foreign}"
-        assert names.is_dns_label(token.name), "what pulumi-kubernetes prefixes the random suffix with is a name"
-        metadata = token.inputs["metadata"]
-        assert metadata["name"] == f"{token.name}-0123abcd", "named by the provider (the mocks' stand-in)"
-        assert metadata["annotations"]["pulumi.com/autonamed"] == "true"
-        assert metadata["labels"][names.HOME_IDENTITY_TOKEN_LABEL] == "home", "what revoking it selects"
+    def token_names() -> list[str]:
+        tokens = [m for m in mocks.in_cluster("foreign-1") if m.get("type") == "kubernetes.io/service-account-token"]
+        for token in tokens:
+            assert token["metadata"]["labels"][names.HOME_IDENTITY_TOKEN_LABEL] == "home", "what revoking selects"
+        return [t["metadata"]["name"] for t in tokens]
+
+    run_program()
+    [first] = token_names()
+    mocks.resources.clear()
+    run_program()
+    [second] = token_names()
+    for name in (first, second):
+        assert re.fullmatch(rf"{names.home_identity_token_prefix('home')}-[0-9a-f]{{8}}", name), name
+    assert first != second
 
 
 def shards_config(tmp_path: Path, per_process: object, count: int = 3) -> dict[str, Any]:

@@ -27,8 +27,6 @@ import pulumi_kubernetes as k8s
 #   declare (the runtime's caBundles, status, finalizers) stay with their writers.
 FIELD_MANAGER = "liqo-stack"
 APPLY_ANNOTATIONS = {"pulumi.com/patchFieldManager": FIELD_MANAGER, "pulumi.com/patchForce": "true"}
-# An object pulumi-kubernetes names itself (`<resource name>-<8 random hex>`), anew each time it creates it.
-AUTONAMED = "pulumi.com/autonamed"
 # How long pulumi-kubernetes waits for an object, and for what (annotations too).
 SKIP_AWAIT = "pulumi.com/skipAwait"
 WAIT_FOR = "pulumi.com/waitFor"
@@ -136,23 +134,3 @@ class Cluster:
     ) -> pulumi.CustomResource:
         placed = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=self.provider))
         return declare(f"{self.cluster_id}:{resource_name}", manifest, placed, **overrides)
-
-    def named_at_each_creation(
-        self, name_prefix: str, manifest: Manifest, opts: pulumi.ResourceOptions, *, formerly: str
-    ) -> pulumi.CustomResource:
-        """An object (its manifest names none) that pulumi-kubernetes names `<name_prefix>-<8 random hex>`
-        when it creates it, and again, differently, whenever it creates it anew (e.g. deleted, then
-        `pulumi up --refresh`); an update keeps the name. `name_prefix` is the resource's name, so it
-        names the cluster: unique in the stack. `formerly`: the resource's name (without the cluster
-        id) when the object had a fixed name; such an object keeps it until it is made anew."""
-        placed = pulumi.ResourceOptions.merge(
-            opts,
-            pulumi.ResourceOptions(
-                provider=self.provider,
-                aliases=[pulumi.Alias(name=f"{self.cluster_id}:{formerly}")],
-                # what pulumi-kubernetes named it, kept (also the fixed name of a stack made before)
-                ignore_changes=["metadata.name"],
-            ),
-        )
-        # marked as pulumi-kubernetes marks what it names, so an update sends what the state holds
-        return declare(name_prefix, annotated(manifest, {AUTONAMED: "true"}), placed)

@@ -8,6 +8,7 @@ an output: the home stack then holds no admin credentials of that cluster (docs/
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -75,16 +76,20 @@ def declare_tenant(
         f"{prefix}home-identity", manifests.service_account(identity, tenant, component), in_tenant
     )
     # The cluster's token controller fills the Secret. pulumi-kubernetes' own wait for it gives up
-    # after 5 s, too short for a busy cluster: wait for the token itself, up to a minute. Each Secret
-    # issued has a name of its own, so a token revoked by deleting its Secret never comes back.
-    token = foreign.named_at_each_creation(
-        names.home_identity_token_prefix(home_id, foreign.cluster_id),
+    # after 5 s, too short for a busy cluster: wait for the token itself, up to a minute.
+    # Each Secret issued gets a name of its own, drawn when it is created and kept from then on
+    # (ignore_changes: an update sends the name it has, as does a stack that made it with a fixed
+    # name), so a token revoked by deleting its Secret is never issued again by `pulumi up --refresh`.
+    token_name = f"{names.home_identity_token_prefix(home_id)}-{secrets.token_hex(4)}"
+    token = foreign.object(
+        f"{prefix}home-identity-token",
         annotated(
-            manifests.service_account_token(identity, tenant, component, {names.HOME_IDENTITY_TOKEN_LABEL: home_id}),
+            manifests.service_account_token(
+                identity, tenant, component, token_name, {names.HOME_IDENTITY_TOKEN_LABEL: home_id}
+            ),
             {WAIT_FOR: "jsonpath={.data.token}", TIMEOUT_SECONDS: str(TOKEN_WAIT_SECONDS)},
         ),
-        pulumi.ResourceOptions(parent=parent, depends_on=[account]),
-        formerly=f"{prefix}home-identity-token",
+        pulumi.ResourceOptions(parent=parent, depends_on=[account], ignore_changes=["metadata.name"]),
     )
     role = foreign.object(
         f"{prefix}home-identity-role",
