@@ -40,7 +40,11 @@ def tenant_objects(home_id: str) -> list[Declared]:
     """What the stack declares for a home that holds what the home may reach: its tenant namespace, its
     identity and that identity's token (liqo_stack/declaring/components/tenant.py)."""
     tenant, identity = names.tenant_namespace(home_id), names.home_identity_name(home_id)
-    return [Declared(Namespace, tenant), Declared(ServiceAccount, identity, tenant), Declared(Secret, f"{identity}-token", tenant)]
+    return [
+        Declared(Namespace, tenant),
+        Declared(ServiceAccount, identity, tenant),
+        Declared(Secret, f"{identity}-token", tenant),
+    ]
 
 
 def not_ours(obj: Declared, labels: Mapping[str, str], home_id: str) -> str | None:

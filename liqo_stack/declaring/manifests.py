@@ -776,7 +776,9 @@ def namespacemap_policy() -> Manifest:
     twin, with the other homes' DefaultName spaces, which the admission of one object cannot see."""
     mapping = "object.spec.desiredMapping"
     before = "oldObject.spec.desiredMapping"
-    unchanged = f"oldObject != null && has(oldObject.spec) && has({before}) && k in {before} && {before}[k] == {mapping}[k]"
+    unchanged = (
+        f"oldObject != null && has(oldObject.spec) && has({before}) && k in {before} && {before}[k] == {mapping}[k]"
+    )
     reserved = " || ".join(f"{mapping}[k].matches('{twinnames.glob_regex(glob)}')" for glob in twinnames.RESERVED)
     allowed = (
         f"{mapping}[k] == k + '-' + variables.home || "
@@ -821,7 +823,8 @@ def namespacemap_policy() -> Manifest:
             ],
             "validations": [
                 {
-                    "expression": f"variables.home != '' && request.userInfo.username == {_username_of('variables.home')}",
+                    "expression": "variables.home != '' && request.userInfo.username == "
+                    + _username_of("variables.home"),
                     "messageExpression": "'namespace ' + namespaceObject.metadata.name + ' is not the tenant "
                     "namespace of the home cluster ' + request.userInfo.username + ' stands for'",
                     "reason": "Forbidden",

@@ -94,21 +94,21 @@ def format_allowed(patterns: Iterable[str]) -> str:
 
 
 def refusal(home_id: str, namespace: str, twin: str, allowed: Iterable[str], served_homes: Iterable[str]) -> str | None:
-    """Why this cluster refuses `twin` as home `home_id`'s twin of its `namespace` (None: allowed).
+    """Why this cluster refuses `twin` as home `home_id`'s twin of its `namespace`, said of it (None: allowed).
     `allowed`: the patterns the foreign side declared for that home; `served_homes`: the homes it serves."""
     reserved = reserved_by(twin)
     if reserved is not None:
-        return f"{twin} is a name reserved in every cluster ({reserved}): no home may take it"
+        return f"it is a name reserved in every cluster ({reserved}): no home may take it"
     owner = default_name_owner(twin, {home_id, *served_homes})
     if owner is not None and owner != home_id:
-        return f"{twin} is in home cluster {owner}'s DefaultName space (<namespace>-{owner}): no other home may take it"
+        return f"it is in home cluster {owner}'s DefaultName space (<namespace>-{owner}): no other home may take it"
     if twin == f"{namespace}-{home_id}":
         return None
     declared = list(allowed)
     if any(matches(pattern, twin) for pattern in declared):
         return None
     return (
-        f"{twin} is not a name this cluster allows home cluster {home_id}: a home gets <namespace>-{home_id} "
+        f"it is not a name this cluster allows home cluster {home_id}: a home gets <namespace>-{home_id} "
         f"({namespace}-{home_id} here), and other names only where the foreign side declares them for it "
         f"(twinNames: {', '.join(declared) or 'none'})"
     )

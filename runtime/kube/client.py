@@ -153,6 +153,18 @@ class _DirectRequests(GenericAsyncClient):
             return None
         return decoders.decode_object(content, request.response_type)
 
+    def prepare_request(  # type: ignore[no-untyped-def]
+        self, method, res=None, obj=None, name=None, namespace=None, watch=False, params=None, headers=None
+    ) -> BasicRequest:
+        """lightkube's, and a delete's body (`obj`: DeleteOptions, e.g. preconditions), which it leaves out."""
+        deleting = method == "delete" and obj is not None
+        request = super().prepare_request(
+            method, res, None if deleting else obj, name, namespace, watch, params=params, headers=headers
+        )
+        if deleting:
+            request.data = obj
+        return request
+
     def _target(self, request: BasicRequest) -> tuple[str, str]:
         """The path (what the request hooks are told) and the whole URL of `request`."""
         path = "/" + urllib.parse.quote(request.url, safe=_PATH_SAFE)
@@ -354,6 +366,23 @@ class RuntimeClient(AsyncClient):
     def on_request(self, hook: RequestHook) -> None:
         """Calls `hook(method, path)` for every request this client sends, whichever the path."""
         self.transport.request_hooks.append(hook)
+
+
+async def delete_unchanged(
+    client: AsyncClient, res: Any, name: str, *, uid: str, resource_version: str, namespace: str | None = None
+) -> None:
+    """Delete the object only while it is the one read (`uid`) at the version read (`resource_version`):
+    the API server refuses (409 Conflict) once anyone changed it since, so a decision taken on what was
+    read holds. A client other than the runtime's (tests' plain lightkube ones) deletes without them."""
+    if not isinstance(client, RuntimeClient):
+        await client.delete(res, name, namespace=namespace)
+        return
+    options = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": uid, "resourceVersion": resource_version},
+    }
+    await client._client.request("delete", res=res, obj=options, name=name, namespace=namespace)
 
 
 def async_client(
