@@ -32,7 +32,7 @@ from liqo_stack.declaring.components.credentials import server_of
 from liqo_stack.declaring.components.shard import VirtualKubeletShard
 from liqo_stack.declaring.components.tenant import ForeignTenant
 from liqo_stack.declaring.floor import refused_by_new_floor
-from liqo_stack.declaring.plan import stack_plan, virtual_kubelet_shards
+from liqo_stack.declaring.plan import refused_twin_names, stack_plan, virtual_kubelet_shards
 
 
 def load_config() -> stack_config.StackConfig | stack_config.ForeignSideStackConfig:
@@ -255,6 +255,8 @@ def declare(
 
     if pulumi.runtime.is_dry_run():
         _foresee_floors(config, peerings)
+    for refused in refused_twin_names(config):  # the foreign agent says it too, on the offloading's condition
+        pulumi.log.warn(refused, resource=offloadings)
     return LiqoStack(clusters=clusters, offloadings=offloadings.offloadings, plan=stack_plan(config))
 
 

@@ -57,7 +57,9 @@ def is_twin_of(labels: dict[str, str], home_id: str, foreign_id: str) -> bool:
     """Still the twin this cluster's agent made for that home: its labels as the agent wrote them
     (twin_labels), and none a stack's object carries (a component, a tenant's home)."""
     return (
-        all(labels.get(key) == value for key, value in twin_labels(home_id, foreign_id).items())
+        labels.get(names.ORIGIN_LABEL) == home_id  # first: what tells most namespaces apart, at once
+        and labels.get(names.DESTINATION_LABEL) == foreign_id
+        and labels.get(names.MANAGED_BY_LABEL) == names.MANAGED_BY
         and names.COMPONENT_LABEL not in labels
         and names.TENANT_HOME_LABEL not in labels
     )

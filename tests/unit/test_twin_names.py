@@ -12,6 +12,7 @@ from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount
 from liqo_stack.declaring import manifests
 from liqo_stack.declaring.claims import Declared, not_ours
 from liqo_stack.declaring.config import ConfigError, parse_any
+from liqo_stack.declaring.plan import refused_twin_names
 from runtime.api import names, twinnames
 from runtime.controllers.namespacemap import is_twin_of, twin_labels
 
@@ -186,3 +187,31 @@ def test_a_twin_is_the_agents_only_while_its_labels_say_so() -> None:
         {k: v for k, v in labels.items() if k != names.ORIGIN_LABEL},
     ]
     assert not any(is_twin_of(each, "home", "foreign-1") for each in claimed)
+
+
+def test_a_stack_says_which_declared_twin_names_the_foreign_clusters_it_declares_will_refuse() -> None:
+    config: Any = parse_any(
+        {
+            "home": {"clusterId": "home", "kubeconfigPath": "/k"},
+            "foreignClusters": [
+                {"clusterId": "f1", "kubeconfigPath": "/k", "labels": {"region": "europe"}, "twinNames": ["pay*"]},
+                {"clusterId": "f2", "kubeconfigPath": "/k"},
+                {"clusterId": "f3", "identityKubeconfig": "issued"},  # its own stack decides: unseen here
+            ],
+            "namespaces": [
+                {"name": "payments", "namespaceMappingStrategy": "EnforceSameName"},
+                {"name": "shop"},
+                {"name": "eu", "namespaceMappingStrategy": "EnforceSameName", "clusterSelector": ["region=europe"]},
+            ],
+        }
+    )
+    assert refused_twin_names(config) == [
+        "liqo:namespaces[0]: f2 will refuse twin namespace payments: it is not a name this cluster allows home "
+        "cluster home: a home gets <namespace>-home (payments-home here), and other names only where the foreign "
+        "side declares them for it (twinNames: none). Allow it there (liqo:foreignClusters[1].twinNames) or use "
+        "namespaceMappingStrategy DefaultName",
+        "liqo:namespaces[2]: f1 will refuse twin namespace eu: it is not a name this cluster allows home cluster "
+        "home: a home gets <namespace>-home (eu-home here), and other names only where the foreign side declares "
+        "them for it (twinNames: pay*). Allow it there (liqo:foreignClusters[0].twinNames) or use "
+        "namespaceMappingStrategy DefaultName",
+    ]
