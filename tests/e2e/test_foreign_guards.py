@@ -495,7 +495,7 @@ def test_a_twin_an_admin_claimed_is_left_when_its_mapping_goes_and_the_home_lose
     offloaded: str, home: Client, attacker: Client, foreign: dict[str, Client], dev_env: DevEnvironment
 ) -> None:
     """foreign-1's admin relabels a twin as a stack's takeover would (a tenant's labels): the home's
-    access there goes at once, home is told, and unoffloading deletes nothing of it."""
+    access there goes at once, its NamespaceMap says why, and unoffloading deletes nothing of it."""
     client, twin = foreign[FOREIGN], "claimed" + TWIN_SUFFIX
     offload(home, "claimed", {"clusterSelector": EUROPE})
     wait_phase(home, "claimed", "Ready")
@@ -504,8 +504,12 @@ def test_a_twin_an_admin_claimed_is_left_when_its_mapping_goes_and_the_home_lose
     claim = [f"{names.TENANT_HOME_LABEL}=home-2", f"{names.COMPONENT_LABEL}=peering"]
     subprocess.run([*kubectl, "label", "namespace", twin, *claim], check=True, capture_output=True, timeout=30)
     try:
-        condition = foreign_1_condition(home, "claimed")
-        assert "has been claimed since" in condition["message"], condition
+        answer = wait_until(
+            lambda: (found := current_mapping(client).get("claimed")) and found["phase"] == "CreationFailed" and found,
+            30,
+            "the agent's answer to the claim",
+        )
+        assert "has been claimed since" in answer["message"], answer
 
         def denied() -> bool:
             try:
