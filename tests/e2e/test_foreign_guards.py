@@ -434,10 +434,10 @@ def current_mapping(client: Client) -> dict[str, Any]:
     return dict((found.get("status") or {}).get("currentMapping") or {})
 
 
-def ask_for_twins(client: Client, mapping: dict[str, str | None]) -> None:
+def ask_for_twins(client: Client, mapping: dict[str, str | None], dry_run: bool = False) -> None:
     """A merge patch of home's NamespaceMap in foreign-1, as the home identity or foreign-1's admin."""
     patch = {"spec": {"desiredMapping": mapping}}
-    client.patch(NamespaceMapResource, "home", patch, namespace=TENANT, patch_type=PatchType.MERGE)
+    client.patch(NamespaceMapResource, "home", patch, namespace=TENANT, patch_type=PatchType.MERGE, dry_run=dry_run)
 
 
 def foreign_1_condition(home: Client, namespace: str) -> dict[str, Any]:
@@ -445,7 +445,8 @@ def foreign_1_condition(home: Client, namespace: str) -> dict[str, Any]:
     return next(c for c in status["remoteNamespacesConditions"][FOREIGN] if c["type"] == "Ready")
 
 
-EUROPE = ["region=europe"]  # foreign-1 alone (the shared stack's labels)
+# foreign-1 alone (the shared stack's labels)
+EUROPE = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "In", "values": ["europe"]}]}]}
 
 
 def test_a_twin_name_the_foreign_side_did_not_allow_is_refused_by_its_api_server_and_its_agent(
@@ -465,6 +466,8 @@ def test_a_twin_name_the_foreign_side_did_not_allow_is_refused_by_its_api_server
             ask_for_twins(attacker, {local: twin})
         assert refused.value.status.code == 422, refused.value.status
         assert said in str(refused.value.status.message) and f"{local}: {twin}" in str(refused.value.status.message)
+    # what it may ask for passes the same admission (dry runs: nothing is stored): its DefaultName, a declared name
+    ask_for_twins(attacker, {"x7": "x7-home", "x8": "shared-twin"}, dry_run=True)
     try:
         ask_for_twins(client, {"squat": squat})
         answer = wait_until(lambda: current_mapping(client).get("squat"), 30, "the agent's answer to the squat")
