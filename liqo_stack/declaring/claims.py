@@ -51,7 +51,7 @@ def not_ours(obj: Declared, labels: Mapping[str, str], home_id: str) -> str | No
     """Why the existing `obj`, with `labels`, is not liqo-stack's own for `home_id` (None: it is)."""
     origin = labels.get(names.ORIGIN_LABEL)
     if origin is not None or names.DESTINATION_LABEL in labels:
-        return f"it is a twin namespace's object (its label {names.ORIGIN_LABEL}={origin}): a foreign agent made it"
+        return f"it carries twin labels ({names.ORIGIN_LABEL}={origin}): a foreign agent made it for a home"
     manager = labels.get(names.MANAGED_BY_LABEL)
     if manager != names.MANAGED_BY:
         said = f"{names.MANAGED_BY_LABEL}={manager}" if manager else f"no {names.MANAGED_BY_LABEL} label"

@@ -567,7 +567,7 @@ def test_a_foreign_sides_stack_never_takes_over_a_tenant_object_it_did_not_creat
                 command(on_output=print)
             said = str(failed.value)
             assert "liqo:foreignSide.homes: the stack would take over objects in foreign-1" in said, said
-            assert f"Namespace {squatted} exists and is not liqo-stack's (it is a twin namespace's object" in said
+            assert f"Namespace {squatted} exists and is not liqo-stack's (it carries twin labels" in said
             assert f"Secret {tenant_3}/{token_3} exists and is not liqo-stack's" in said and "managed-by=helm" in said
         labels = cast(Any, client.get(Namespace, squatted)).metadata.labels
         assert labels[names.ORIGIN_LABEL] == "home" and names.TENANT_HOME_LABEL not in labels, "not taken over"

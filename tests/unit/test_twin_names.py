@@ -168,8 +168,8 @@ def test_the_stack_takes_over_only_its_own_tenant_objects() -> None:
     assert not_ours(tenant, TENANT_LABELS, "home-2") is None
     assert not_ours(token, {names.MANAGED_BY_LABEL: names.MANAGED_BY}, "home-2") is None
     squatted = {**twin_labels("home", "foreign-1")}
-    assert "twin namespace" in (not_ours(tenant, squatted, "home-2") or "")
-    assert "twin namespace" in (not_ours(tenant, {**TENANT_LABELS, names.ORIGIN_LABEL: "home"}, "home-2") or "")
+    assert "twin labels" in (not_ours(tenant, squatted, "home-2") or "")
+    assert "twin labels" in (not_ours(tenant, {**TENANT_LABELS, names.ORIGIN_LABEL: "home"}, "home-2") or "")
     assert "managed-by=helm" in (not_ours(token, {names.MANAGED_BY_LABEL: "helm"}, "home-2") or "")
     assert "no app.kubernetes.io/managed-by" in (not_ours(Declared(ServiceAccount, "x", "y"), {}, "home-2") or "")
     assert "not home-2" in (not_ours(tenant, {**TENANT_LABELS, names.TENANT_HOME_LABEL: "home"}, "home-2") or "")
