@@ -139,6 +139,8 @@ class _DirectRequests(GenericAsyncClient):
         if self._token is None or watch or method not in _ONE_SHOT:
             return await super().request(method, res, obj, name, namespace, watch, headers=headers, params=params)
         request = self.prepare_request(method, res, obj, name, namespace, watch, headers=headers, params=params)
+        if obj is not None and method == "delete":
+            request.data = obj  # DeleteOptions (delete_with_options), which lightkube leaves out
         path, url = self._target(request)
         body = None if request.data is None else msgspec.json.encode(request.data)
         send_headers = {**self._headers, **(request.headers or {})}
@@ -153,17 +155,15 @@ class _DirectRequests(GenericAsyncClient):
             return None
         return decoders.decode_object(content, request.response_type)
 
-    def prepare_request(  # type: ignore[no-untyped-def]
-        self, method, res=None, obj=None, name=None, namespace=None, watch=False, params=None, headers=None
-    ) -> BasicRequest:
-        """lightkube's, and a delete's body (`obj`: DeleteOptions, e.g. preconditions), which it leaves out."""
-        deleting = method == "delete" and obj is not None
-        request = super().prepare_request(
-            method, res, None if deleting else obj, name, namespace, watch, params=params, headers=headers
-        )
-        if deleting:
-            request.data = obj
-        return request
+    async def delete_with_options(self, res: Any, name: str, namespace: str | None, options: dict[str, Any]) -> None:
+        """A delete with a body, DeleteOptions (e.g. preconditions): lightkube's delete sends none."""
+        if self._token is not None:
+            await self.request("delete", res, options, name, namespace)
+            return
+        request = self.prepare_request("delete", res, None, name, namespace)
+        request.data = options
+        response = await self.send(self.build_adapter_request(request))  # type: ignore[no-untyped-call]
+        self.handle_response("delete", response, request)
 
     def _target(self, request: BasicRequest) -> tuple[str, str]:
         """The path (what the request hooks are told) and the whole URL of `request`."""
@@ -382,7 +382,9 @@ async def delete_unchanged(
         "kind": "DeleteOptions",
         "preconditions": {"uid": uid, "resourceVersion": resource_version},
     }
-    await client._client.request("delete", res=res, obj=options, name=name, namespace=namespace)
+    direct = client._client
+    assert isinstance(direct, _DirectRequests)
+    await direct.delete_with_options(res, name, namespace, options)
 
 
 def async_client(
