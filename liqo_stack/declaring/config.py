@@ -54,6 +54,7 @@ from runtime.api.network import (
 )
 from runtime.api.quantities import parse_quantity
 from runtime.api.quota import CHECKED_UNDER, LimitsEnforcement, QuotaSpec
+from runtime.api.twinnames import declared_pattern_problem
 from runtime.api.virtualnode import ApiServerAddress
 
 CONFIG_NAMESPACE = "liqo"
@@ -132,6 +133,26 @@ Cidr = Annotated[str, AfterValidator(_network)]
 Labels = Annotated[dict[str, str], AfterValidator(_check_labels)]
 Quantities = Annotated[dict[str, str], BeforeValidator(_numbers_as_text), AfterValidator(_check_quantities)]
 Percentage = Annotated[int, Field(ge=1, le=100, strict=True)]
+
+
+def _twin_name_pattern(value: str) -> str:
+    problem = declared_pattern_problem(value, "")
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# liqo:foreignClusters[].twinNames and liqo:foreignSide.homes[].twinNames (runtime/api/twinnames.py)
+TwinNames = Annotated[
+    list[Annotated[str, AfterValidator(_twin_name_pattern)]],
+    Field(
+        default_factory=list,
+        description="twin namespace names the home may take here beyond `<namespace>-<home id>` (DefaultName), "
+        "for EnforceSameName and SelectedName: names, or patterns where `*` stands for any run of letters, digits "
+        "and '-' (e.g. `team-*`); never `kube-*`, `liqo*`, `default` nor another home's `*-<its id>`; none: "
+        "DefaultName only (docs/security.md#twin-names)",
+    ),
+]
 
 
 def parse_api_server_address(value: str) -> ApiServerAddress:
@@ -330,6 +351,7 @@ class ForeignCluster(ClusterAccess):
     grant: GrantConfig = Field(
         default_factory=GrantConfig, description="what it grants the home cluster, enforced there (its Quota)"
     )
+    twin_names: TwinNames
 
     labels: Labels = Field(
         default_factory=dict,
@@ -401,7 +423,7 @@ class ForeignCluster(ClusterAccess):
                 "identityKubeconfig: the foreign cluster's own stack declares its side; leave kubeconfig and "
                 "kubeconfigPath out (this stack holds no admin credentials of that cluster)"
             )
-        for field, where in (("pod_security", "podSecurity"), ("grant", "grant")):
+        for field, where in (("pod_security", "podSecurity"), ("grant", "grant"), ("twin_names", "twinNames")):
             if field in self.model_fields_set:
                 raise ValueError(
                     f"{where}: declared by the foreign cluster's own stack (liqo:foreignSide.homes[].{where}) when "
@@ -1065,6 +1087,7 @@ class HomeServed(ConfigModel):
         description="the pod-security floor of its twin namespaces (`privileged`, `baseline`, `restricted`)",
     )
     grant: GrantConfig = Field(default_factory=GrantConfig, description="what it may use here (its Quota)")
+    twin_names: TwinNames
     custom_resources: list[CustomResourceConfig] = Field(
         default_factory=list,
         description="the custom resource types its stack reflects (liqo:reflection.customResources): its identity "
@@ -1108,6 +1131,17 @@ class ForeignSideStackConfig(ConfigModel):
 
     foreign_side: ForeignSide = Field(description="the foreign cluster this stack declares the side of")
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="how its foreign agent runs")
+
+    @model_validator(mode="after")
+    def _twin_names_of_one_home(self) -> Self:
+        """A home's twinNames stay out of the DefaultName space of the other homes served here."""
+        homes = [h.cluster_id for h in self.foreign_side.homes]
+        for index, home in enumerate(self.foreign_side.homes):
+            for at, pattern in enumerate(home.twin_names):
+                problem = declared_pattern_problem(pattern, home.cluster_id, homes)
+                if problem is not None:
+                    raise ValueError(f"foreignSide.homes[{index}].twinNames[{at}]: {pattern!r} {problem}")
+        return self
 
 
 def parse(raw: Mapping[str, Any], where: str = f"{CONFIG_NAMESPACE}:") -> StackConfig:

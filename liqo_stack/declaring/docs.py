@@ -62,6 +62,7 @@ _VALIDATED = {
     "_api_version": "API version",
     "_resource_name": "resource (plural)",
     "_pool_name": "pool name (DNS label, up to 32)",
+    "_twin_name_pattern": "namespace name or pattern",
 }
 # Kubernetes core types the config takes as they are.
 _CORE = {

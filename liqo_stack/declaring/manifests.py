@@ -18,6 +18,7 @@ from runtime.api import (
     VirtualNode,
     VirtualNodeSpec,
     names,
+    twinnames,
 )
 from runtime.api.namespaceselector import NamespaceOffloadingSelector, NamespaceOffloadingSelectorSpec
 from runtime.api.plan import virtual_node_labels
@@ -31,12 +32,13 @@ def _labels(component: str) -> dict[str, str]:
     return {names.MANAGED_BY_LABEL: names.MANAGED_BY, names.COMPONENT_LABEL: component}
 
 
-def namespace(name: str, component: str, extra_labels: dict[str, str] | None = None) -> Manifest:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name, "labels": {**_labels(component), **(extra_labels or {})}},
-    }
+def namespace(
+    name: str, component: str, extra_labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None
+) -> Manifest:
+    metadata: Manifest = {"name": name, "labels": {**_labels(component), **(extra_labels or {})}}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
 def runtime_namespace(component: str) -> Manifest:
@@ -642,11 +644,11 @@ def home_in_twin_namespace_rules(custom_resources: Sequence[CustomResourceReflec
 
 
 # -- Foreign guards (docs/security.md): what a foreign cluster holds each home identity to ----------
-def _username_of_origin() -> str:
-    """CEL: the user a twin namespace's home identity is, from that namespace's origin
-    (names.home_identity_username, with the origin in place of the home cluster id)."""
+def _username_of(home: str = "variables.origin") -> str:
+    """CEL: the user a home identity is, from the CEL expression `home` of its home cluster id
+    (names.home_identity_username, with `home` in place of the id)."""
     parts = names.home_identity_username("\x00").split("\x00")
-    return " + variables.origin + ".join(f"'{part}'" if part else "''" for part in parts).removesuffix(" + ''")
+    return f" + {home} + ".join(f"'{part}'" if part else "''" for part in parts).removesuffix(" + ''")
 
 
 HOME_IDENTITY_PREFIX = names.home_identity_username("\x00").split("\x00")[0]
@@ -655,6 +657,14 @@ HOME_IDENTITY_PREFIX = names.home_identity_username("\x00").split("\x00")[0]
 def _labelled(obj: str, label: str) -> str:
     """CEL: `obj`'s label `label`, or '' when it has none."""
     return f"has({obj}.metadata.labels) && '{label}' in {obj}.metadata.labels ? {obj}.metadata.labels['{label}'] : ''"
+
+
+def _annotated(obj: str, annotation: str) -> str:
+    """CEL: `obj`'s annotation `annotation`, or '' when it has none."""
+    return (
+        f"has({obj}.metadata.annotations) && '{annotation}' in {obj}.metadata.annotations ? "
+        f"{obj}.metadata.annotations['{annotation}'] : ''"
+    )
 
 
 def _any_container(pod: str, condition: str) -> str:
@@ -709,7 +719,7 @@ def shadowpod_policy() -> Manifest:
             ],
             "validations": [
                 {
-                    "expression": f"variables.origin != '' && request.userInfo.username == {_username_of_origin()}",
+                    "expression": f"variables.origin != '' && request.userInfo.username == {_username_of()}",
                     "messageExpression": "'namespace ' + namespaceObject.metadata.name + ' is not a twin namespace "
                     "of the home cluster ' + request.userInfo.username + ' stands for'",
                     "reason": "Forbidden",
@@ -750,12 +760,95 @@ def shadowpod_policy() -> Manifest:
     }
 
 
-def shadowpod_policy_binding() -> Manifest:
+def policy_binding(policy: str = names.SHADOWPOD_POLICY) -> Manifest:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": names.SHADOWPOD_POLICY, "labels": _labels("foreign-guards")},
-        "spec": {"policyName": names.SHADOWPOD_POLICY, "validationActions": ["Deny"]},
+        "metadata": {"name": policy, "labels": _labels("foreign-guards")},
+        "spec": {"policyName": policy, "validationActions": ["Deny"]},
+    }
+
+
+def namespacemap_policy() -> Manifest:
+    """The ValidatingAdmissionPolicy of a foreign cluster on every NamespaceMap a home identity writes
+    (runtime/api/twinnames.py): each twin name it adds or changes is its DefaultName
+    (`<namespace>-<home id>`) or one the foreign side allows that home (the twin-names annotation of its
+    tenant namespace, where the map is), and never a reserved name. Entries already there pass, so a
+    narrowed twinNames blocks neither the home's other requests nor its withdrawals. Refused as Invalid
+    (422): the home tells it from a 403 of its RBAC. The foreign agent checks again before it creates a
+    twin, with the other homes' DefaultName spaces, which the admission of one object cannot see."""
+    mapping = "object.spec.desiredMapping"
+    before = "oldObject.spec.desiredMapping"
+    unchanged = (
+        f"oldObject != null && has(oldObject.spec) && has({before}) && k in {before} && {before}[k] == {mapping}[k]"
+    )
+    reserved = " || ".join(f"{mapping}[k].matches('{twinnames.glob_regex(glob)}')" for glob in twinnames.RESERVED)
+    allowed = (
+        f"{mapping}[k] == k + '-' + variables.home || "
+        f"variables.allowed.exists(p, {mapping}[k].matches('^' + p.replace('*', '{twinnames.STAR}') + '$'))"
+    )
+    listed = f".map(k, k + ': ' + {mapping}[k]).join(', ')"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": names.NAMESPACEMAP_POLICY, "labels": _labels("foreign-guards")},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [_GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["namespacemaps"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "home-identities",
+                    "expression": f"request.userInfo.username.startsWith('{HOME_IDENTITY_PREFIX}')",
+                }
+            ],
+            "variables": [
+                {"name": "home", "expression": _labelled("namespaceObject", names.TENANT_HOME_LABEL)},
+                {
+                    "name": "allowed",
+                    "expression": f"({_annotated('namespaceObject', names.TWIN_NAMES_ANNOTATION)}).split(',')"
+                    ".map(p, p.trim()).filter(p, p.matches('^[-a-z0-9*]{1,63}$'))",
+                },
+                {
+                    "name": "requested",
+                    "expression": f"has(object.spec) && has({mapping}) ? {mapping}.filter(k, !({unchanged})) : []",
+                },
+                {"name": "reserved", "expression": f"variables.requested.filter(k, {reserved})"},
+                {"name": "unallowed", "expression": f"variables.requested.filter(k, !({reserved}) && !({allowed}))"},
+            ],
+            "validations": [
+                {
+                    "expression": "variables.home != '' && request.userInfo.username == "
+                    + _username_of("variables.home"),
+                    "messageExpression": "'namespace ' + namespaceObject.metadata.name + ' is not the tenant "
+                    "namespace of the home cluster ' + request.userInfo.username + ' stands for'",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "size(variables.reserved) == 0",
+                    "messageExpression": "'twin namespace names reserved in every cluster ("
+                    + ", ".join(twinnames.RESERVED)
+                    + f") are refused: ' + variables.reserved{listed}",
+                    "reason": "Invalid",
+                },
+                {
+                    "expression": "size(variables.unallowed) == 0",
+                    "messageExpression": "'twin namespace names not allowed for home cluster ' + variables.home + "
+                    f"': ' + variables.unallowed{listed} + ' (a home gets <namespace>-' + variables.home + "
+                    "', and other names only where this cluster allows them: its twinNames are ' + "
+                    "(size(variables.allowed) == 0 ? 'none' : variables.allowed.join(', ')) + ')'",
+                    "reason": "Invalid",
+                },
+            ],
+        },
     }
 
 

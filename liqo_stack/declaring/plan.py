@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from liqo_stack.declaring.config import ForeignCluster, StackConfig, VirtualNodeConfig
-from runtime.api import ReflectorSettings, VirtualNodeSpec, names
+from runtime.api import ReflectorSettings, VirtualNodeSpec, names, twinnames
 from runtime.api.plan import selected_clusters, twin_namespace_name, virtual_node_labels, virtual_node_taints
 from runtime.api.virtualnode import HealthCheck, OffloadingPatch, RangeRemapping, SecretReference, StorageType
 
@@ -123,6 +123,27 @@ def namespaces_plan(config: StackConfig) -> dict[str, Any]:
             "clusterSelection": SELECTION_NOTE,
         }
     return plan
+
+
+def refused_twin_names(config: StackConfig) -> list[str]:
+    """Each declared offloading whose twin name a foreign cluster it selects would refuse, as that cluster's
+    side is declared here (its twinNames: runtime/api/twinnames.py), and what to change. A cluster peered
+    through an identity its own stack issued decides there, unseen from here."""
+    labels = {f.cluster_id: virtual_node_labels(f.cluster_id, f.labels) for f in config.foreign_clusters}
+    home, found = config.home.cluster_id, []
+    for index, ns in enumerate(config.namespaces):
+        twin = twin_namespace_name(ns.name, ns.namespace_mapping_strategy, home, ns.remote_namespace_name)
+        for cluster_id in selected_clusters(ns.selector(), labels):
+            at, foreign = next((i, f) for i, f in enumerate(config.foreign_clusters) if f.cluster_id == cluster_id)
+            if foreign.peers_through_issued_identity:
+                continue
+            refused = twinnames.refusal(home, ns.name, twin, foreign.twin_names, [home])
+            if refused is not None:
+                found.append(
+                    f"liqo:namespaces[{index}]: {cluster_id} will refuse twin namespace {twin}: {refused}. Allow it "
+                    f"there (liqo:foreignClusters[{at}].twinNames) or use namespaceMappingStrategy DefaultName"
+                )
+    return found
 
 
 def stack_plan(config: StackConfig) -> dict[str, Any]:

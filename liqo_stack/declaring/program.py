@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 import yaml
 from lightkube import KubeConfig
 
+from liqo_stack.declaring import claims
 from liqo_stack.declaring import config as stack_config
 from liqo_stack.declaring.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
 from liqo_stack.declaring.components.cluster import provider
@@ -31,7 +32,7 @@ from liqo_stack.declaring.components.credentials import server_of
 from liqo_stack.declaring.components.shard import VirtualKubeletShard
 from liqo_stack.declaring.components.tenant import ForeignTenant
 from liqo_stack.declaring.floor import refused_by_new_floor
-from liqo_stack.declaring.plan import stack_plan, virtual_kubelet_shards
+from liqo_stack.declaring.plan import refused_twin_names, stack_plan, virtual_kubelet_shards
 
 
 def load_config() -> stack_config.StackConfig | stack_config.ForeignSideStackConfig:
@@ -68,6 +69,20 @@ def _foresee_floors(config: stack_config.StackConfig, peerings: Mapping[str, Pee
             )
 
 
+def _check_claims(access: stack_config.ClusterAccess, home_ids: list[str], setting: str) -> None:
+    """Before any resource is registered: nothing the stack declares for these homes in that cluster
+    takes over an object liqo-stack did not create (liqo_stack/declaring/claims.py). Raises ConfigError."""
+    if not access.has_kubeconfig:
+        pulumi.log.warn(
+            f"{setting}: {access.cluster_id} is reached through the program's own provider: the objects this stack "
+            "declares there were not checked for objects it would take over (docs/security.md)"
+        )
+        return
+    problem = claims.check(access.kubeconfig_text(), access.cluster_id, home_ids, setting)
+    if problem is not None:
+        raise stack_config.ConfigError(problem)
+
+
 def foreign_side(
     config: stack_config.ForeignSideStackConfig, providers: Mapping[str, k8s.Provider] | None = None
 ) -> LiqoStack:
@@ -89,6 +104,7 @@ def foreign_side(
                 f"liqo:foreignSide.apiServerAddress: cluster {side.cluster_id} has no kubeconfig in the stack "
                 "config: set where the home identities reach its API server (host:port)"
             )
+        _check_claims(side, [home.cluster_id for home in side.homes], "liqo:foreignSide.homes")
     except stack_config.ConfigError as err:
         raise pulumi.RunError(str(err)) from None
     own = given.get(side.cluster_id)
@@ -171,6 +187,9 @@ def declare(
     for foreign_config in issued:
         foreign_config.identity_kubeconfig_text()  # a missing file fails here, naming the setting
     kubeconfigs = {cid: _kubeconfig(access, path, cid in given) for cid, (path, access) in accesses.items()}
+    for index, foreign_config in enumerate(config.foreign_clusters):
+        if not foreign_config.peers_through_issued_identity:
+            _check_claims(foreign_config, [config.home.cluster_id], f"{where}foreignClusters[{index}]")
     if not config.home.has_kubeconfig and config.virtual_kubelet.home_api_server_address is None:
         raise stack_config.ConfigError(
             f"{where}virtualKubelet.homeApiServerAddress: {where}home has no kubeconfig in the stack config: set "
@@ -236,6 +255,8 @@ def declare(
 
     if pulumi.runtime.is_dry_run():
         _foresee_floors(config, peerings)
+    for refused in refused_twin_names(config):  # the foreign agent says it too, on the offloading's condition
+        pulumi.log.warn(refused, resource=offloadings)
     return LiqoStack(clusters=clusters, offloadings=offloadings.offloadings, plan=stack_plan(config))
 
 

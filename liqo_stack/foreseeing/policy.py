@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from liqo_stack.declaring.config import ForeignCluster, StackConfig
-from runtime.api import NamespaceMappingStrategy, names
+from runtime.api import NamespaceMappingStrategy, names, twinnames
 from runtime.api.plan import shared_resources
 
 # -- the policies, their default enforcement and per-stack settings --------------------------------
@@ -42,7 +42,7 @@ POLICIES: dict[str, tuple[str, str]] = {
     RESERVED_NAMESPACE_SAME_NAME: (
         MANDATORY,
         "No namespace is offloaded with EnforceSameName (or SelectedName) onto a name reserved in the "
-        "foreign clusters (kube-*, default, liqo, the tenant namespaces).",
+        "foreign clusters (kube-*, liqo*, default, the tenant namespaces): the foreign clusters refuse them.",
     ),
     NAMESPACE_WITHOUT_SELECTOR: (
         ADVISORY,
@@ -55,7 +55,8 @@ POLICIES: dict[str, tuple[str, str]] = {
     ),
 }
 
-DEFAULT_RESERVED_NAMESPACES = ("kube-*", "default", names.LIQO_NAMESPACE, names.tenant_namespace("*"))
+# what no foreign cluster lets a home take as a twin (runtime/api/twinnames.py): refused here before that
+DEFAULT_RESERVED_NAMESPACES = twinnames.RESERVED
 DEFAULT_MAX_SHARING_PERCENTAGE = 95
 # Resources the sharing percentage may cut to fractions without harm: they are kept in milli units or bytes.
 DIVISIBLE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})

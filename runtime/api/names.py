@@ -157,6 +157,11 @@ DEFAULT_POD_SECURITY_FLOOR: Final = "baseline"
 # The ValidatingAdmissionPolicy (and its binding) a foreign cluster holds every home identity's
 # ShadowPods to: origin, twin namespace, host namespaces, privileged and hostPath per the floor.
 SHADOWPOD_POLICY: Final = "liqo-shadowpods.offloading.liqo.io"
+# The same for every NamespaceMap a home identity writes: the twin names it asks for (runtime/api/twinnames.py).
+NAMESPACEMAP_POLICY: Final = "liqo-namespacemaps.offloading.liqo.io"
+# On a home's tenant namespace, written by the stack that serves it: the twin names beyond DefaultName
+# the foreign side allows that home, comma-separated names or `*` patterns (liqo:foreignSide.homes[].twinNames).
+TWIN_NAMES_ANNOTATION: Final = f"{OWN_DOMAIN}/twin-names"
 
 WEBHOOK_CA_SECRET: Final = "liqo-webhook-ca"  # the CA the controller-manager's replicas serve from
 

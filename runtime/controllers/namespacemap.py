@@ -2,11 +2,17 @@
 
 Runs in the foreign cluster with the agent's own identity. For each requested twin it creates
 the namespace (labelled with the home cluster it serves) and binds the home identity to the
-`liqo-home-in-twin-namespace` role there, and nowhere else. A namespace of that name that was
-not created for this home cluster is never adopted, changed or deleted: the mapping fails with
-a message saying why. Twins no longer requested (or whose NamespaceMap is gone) are deleted,
-only if they carry this home cluster's label; their mapping stays in the status as Terminating
-until the namespace is gone. State lives in the API server alone.
+`liqo-home-in-twin-namespace` role there, and nowhere else. Before it creates one it checks the
+name is that home's to take (runtime/api/twinnames.py: its DefaultName, or a name the foreign side
+allows it in its tenant namespace's annotation; never a reserved name or another served home's
+DefaultName space), whatever the admission of the map let through (an older API server, a map
+written before the policy). A namespace of that name that was not created for this home cluster
+is never adopted, changed or deleted: the mapping fails with a message saying why. Twins no longer
+requested (or whose NamespaceMap is gone) are deleted, only while they are still this agent's twin
+of that home (their labels, read again just before, and unchanged up to the delete): a twin an
+admin or a stack has claimed since is left, and only the home's RoleBinding there goes. Their
+mapping stays in the status as Terminating until the namespace is gone. State lives in the API
+server alone.
 
 Each twin carries the pod-security floor the foreign side declared for its home: the Pod Security
 Admission labels of the home's tenant namespace (`baseline` for each one it lacks), so this API
@@ -25,10 +31,11 @@ from lightkube.resources.core_v1 import Namespace
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
-from runtime.api import names
+from runtime.api import names, twinnames
 from runtime.api.namespacemap import MappingPhase
 from runtime.api.resources import NamespaceMapResource
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
+from runtime.kube.client import delete_unchanged
 from runtime.kube.controlling import run_controller
 
 log = logging.getLogger(__name__)
@@ -44,6 +51,18 @@ def twin_labels(home_id: str, foreign_id: str) -> dict[str, str]:
         names.DESTINATION_LABEL: foreign_id,
         names.MANAGED_BY_LABEL: names.MANAGED_BY,
     }
+
+
+def is_twin_of(labels: dict[str, str], home_id: str, foreign_id: str) -> bool:
+    """Still the twin this cluster's agent made for that home: its labels as the agent wrote them
+    (twin_labels), and none a stack's object carries (a component, a tenant's home)."""
+    return (
+        labels.get(names.ORIGIN_LABEL) == home_id  # first: what tells most namespaces apart, at once
+        and labels.get(names.DESTINATION_LABEL) == foreign_id
+        and labels.get(names.MANAGED_BY_LABEL) == names.MANAGED_BY
+        and names.COMPONENT_LABEL not in labels
+        and names.TENANT_HOME_LABEL not in labels
+    )
 
 
 def twin_floor(tenant_labels: dict[str, str] | None) -> dict[str, str]:
@@ -98,8 +117,8 @@ class NamespaceMapController:
     async def run(self) -> None:
         await run_controller([self.maps, self.namespaces], self.queue)
 
-    async def _tenant_labels(self, tenant: str) -> dict[str, str] | None:
-        """The tenant namespace's labels (None: no such namespace)."""
+    async def _tenant(self, tenant: str) -> tuple[dict[str, str], dict[str, str]] | None:
+        """The tenant namespace's labels and annotations (None: no such namespace)."""
         ns = self.namespaces.store.get(tenant)
         if ns is None:  # a tenant made without liqo-stack's managed-by label is not in the store
             try:
@@ -108,13 +127,20 @@ class NamespaceMapController:
                 if err.status.code == 404:
                     return None
                 raise
-        return dict(ns.metadata.labels or {}) if ns.metadata else {}
+        meta = ns.metadata
+        return (dict(meta.labels or {}), dict(meta.annotations or {})) if meta else ({}, {})
+
+    def _served_homes(self) -> set[str]:
+        """The homes this cluster serves: those with a tenant namespace."""
+        homes = ((ns.metadata.labels or {}).get(names.TENANT_HOME_LABEL) for ns in self.namespaces.store.values())
+        return {home for home in homes if home}
 
     async def reconcile(self, key: str) -> None:
         tenant, _, name = key.partition("/")
-        tenant_labels = await self._tenant_labels(tenant)
+        tenant_labels, tenant_annotations = await self._tenant(tenant) or (None, {})
         home_id = (tenant_labels or {}).get(names.TENANT_HOME_LABEL)
         floor = twin_floor(tenant_labels)
+        allowed = twinnames.parse_allowed(tenant_annotations.get(names.TWIN_NAMES_ANNOTATION))
         mapping = self.maps.store.get(key)
         if home_id is None:
             home_id = name  # tenant namespace gone: the map's name is its home cluster id
@@ -139,7 +165,7 @@ class NamespaceMapController:
                 current[local] = reported[local]
             else:
                 try:
-                    current[local] = await self._ensure_twin(home_id, tenant, twin, floor)
+                    current[local] = await self._ensure_twin(home_id, tenant, local, twin, floor, allowed)
                 except ApiError as err:  # refused by this API server (quota, policy, ...): say so, go on
                     current[local] = self._failed(
                         twin, f"{self.cluster_id} refused namespace {twin}: {err.status.message}"
@@ -147,10 +173,13 @@ class NamespaceMapController:
         ours = set()
         for ns in list(self.namespaces.store.values()):
             labels = ns.metadata.labels or {}
-            if labels.get(names.ORIGIN_LABEL) == home_id and ns.metadata.name not in wanted_twins:
+            leaving = is_twin_of(labels, home_id, self.cluster_id) and ns.metadata.name not in wanted_twins
+            if leaving and (ns.metadata.deletionTimestamp or await self._delete_twin(ns.metadata.name, home_id)):
                 ours.add(ns.metadata.name)
-                if not ns.metadata.deletionTimestamp:
-                    await self._delete_twin(ns.metadata.name)
+        for local, entry in reported.items():  # withdrawn, and not (or no longer) ours to delete
+            gone = isinstance(entry, dict) and entry.get("remoteNamespace") not in ours | wanted_twins
+            if local not in desired and gone and entry.get("phase") != MappingPhase.CREATION_FAILED.value:
+                await self._revoke_binding(entry["remoteNamespace"], home_id)
         current.update(withdrawn_until_gone(desired, reported, ours))
         if mapping is not None and reported != current:
             # a merge patch keeps keys it does not mention: withdrawn mappings are set to null
@@ -180,14 +209,17 @@ class NamespaceMapController:
             and entry.get("remoteNamespace") == twin
             and ns is not None
             and not ns.metadata.deletionTimestamp
-            and (ns.metadata.labels or {}).get(names.ORIGIN_LABEL) == home_id
+            and is_twin_of(labels, home_id, self.cluster_id)
         )
 
     @staticmethod
     def _failed(twin: str, message: str) -> dict[str, Any]:
         return {"remoteNamespace": twin, "phase": MappingPhase.CREATION_FAILED.value, "message": message}
 
-    async def _ensure_twin(self, home_id: str, tenant: str, twin: str, floor: dict[str, str]) -> dict[str, Any]:
+    async def _ensure_twin(
+        self, home_id: str, tenant: str, local: str, twin: str, floor: dict[str, str], allowed: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """A twin it made before is kept (its name was allowed then); a new one only if the name is the home's."""
         try:
             existing = await self.client.get(Namespace, twin)
         except ApiError as err:
@@ -196,13 +228,19 @@ class NamespaceMapController:
             existing = None
         if existing is not None:
             labels = existing.metadata.labels or {} if existing.metadata else {}
-            if labels.get(names.ORIGIN_LABEL) != home_id:
-                return {
-                    "remoteNamespace": twin,
-                    "phase": MappingPhase.CREATION_FAILED.value,
-                    "message": f"namespace {twin} already exists in {self.cluster_id} and was not created for "
-                    f"home cluster {home_id}: it is left untouched; choose another namespaceMappingStrategy or name",
-                }
+            if not is_twin_of(labels, home_id, self.cluster_id):
+                await self._revoke_binding(twin, home_id)  # a twin claimed since: the home's access there goes
+                if labels.get(names.ORIGIN_LABEL) == home_id:
+                    return self._failed(
+                        twin,
+                        f"namespace {twin} in {self.cluster_id} was home cluster {home_id}'s twin and has been "
+                        "claimed since (its labels changed): it is left untouched, and the home's access there removed",
+                    )
+                return self._failed(
+                    twin,
+                    f"namespace {twin} already exists in {self.cluster_id} and was not created for home cluster "
+                    f"{home_id}: it is left untouched; choose another namespaceMappingStrategy or name",
+                )
             if existing.metadata and existing.metadata.deletionTimestamp:
                 return {"remoteNamespace": twin, "phase": MappingPhase.TERMINATING.value}
             changed = {label: level for label, level in floor.items() if labels.get(label) != level}
@@ -216,6 +254,9 @@ class NamespaceMapController:
                     field_manager=FIELD_MANAGER,
                 )
         else:
+            refused = twinnames.refusal(home_id, local, twin, allowed, self._served_homes())
+            if refused is not None:
+                return self._failed(twin, f"{self.cluster_id} refused twin namespace {twin}: {refused}")
             meta = ObjectMeta(name=twin, labels={**twin_labels(home_id, self.cluster_id), **floor})
             await self.client.create(Namespace(metadata=meta), field_manager=FIELD_MANAGER)
         binding = cast(
@@ -237,7 +278,45 @@ class NamespaceMapController:
         await self.client.apply(binding, field_manager=FIELD_MANAGER, force=True)
         return {"remoteNamespace": twin, "phase": MappingPhase.ACCEPTED.value}
 
-    async def _delete_twin(self, twin: str) -> None:
+    async def _delete_twin(self, twin: str, home_id: str) -> bool:
+        """Delete a twin no longer requested, only while it is still this home's twin, as read now and
+        unchanged up to the delete (a precondition): False when it is not (claimed, or gone)."""
+        try:
+            ns = await self.client.get(Namespace, twin)
+        except ApiError as err:
+            if err.status.code == 404:
+                return False
+            raise
+        meta = ns.metadata
+        if meta is None or not is_twin_of(dict(meta.labels or {}), home_id, self.cluster_id):
+            return False
+        if meta.deletionTimestamp:
+            return True
         log.info("deleting twin namespace %s: no longer requested", twin)
-        with unless_gone():
-            await self.client.delete(Namespace, twin)
+        try:
+            await delete_unchanged(
+                self.client, Namespace, twin, uid=str(meta.uid), resource_version=str(meta.resourceVersion)
+            )
+        except ApiError as err:
+            if err.status.code == 404:
+                return False
+            if err.status.code == 409:  # changed since it was read: decided again on what it is now
+                raise RuntimeError(
+                    f"twin namespace {twin} changed while it was being deleted; checking it again"
+                ) from err
+            raise
+        return True
+
+    async def _revoke_binding(self, twin: str, home_id: str) -> None:
+        """The home's RoleBinding in a namespace that is no longer its twin goes (only the one this agent made)."""
+        try:
+            binding = await self.client.get(RoleBinding, HOME_BINDING, namespace=twin)
+        except ApiError as err:
+            if err.status.code == 404:
+                return
+            raise
+        labels = dict((binding.metadata.labels if binding.metadata else None) or {})
+        if all(labels.get(key) == value for key, value in twin_labels(home_id, self.cluster_id).items()):
+            log.info("namespace %s is no longer home cluster %s's twin: removing its access there", twin, home_id)
+            with unless_gone():
+                await self.client.delete(RoleBinding, HOME_BINDING, namespace=twin)

@@ -87,12 +87,15 @@ class NamespaceOffloadingController:
         workers: int = 8,
         poll_seconds: float = 1.0,
         unreachable_retry_seconds: float = 5.0,
+        refused_retry_seconds: float = 30.0,
     ) -> None:
         self.home = home
         self.home_cluster_id = home_cluster_id
         self.foreign = foreign_clients(home)
         self.poll_seconds = poll_seconds
         self.unreachable_retry_seconds = unreachable_retry_seconds
+        # a twin a foreign cluster refused is asked again now and then: it may allow the name later
+        self.refused_retry_seconds = refused_retry_seconds
         self.offloadings = Informer(home, NamespaceOffloadingResource)
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
         self.nodes = Informer(home, Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
@@ -231,6 +234,8 @@ class NamespaceOffloadingController:
             await self._release_finalizer(obj)
         elif not unreachable and (phase is OffloadingPhase.IN_PROGRESS or len(ready) + len(failed) < len(selected)):
             self.queue.add_after(key, self.poll_seconds)
+        elif failed and not unreachable:
+            self.queue.add_after(key, self.refused_retry_seconds)
 
     async def _request_twin(
         self, cluster_id: str, secret: str, namespace: str, twin: str | None
@@ -247,7 +252,15 @@ class NamespaceOffloadingController:
             current = None
         desired = dict(((current or {}).get("spec") or {}).get("desiredMapping") or {})
         if twin is not None and desired.get(namespace) != twin:
-            await self._write_map(client, tenant, map_name, namespace, twin, exists=current is not None)
+            try:
+                await self._write_map(client, tenant, map_name, namespace, twin, exists=current is not None)
+            except ApiError as err:
+                if err.status.code != 422:
+                    raise
+                # refused by that cluster's admission (its NamespaceMap policy: the name is not this home's
+                # to take there): that mapping's failure, with the cluster's reason
+                message = f"{cluster_id} refused the request for twin namespace {twin}: {err.status.message}"
+                return {"remoteNamespace": twin, "phase": MappingPhase.CREATION_FAILED.value, "message": message}
         elif twin is None and namespace in desired:
             await self._write_map(client, tenant, map_name, namespace, None, exists=True)
         status = ((current or {}).get("status") or {}).get("currentMapping") or {}

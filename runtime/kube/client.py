@@ -139,6 +139,8 @@ class _DirectRequests(GenericAsyncClient):
         if self._token is None or watch or method not in _ONE_SHOT:
             return await super().request(method, res, obj, name, namespace, watch, headers=headers, params=params)
         request = self.prepare_request(method, res, obj, name, namespace, watch, headers=headers, params=params)
+        if obj is not None and method == "delete":
+            request.data = obj  # DeleteOptions (delete_with_options), which lightkube leaves out
         path, url = self._target(request)
         body = None if request.data is None else msgspec.json.encode(request.data)
         send_headers = {**self._headers, **(request.headers or {})}
@@ -152,6 +154,16 @@ class _DirectRequests(GenericAsyncClient):
         if request.response_type is None:
             return None
         return decoders.decode_object(content, request.response_type)
+
+    async def delete_with_options(self, res: Any, name: str, namespace: str | None, options: dict[str, Any]) -> None:
+        """A delete with a body, DeleteOptions (e.g. preconditions): lightkube's delete sends none."""
+        if self._token is not None:
+            await self.request("delete", res, options, name, namespace)
+            return
+        request = self.prepare_request("delete", res, None, name, namespace)
+        request.data = options
+        response = await self.send(self.build_adapter_request(request))  # type: ignore[no-untyped-call]
+        self.handle_response("delete", response, request)
 
     def _target(self, request: BasicRequest) -> tuple[str, str]:
         """The path (what the request hooks are told) and the whole URL of `request`."""
@@ -354,6 +366,25 @@ class RuntimeClient(AsyncClient):
     def on_request(self, hook: RequestHook) -> None:
         """Calls `hook(method, path)` for every request this client sends, whichever the path."""
         self.transport.request_hooks.append(hook)
+
+
+async def delete_unchanged(
+    client: AsyncClient, res: Any, name: str, *, uid: str, resource_version: str, namespace: str | None = None
+) -> None:
+    """Delete the object only while it is the one read (`uid`) at the version read (`resource_version`):
+    the API server refuses (409 Conflict) once anyone changed it since, so a decision taken on what was
+    read holds. A client other than the runtime's (tests' plain lightkube ones) deletes without them."""
+    if not isinstance(client, RuntimeClient):
+        await client.delete(res, name, namespace=namespace)
+        return
+    options = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": uid, "resourceVersion": resource_version},
+    }
+    direct = client._client
+    assert isinstance(direct, _DirectRequests)
+    await direct.delete_with_options(res, name, namespace, options)
 
 
 def async_client(

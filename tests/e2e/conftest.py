@@ -36,6 +36,9 @@ from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
 STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local-static", "default": True}]
 SHARED_STACK = "offloading"
+# the twin names beyond DefaultName both foreign clusters allow home (test_namespace_offloading.py's
+# EnforceSameName and SelectedName twins); any other is refused there (test_foreign_guards.py)
+TWIN_NAMES = ["payments", "taken", "shared-twin"]
 # issue 39: the custom resource type the shared stack opts in (test_custom_resources.py installs its CRDs)
 WIDGETS = {"group": "e2e.liqo-stack.dev", "version": "v1", "resource": "widgets", "reflectStatus": True}
 # A failed test's report carries what each runtime component logged while it ran (its last lines):
@@ -115,6 +118,7 @@ def session_stack(
                 "labels": {"region": "europe"},
                 "podCIDR": session_layout.pod_cidr("foreign-1"),
                 "storageClasses": STORAGE_CLASSES,
+                "twinNames": TWIN_NAMES,
             },
             {
                 "clusterId": "foreign-2",
@@ -122,6 +126,7 @@ def session_stack(
                 "labels": {"region": "us-west", "staging": "true"},
                 "podCIDR": session_layout.pod_cidr("foreign-2"),
                 "storageClasses": STORAGE_CLASSES,
+                "twinNames": TWIN_NAMES,
             },
         ],
         "runtime": {"mode": "external", "webhookPort": webhook_port},

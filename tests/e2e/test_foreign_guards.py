@@ -2,7 +2,8 @@
 
 As a user at home, and as an attacker holding the home identity's credentials (the kubeconfig in
 the home Secret `liqo/liqo-credentials-foreign-1`): the pod-security floor of the twins, the
-admission policy on ShadowPods, and the grant the foreign agent holds each home to.
+admission policy on ShadowPods, the grant the foreign agent holds each home to, the twin names it
+may take, and what a foreign side's stack never takes over.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, cast
 import pytest
 import yaml
 from lightkube import ApiError, Client, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, Secret
 from lightkube.types import PatchType
@@ -30,9 +32,17 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.quota import spec_requests
-from runtime.api.resources import QuotaResource, ResourceAdvertisementResource, ShadowPodResource, VirtualNodeResource
+from runtime.api.resources import (
+    NamespaceMapResource,
+    NamespaceOffloadingResource,
+    QuotaResource,
+    ResourceAdvertisementResource,
+    ShadowPodResource,
+    VirtualNodeResource,
+)
+from runtime.controllers.namespacemap import twin_labels
 from tests.support.cli import liqo_stack_output, previewed
-from tests.support.kube import VIRTUAL_NODES, get_or_none, restarts, wait_until
+from tests.support.kube import VIRTUAL_NODES, exists, get_or_none, offload, restarts, unoffload, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -486,6 +496,161 @@ def test_a_grant_set_then_taken_out_by_pulumi_up_leaves_the_quota_as_it_was_and_
     installed.up(on_output=print)
     assert quota_spec() == before
     installed.preview(expect_no_changes=True, refresh=True, diff=True, on_output=print)
+
+
+# -- twin names (docs/security.md#twin-names): the foreign side decides what a home may name ----------
+def current_mapping(client: Client) -> dict[str, Any]:
+    found = client.get(NamespaceMapResource, "home", namespace=TENANT)
+    return dict((found.get("status") or {}).get("currentMapping") or {})
+
+
+def ask_for_twins(client: Client, mapping: dict[str, str | None], dry_run: bool = False) -> None:
+    """A merge patch of home's NamespaceMap in foreign-1, as the home identity or foreign-1's admin."""
+    patch = {"spec": {"desiredMapping": mapping}}
+    client.patch(NamespaceMapResource, "home", patch, namespace=TENANT, patch_type=PatchType.MERGE, dry_run=dry_run)
+
+
+def foreign_1_condition(home: Client, namespace: str) -> dict[str, Any]:
+    status = wait_phase(home, namespace, "AllFailed")  # foreign-1 alone is selected
+    return next(c for c in status["remoteNamespacesConditions"][FOREIGN] if c["type"] == "Ready")
+
+
+# foreign-1 alone (the shared stack's labels)
+EUROPE = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "In", "values": ["europe"]}]}]}
+
+
+def test_a_twin_name_the_foreign_side_did_not_allow_is_refused_by_its_api_server_and_its_agent(
+    offloaded: str, home: Client, attacker: Client, foreign: dict[str, Client]
+) -> None:
+    """The squat of issue 59 as the home identity: the NamespaceMap entry naming another home's tenant
+    (and a kube-* name, and an undeclared SelectedName) is refused by foreign-1's admission; written past
+    it (by foreign-1's admin, whom the policy does not hold: a map from before the policy), the agent
+    refuses it. Home sees each refusal with foreign-1's reason."""
+    client, squat = foreign[FOREIGN], names.tenant_namespace("home-2")
+    for local, twin, said in (
+        ("x4", squat, "reserved in every cluster"),
+        ("x5", "kube-squat", "reserved in every cluster"),
+        ("x6", "undeclared-twin", "not allowed for home cluster home"),
+    ):
+        with pytest.raises(ApiError) as refused:
+            ask_for_twins(attacker, {local: twin})
+        assert refused.value.status.code == 422, refused.value.status
+        assert said in str(refused.value.status.message) and f"{local}: {twin}" in str(refused.value.status.message)
+    # what it may ask for passes the same admission (dry runs: nothing is stored): its DefaultName, a declared name
+    ask_for_twins(attacker, {"x7": "x7-home", "x8": "shared-twin"}, dry_run=True)
+    try:
+        ask_for_twins(client, {"squat": squat})
+        answer = wait_until(lambda: current_mapping(client).get("squat"), 30, "the agent's answer to the squat")
+        assert answer["phase"] == "CreationFailed" and "reserved in every cluster (liqo*)" in answer["message"]
+        assert get_or_none(client, Namespace, squat) is None
+        # home asks for the same twin (already in the map): the agent's reason reaches its offloading
+        offload(home, "squat", {"namespaceMappingStrategy": "SelectedName", "remoteNamespaceName": squat,
+                                "clusterSelector": EUROPE})  # fmt: skip
+        condition = foreign_1_condition(home, "squat")
+        assert condition["reason"] == "CreationFailed" and "refused twin namespace" in condition["message"]
+        # a name home asks for that foreign-1 never allowed it: refused by its admission, said the same way
+        offload(home, "undeclared", {"namespaceMappingStrategy": "SelectedName",
+                                     "remoteNamespaceName": "undeclared-twin", "clusterSelector": EUROPE})  # fmt: skip
+        condition = foreign_1_condition(home, "undeclared")
+        assert condition["reason"] == "CreationFailed" and "not allowed for home cluster home" in condition["message"]
+        assert "foreign-1 refused the request for twin namespace undeclared-twin" in condition["message"]
+        assert (
+            "undeclared" not in (client.get(NamespaceMapResource, "home", namespace=TENANT)["spec"]["desiredMapping"])
+        )
+    finally:
+        ask_for_twins(client, {"squat": None})
+        for namespace in ("squat", "undeclared"):
+            if get_or_none(home, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace):
+                unoffload(home, namespace)
+
+
+def test_a_twin_an_admin_claimed_is_left_when_its_mapping_goes_and_the_home_loses_its_access(
+    offloaded: str, home: Client, attacker: Client, foreign: dict[str, Client], dev_env: DevEnvironment
+) -> None:
+    """foreign-1's admin relabels a twin as a stack's takeover would (a tenant's labels): the home's
+    access there goes at once, its NamespaceMap says why, and unoffloading deletes nothing of it."""
+    client, twin = foreign[FOREIGN], "claimed" + TWIN_SUFFIX
+    offload(home, "claimed", {"clusterSelector": EUROPE})
+    wait_phase(home, "claimed", "Ready")
+    assert attacker.list(Secret, namespace=twin) is not None  # the home identity reads its own twin
+    kubectl = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", str(dev_env.kubeconfig(FOREIGN))]
+    claim = [f"{names.TENANT_HOME_LABEL}=home-2", f"{names.COMPONENT_LABEL}=peering"]
+    subprocess.run([*kubectl, "label", "namespace", twin, *claim], check=True, capture_output=True, timeout=30)
+    try:
+        answer = wait_until(
+            lambda: (found := current_mapping(client).get("claimed")) and found["phase"] == "CreationFailed" and found,
+            30,
+            "the agent's answer to the claim",
+        )
+        assert "has been claimed since" in answer["message"], answer
+
+        def denied() -> bool:
+            try:
+                list(attacker.list(Secret, namespace=twin))
+            except ApiError as err:
+                return err.status.code == 403
+            return False
+
+        wait_until(denied, 30, "the home identity's access to the claimed namespace removed")
+        unoffload(home, "claimed")
+        kept: Any = client.get(Namespace, twin)
+        assert kept.metadata.deletionTimestamp is None, "the claimed namespace is not deleted"
+        assert kept.metadata.labels[names.TENANT_HOME_LABEL] == "home-2"
+    finally:
+        client.delete(Namespace, twin)
+
+
+def test_a_foreign_sides_stack_never_takes_over_a_tenant_object_it_did_not_create(
+    offloaded: str,
+    foreign: dict[str, Client],
+    pulumi_env: PulumiEnvironment,
+    project_dir: Path,
+    dev_env: DevEnvironment,
+) -> None:
+    """What the issue's takeover met: home's twin `liqo-tenant-home-2` (made by an agent before the
+    twin-name rules, so kept by today's), and another owner's Secret where home-3's identity token
+    goes. A foreign side's stack serving home-2 and home-3 fails `pulumi preview` and `pulumi up`,
+    naming both, and changes nothing."""
+    client = foreign[FOREIGN]
+    squatted, tenant_3 = names.tenant_namespace("home-2"), names.tenant_namespace("home-3")
+    token_3 = f"{names.home_identity_name('home-3')}-token"
+    ask_for_twins(client, {"x4": squatted})  # as an agent before this release accepted it
+    client.create(Namespace(metadata=ObjectMeta(name=squatted, labels=twin_labels("home", FOREIGN))))
+    ours = {
+        names.MANAGED_BY_LABEL: names.MANAGED_BY,
+        names.COMPONENT_LABEL: "peering",
+        names.TENANT_HOME_LABEL: "home-3",
+    }
+    client.create(Namespace(metadata=ObjectMeta(name=tenant_3, labels=ours)))
+    theirs = ObjectMeta(name=token_3, namespace=tenant_3, labels={names.MANAGED_BY_LABEL: "helm"})
+    client.create(Secret(metadata=theirs, stringData={"token": "theirs"}))
+    side = pulumi_env.stack_for_directory(project_dir, "takeover-side")
+    try:
+        wait_until(
+            lambda: (current_mapping(client).get("x4") or {}).get("phase") == "Accepted", 30, "the old twin kept"
+        )
+        homes = [{"clusterId": "home-2"}, {"clusterId": "home-3"}]
+        config = {"clusterId": FOREIGN, "kubeconfigPath": str(dev_env.kubeconfig(FOREIGN)), "homes": homes}
+        pulumi_env.set_liqo_config(side, {"foreignSide": config, "runtime": {"mode": "external"}})
+        for command in (side.preview, side.up):
+            with pytest.raises(auto.CommandError) as failed:
+                command(on_output=print)
+            said = str(failed.value)
+            assert "liqo:foreignSide.homes: the stack would take over objects in foreign-1" in said, said
+            assert f"Namespace {squatted} exists and is not liqo-stack's (it carries twin labels" in said
+            assert f"Secret {tenant_3}/{token_3} exists and is not liqo-stack's" in said and "managed-by=helm" in said
+        labels = cast(Any, client.get(Namespace, squatted)).metadata.labels
+        assert labels[names.ORIGIN_LABEL] == "home" and names.TENANT_HOME_LABEL not in labels, "not taken over"
+        assert (
+            cast(Any, client.get(Secret, token_3, namespace=tenant_3)).metadata.labels[names.MANAGED_BY_LABEL] == "helm"
+        )
+        resources = (side.export_stack().deployment or {}).get("resources") or []
+        assert not [r for r in resources if "kubernetes:" in r["type"]], "nothing declared"
+    finally:
+        side.workspace.remove_stack("takeover-side")
+        client.delete(Namespace, tenant_3)
+        ask_for_twins(client, {"x4": None})  # the agent deletes the old twin: its mapping is gone
+        wait_until(lambda: not exists(client, squatted), 60, f"{squatted} deleted by the agent that made it")
 
 
 def test_a_new_floor_is_previewed_with_the_pods_it_would_refuse_and_applied_without_stopping_them(

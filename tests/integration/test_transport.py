@@ -25,7 +25,7 @@ from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
 from runtime.kube import EngineMetrics, Event, Informer, informing
-from runtime.kube.client import RuntimeClient, async_client
+from runtime.kube.client import RuntimeClient, async_client, delete_unchanged
 from runtime.kube.transport import AiohttpTransport
 from tests.support.kube import wait_until_async
 from tests.support.sockets import established_by_port
@@ -342,5 +342,40 @@ def test_transport_failures_are_httpx2_errors(dev_env: DevEnvironment, namespace
                     pass
         await refused.close()
         await quiet.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_delete_with_preconditions_deletes_only_the_version_read(dev_env: DevEnvironment, namespace: str) -> None:
+    """delete_unchanged (the foreign agent's delete of a twin): refused with 409 once the object changed
+    since it was read, so a decision taken on what was read holds; the version read now deletes it."""
+    client = runtime_client(dev_env)
+
+    async def scenario() -> None:
+        made = await client.create(ConfigMap(metadata=ObjectMeta(name="claimed", namespace=namespace)))
+        assert made.metadata is not None
+        read_then = (str(made.metadata.uid), str(made.metadata.resourceVersion))
+        changed = await client.patch(
+            ConfigMap, "claimed", {"metadata": {"labels": {"owner": "admin"}}}, namespace=namespace
+        )
+        with pytest.raises(ApiError) as refused:
+            await delete_unchanged(
+                client, ConfigMap, "claimed", uid=read_then[0], resource_version=read_then[1], namespace=namespace
+            )
+        assert refused.value.status.code == 409, refused.value.status
+        assert (await client.get(ConfigMap, "claimed", namespace=namespace)).metadata is not None
+        assert changed.metadata is not None
+        await delete_unchanged(
+            client,
+            ConfigMap,
+            "claimed",
+            uid=str(changed.metadata.uid),
+            resource_version=str(changed.metadata.resourceVersion),
+            namespace=namespace,
+        )
+        with pytest.raises(ApiError) as gone:
+            await client.get(ConfigMap, "claimed", namespace=namespace)
+        assert gone.value.status.code == 404
+        await client.close()
 
     asyncio.run(scenario())

@@ -118,7 +118,7 @@ def test_objects_at_home_are_not_the_home_identity_in_a_foreign_cluster() -> Non
         ({"name": "default", "namespaceMappingStrategy": "EnforceSameName"}, "default"),
         (
             {"name": "apps", "namespaceMappingStrategy": "SelectedName", "remoteNamespaceName": "liqo-tenant-home"},
-            "liqo-tenant-*",
+            "liqo*",
         ),
     ],
 )

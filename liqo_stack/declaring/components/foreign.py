@@ -1,5 +1,6 @@
 """What a foreign cluster runs once, whoever peers with it: CRDs, the foreign agent, and the admission
-policy that holds every home identity's ShadowPods to what the cluster allows (docs/security.md)."""
+policies that hold every home identity's ShadowPods and NamespaceMaps to what the cluster allows
+(docs/security.md)."""
 
 from __future__ import annotations
 
@@ -45,16 +46,19 @@ class ForeignAgent(pulumi.ComponentResource):
             ),
             child,
         )
-        # Every ShadowPod a home identity writes is checked by this cluster's API server itself.
-        policy = foreign.object("shadowpod-policy", manifests.shadowpod_policy(), child)
-        self.guards = [
-            policy,
-            foreign.object(
-                "shadowpod-policy-binding",
-                manifests.shadowpod_policy_binding(),
+        # Every ShadowPod and NamespaceMap a home identity writes is checked by this cluster's API server itself.
+        self.guards: list[pulumi.Resource] = []
+        for resource_name, manifest in (
+            ("shadowpod-policy", manifests.shadowpod_policy()),
+            ("namespacemap-policy", manifests.namespacemap_policy()),
+        ):
+            policy = foreign.object(resource_name, manifest, child)
+            binding = foreign.object(
+                f"{resource_name}-binding",
+                manifests.policy_binding(manifest["metadata"]["name"]),
                 pulumi.ResourceOptions(parent=self, depends_on=[policy, *self.crds]),
-            ),
-        ]
+            )
+            self.guards += [policy, binding]
         self.agent = deploy_controller(
             foreign,
             self,

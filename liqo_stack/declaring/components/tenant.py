@@ -21,7 +21,7 @@ from liqo_stack.declaring.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, C
 from liqo_stack.declaring.components.credentials import home_identity_kubeconfig
 from liqo_stack.declaring.components.foreign import ForeignAgent
 from liqo_stack.declaring.config import GrantConfig, HomeServed
-from runtime.api import CustomResourceReflection, names
+from runtime.api import CustomResourceReflection, names, twinnames
 
 TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret
 
@@ -49,13 +49,16 @@ def declare_tenant(
     home_id: str,
     pod_security: str,
     grant: GrantConfig,
+    twin_names: Sequence[str],
     custom_resources: Sequence[CustomResourceReflection],
     agent: ForeignAgent,
     api_server_address: str | None,
     prefix: str = "",
 ) -> TenantSide:
-    """`prefix`: before each resource name (a foreign side's stack serves several homes; the one-stack
-    form keeps its names without one, so an existing stack replaces nothing)."""
+    """`twin_names`: the names beyond DefaultName its twins may take (twinNames), which the admission
+    policy and the agent read off the tenant namespace; `prefix`: before each resource name (a foreign
+    side's stack serves several homes; the one-stack form keeps its names without one, so an existing
+    stack replaces nothing)."""
     tenant = names.tenant_namespace(home_id)
     identity = names.home_identity_name(home_id)
     component = "peering"
@@ -63,7 +66,12 @@ def declare_tenant(
     floor = dict.fromkeys(names.POD_SECURITY_LABELS, pod_security)
     namespace = foreign.object(
         f"{prefix}tenant-namespace",
-        manifests.namespace(tenant, component, {names.TENANT_HOME_LABEL: home_id, **floor}),
+        manifests.namespace(
+            tenant,
+            component,
+            {names.TENANT_HOME_LABEL: home_id, **floor},
+            {names.TWIN_NAMES_ANNOTATION: twinnames.format_allowed(twin_names)},
+        ),
         pulumi.ResourceOptions(parent=parent),
     )
     in_tenant = pulumi.ResourceOptions(parent=parent, depends_on=[namespace])
@@ -142,6 +150,7 @@ class ForeignTenant(pulumi.ComponentResource):
             home_id=home.cluster_id,
             pod_security=home.pod_security,
             grant=home.grant,
+            twin_names=home.twin_names,
             custom_resources=[CustomResourceReflection.model_validate(c.model_dump()) for c in home.custom_resources],
             agent=agent,
             api_server_address=api_server_address,
