@@ -154,6 +154,11 @@ DEFAULT_POD_SECURITY_FLOOR: Final = "baseline"
 # The ValidatingAdmissionPolicy (and its binding) a foreign cluster holds every home identity's
 # ShadowPods to: origin, twin namespace, host namespaces, privileged and hostPath per the floor.
 SHADOWPOD_POLICY: Final = "liqo-shadowpods.offloading.liqo.io"
+# The one that holds them to the nodes the foreign side lets each home use (its Quota's `nodes`, the
+# policy's params): one binding per home, for its twins only.
+SHADOWPOD_NODES_POLICY: Final = "liqo-shadowpod-nodes.offloading.liqo.io"
+# In each twin namespace: the ResourceQuota of objects and storage the foreign agent keeps there.
+TWIN_OBJECTS_QUOTA: Final = "liqo-twin-objects"
 
 WEBHOOK_CA_SECRET: Final = "liqo-webhook-ca"  # the CA the controller-manager's replicas serve from
 
@@ -199,6 +204,11 @@ def home_identity_username(home_cluster_id: str) -> str:
 def home_identity_crd_reader(home_cluster_id: str) -> str:
     """The ClusterRole (and binding) by which the home identity reads the opted-in custom resources' CRDs."""
     return f"{home_identity_name(home_cluster_id)}-crd-reader"
+
+
+def shadowpod_nodes_binding(home_cluster_id: str) -> str:
+    """The binding of SHADOWPOD_NODES_POLICY to one home's twins, with its Quota as params."""
+    return f"liqo-shadowpod-nodes-{home_cluster_id}.offloading.liqo.io"
 
 
 def namespace_map_name(home_cluster_id: str) -> str:

@@ -47,6 +47,10 @@ class ForeignAgent(pulumi.ComponentResource):
         )
         # Every ShadowPod a home identity writes is checked by this cluster's API server itself.
         policy = foreign.object("shadowpod-policy", manifests.shadowpod_policy(), child)
+        # and to the nodes each home may use there: bound per home, with its Quota (tenant.py)
+        self.nodes_policy = foreign.object(
+            "shadowpod-nodes-policy", manifests.shadowpod_nodes_policy(), pulumi.ResourceOptions(parent=self)
+        )
         self.guards = [
             policy,
             foreign.object(
@@ -54,6 +58,7 @@ class ForeignAgent(pulumi.ComponentResource):
                 manifests.shadowpod_policy_binding(),
                 pulumi.ResourceOptions(parent=self, depends_on=[policy, *self.crds]),
             ),
+            self.nodes_policy,
         ]
         self.agent = deploy_controller(
             foreign,

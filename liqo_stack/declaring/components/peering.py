@@ -45,6 +45,7 @@ class Peering(pulumi.ComponentResource):
                 home_id=home_id,
                 pod_security=foreign_config.pod_security,
                 grant=foreign_config.grant,
+                nodes=foreign_config.nodes,
                 custom_resources=config.reflection.custom_reflection(),
                 agent=agent,
                 api_server_address=foreign_config.api_server_address,
