@@ -165,17 +165,11 @@ class NamespaceMapController:
                 current[local] = reported[local]
             else:
                 try:
-                    current[local] = await self._ensure_twin(home_id, tenant, twin, floor)
+                    current[local] = await self._ensure_twin(home_id, tenant, twin, floor, limits)
                 except ApiError as err:  # refused by this API server (quota, policy, ...): say so, go on
                     current[local] = self._failed(
                         twin, f"{self.cluster_id} refused namespace {twin}: {err.status.message}"
                     )
-                if current[local]["phase"] == MappingPhase.ACCEPTED.value:
-                    try:
-                        await self._ensure_object_quota(home_id, twin, limits)
-                    except ApiError as err:  # an unbounded twin is not offered
-                        refused = f"{self.cluster_id} refused the object limits of namespace {twin}"
-                        current[local] = self._failed(twin, f"{refused}: {err.status.message}")
         ours = set()
         for ns in list(self.namespaces.store.values()):
             labels = ns.metadata.labels or {}
@@ -219,7 +213,9 @@ class NamespaceMapController:
     def _failed(twin: str, message: str) -> dict[str, Any]:
         return {"remoteNamespace": twin, "phase": MappingPhase.CREATION_FAILED.value, "message": message}
 
-    async def _ensure_twin(self, home_id: str, tenant: str, twin: str, floor: dict[str, str]) -> dict[str, Any]:
+    async def _ensure_twin(
+        self, home_id: str, tenant: str, twin: str, floor: dict[str, str], limits: dict[str, str]
+    ) -> dict[str, Any]:
         try:
             existing = await self.client.get(Namespace, twin)
         except ApiError as err:
@@ -250,6 +246,7 @@ class NamespaceMapController:
         else:
             meta = ObjectMeta(name=twin, labels={**twin_labels(home_id, self.cluster_id), **floor})
             await self.client.create(Namespace(metadata=meta), field_manager=FIELD_MANAGER)
+        await self._ensure_object_quota(home_id, twin, limits)  # before the home identity may write there
         binding = cast(
             RoleBinding,
             RoleBinding.from_dict(
