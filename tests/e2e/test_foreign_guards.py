@@ -8,6 +8,7 @@ admission policy on ShadowPods, and the grant the foreign agent holds each home 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from lightkube.utils.quantity import parse_quantity
 from pulumi import automation as auto
 
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, fake_node_manifest, node_pod_cidr
-from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.quota import spec_requests
@@ -469,84 +470,90 @@ def test_a_homes_pods_run_only_on_the_nodes_it_may_use_whoever_writes_them(
     home: Client,
     foreign: dict[str, Client],
     attacker: Client,
+    runtime: ExternalRuntime,
     nodes_for_homes: tuple[str, str],
 ) -> None:
     """foreign-1 lets home use only its nodes labelled for homes, tolerating no taint of its admins: the
-    virtual node counts that node alone, home's pods run there, a pod tolerating the kept taint is
-    refused with the reason at home, and the home identity's own ShadowPods cannot get out either."""
+    virtual node counts that node alone, home's pods run there (one tolerating every taint too), one
+    tolerating the kept taint is refused with the reason at home, and the home identity's own
+    ShadowPods get out neither through the admission policy nor past the agent."""
     client, twin = foreign[FOREIGN], offloaded + TWIN_SUFFIX
     guest, kept = nodes_for_homes
+    worker = f"{FOREIGN}-worker-0"  # one of foreign-1's own nodes, not labelled for homes
     virtual = names.virtual_node_name(FOREIGN)
     share = cpu_of(client.get(Node, guest)) * Decimal("0.9")  # the guest node's, x the sharing percentage
     wait_until(lambda: cpu_of(home.get(Node, virtual)) == share, 60, "the virtual node's cpu: the guest node's only")
+    at_home = ("guest", "anywhere", "kept")
+    shadows = ("elsewhere", "kept-node", "admins")
+    try:
+        # as a user at home: a plain pod and one tolerating every taint run on the guest node; one
+        # tolerating the kept taint is refused
+        pod = {"containers": [{"name": "c", "image": "nginx"}]}
+        placed = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN}, **pod}
+        tolerating = {"guest": [], "anywhere": [{"operator": "Exists"}], "kept": [KEPT_TOLERATION]}
+        for name, tolerations in tolerating.items():
+            body = {"metadata": {"name": name, "namespace": offloaded}, "spec": {**placed, "tolerations": tolerations}}
+            home.create(cast(Pod, Pod.from_dict(body)))
+        for name in ("guest", "anywhere"):
+            remote: Any = wait_until(functools.partial(running_there, client, twin, name), 60, f"{name} Running there")
+            assert remote.spec.nodeName == guest and remote.spec.nodeSelector == {FOR_HOMES: "yes"}
+            assert not any(t.key in (None, "", KEPT["key"]) for t in remote.spec.tolerations), "narrowed"
+        event = wait_until(lambda: warning_on(home, offloaded, "kept", "may not tolerate"), 60, "the refusal at home")
+        assert "e2e.liqo-stack.io/kept=admins:NoSchedule" in event.message and FOREIGN in event.message
+        assert cast(Any, home.get(Pod, "kept", namespace=offloaded)).status.reason == "FailedOffloading"
 
-    # as a user at home: plain pods run on the guest node; one tolerating the kept taint is refused
-    plain = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN}, "containers": [{"name": "c", "image": "nginx"}]}
-    for name, extra in (("guest-a", {}), ("guest-b", {}), ("kept", {"tolerations": [KEPT_TOLERATION]})):
-        body = {"metadata": {"name": name, "namespace": offloaded}, "spec": {**plain, **extra}}
-        home.create(cast(Pod, Pod.from_dict(body)))
-    for name in ("guest-a", "guest-b"):
-        remote: Any = wait_until(functools.partial(running_there, client, twin, name), 60, f"{name} Running there")
-        assert remote.spec.nodeName == guest and remote.spec.nodeSelector == {FOR_HOMES: "yes"}
-    event = wait_until(lambda: warning_on(home, offloaded, "kept", "may not tolerate"), 60, "the refusal at home")
-    assert "e2e.liqo-stack.io/kept=admins:NoSchedule" in event.message and FOREIGN in event.message
-    assert cast(Any, home.get(Pod, "kept", namespace=offloaded)).status.reason == "FailedOffloading"
+        # as an attacker holding the home identity: its policy refuses what names a kept taint or
+        # contradicts the selector
+        message = refusal(attacker, shadow_pod("attack", twin, {**pod, "tolerations": [KEPT_TOLERATION]}))
+        assert "may not tolerate e2e.liqo-stack.io/kept=admins:NoSchedule" in message, message
+        message = refusal(attacker, shadow_pod("attack", twin, {**pod, "nodeSelector": {FOR_HOMES: "no"}}))
+        assert f"may use only nodes with {FOR_HOMES}=yes" in message, message
 
-    # as an attacker holding the home identity: its own ShadowPods
-    pod = {"containers": [{"name": "c", "image": "nginx"}]}
-    message = refusal(attacker, shadow_pod("attack", twin, {**pod, "tolerations": [KEPT_TOLERATION]}))
-    assert "may not tolerate e2e.liqo-stack.io/kept=admins:NoSchedule" in message, message
-    message = refusal(attacker, shadow_pod("attack", twin, {**pod, "nodeSelector": {FOR_HOMES: "no"}}))
-    assert f"may use only nodes with {FOR_HOMES}=yes" in message, message
-    # admitted, and held by the agent: a toleration of every taint narrowed, the selector added (so a
-    # required affinity for a node outside it, one of foreign-1's own workers, finds no node)
-    worker = f"{FOREIGN}-worker-0"
-    anywhere = {**pod, "tolerations": [{"operator": "Exists"}]}
-    attacker.create(shadow_pod("anywhere", twin, anywhere))
-    elsewhere = {
-        **pod,
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [worker]}]}
-                    ]
-                }
-            }
-        },
-    }
-    attacker.create(shadow_pod("elsewhere", twin, elsewhere))
-    placed: Any = wait_until(lambda: running_there(client, twin, "anywhere"), 60, "the narrowed pod Running")
-    assert placed.spec.nodeName == guest
-    assert not any(t.key in (None, "", KEPT["key"]) for t in placed.spec.tolerations)
+        # a compromised home (its virtual kubelet, which deletes ShadowPods of no home pod, stopped): what
+        # the policy admits, the agent holds to the nodes: a required affinity for a node outside the
+        # selector, or for the kept node while tolerating every taint, finds no node; and a ShadowPod the
+        # policy does not see (the foreign admin's own) is refused by the agent alone
+        runtime.stop(SHARED_KUBELET)
+        try:
+            for name, node, tolerations in (("elsewhere", worker, []), ("kept-node", kept, [{"operator": "Exists"}])):
+                attacker.create(shadow_pod(name, twin, {**pod, "affinity": on_node(node), "tolerations": tolerations}))
+            client.create(shadow_pod("admins", twin, {**pod, "tolerations": [KEPT_TOLERATION]}))
+            for name in ("elsewhere", "kept-node"):
+                stuck = wait_until(functools.partial(unschedulable, client, twin, name), 60, f"{name} unschedulable")
+                assert stuck.spec.nodeName is None and stuck.spec.nodeSelector == {FOR_HOMES: "yes"}
+            refused = wait_until(lambda: create_failed(client, twin, "admins"), 60, "refused by the agent")
+            assert "e2e.liqo-stack.io/kept=admins:NoSchedule" in refused["message"]
+            assert get_or_none(client, Pod, "admins", twin) is None
+        finally:
+            for name in shadows:
+                with contextlib.suppress(ApiError):
+                    client.delete(ShadowPodResource, name, namespace=twin)
+            runtime.start(SHARED_KUBELET)
+        pods: list[Any] = list(client.list(Pod, namespace=twin))
+        on_nodes = {p.spec.nodeName for p in pods if p.metadata.name in (*at_home, *shadows)}
+        assert kept not in on_nodes and worker not in on_nodes, "no pod of home on a node kept from it"
+    finally:
+        for name in at_home:
+            home.delete(Pod, name, namespace=offloaded, grace_period=0)
+        wait_until(lambda: runtime.ready(SHARED_KUBELET) and node_ready(home, virtual), 90, "the virtual kubelet back")
 
-    def unschedulable() -> Any:
-        there: Any = get_or_none(client, Pod, "elsewhere", twin)
-        conditions = (there and there.status and there.status.conditions) or []
-        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions) and there
 
-    stuck = wait_until(unschedulable, 60, f"the pod that asks for {worker}: unschedulable there")
-    assert stuck.spec.nodeName is None and stuck.spec.nodeSelector == {FOR_HOMES: "yes"}
-    ours = ("guest-a", "guest-b", "anywhere", "elsewhere")
-    pods: list[Any] = list(client.list(Pod, namespace=twin))
-    on_nodes = {p.spec.nodeName for p in pods if p.metadata.name in ours}
-    assert kept not in on_nodes and worker not in on_nodes, "no pod of home on a node kept from it"
+def on_node(node: str) -> dict[str, Any]:
+    """A required node affinity for one node, by its hostname."""
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
-    # the agent holds a ShadowPod its admission policy does not see (the foreign admin's own) the same way
-    client.create(shadow_pod("admins", twin, {**pod, "tolerations": [KEPT_TOLERATION]}))
 
-    def agent_refused() -> Any:
-        status = cast(Any, client.get(ShadowPodResource, "admins", namespace=twin)).get("status") or {}
-        return status if status.get("reason") == "CreateFailed" else None
+def unschedulable(client: Client, twin: str, name: str) -> Any:
+    """The pod, once the foreign scheduler found no node for it."""
+    there: Any = get_or_none(client, Pod, name, twin)
+    conditions = (there and there.status and there.status.conditions) or []
+    return there if any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions) else None
 
-    assert (
-        "e2e.liqo-stack.io/kept=admins:NoSchedule" in wait_until(agent_refused, 60, "refused by the agent")["message"]
-    )
-    assert get_or_none(client, Pod, "admins", twin) is None
-    for name in ("guest-a", "guest-b", "kept"):
-        home.delete(Pod, name, namespace=offloaded, grace_period=0)
-    for name in ("anywhere", "elsewhere", "admins"):
-        client.delete(ShadowPodResource, name, namespace=twin)
+
+def create_failed(client: Client, twin: str, name: str) -> Any:
+    status = cast(Any, client.get(ShadowPodResource, name, namespace=twin)).get("status") or {}
+    return status if status.get("reason") == "CreateFailed" else None
 
 
 def running_there(client: Client, twin: str, name: str) -> Any:
