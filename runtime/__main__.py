@@ -284,7 +284,9 @@ async def foreign_agent(client: AsyncClient, cluster_id: str, probes: ProbeServe
         twin = maps.namespaces.store.get(namespace)
         return (twin.metadata.labels or {}).get(names.ORIGIN_LABEL) if twin is not None else None
 
-    shadows = ShadowPodController(client, cluster_id, twin_origin=twin_origin, twins=maps.namespaces)
+    shadows = ShadowPodController(
+        client, cluster_id, twin_origin=twin_origin, twins=maps.namespaces, quotas=maps.quotas
+    )
     assert shadows.grants is not None
     advertisements = AdvertisementController(
         client,

@@ -52,8 +52,15 @@ from runtime.api.network import (
     ranges_seen_by,
     remapped_pod_cidrs,
 )
+from runtime.api.nodeaccess import NodeAccess
 from runtime.api.quantities import parse_quantity
-from runtime.api.quota import CHECKED_UNDER, LimitsEnforcement, QuotaSpec
+from runtime.api.quota import (
+    CHECKED_UNDER,
+    DEFAULT_TWIN_OBJECT_LIMITS,
+    LimitsEnforcement,
+    QuotaSpec,
+    object_limit_problem,
+)
 from runtime.api.twinnames import declared_pattern_problem
 from runtime.api.virtualnode import ApiServerAddress
 
@@ -316,6 +323,13 @@ class VirtualNodeConfig(ConfigModel):
 PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
 
 
+def _object_limits(limits: dict[str, str]) -> dict[str, str]:
+    for name in limits:
+        if problem := object_limit_problem(name):
+            raise ValueError(problem)
+    return limits
+
+
 class GrantConfig(ConfigModel):
     """What the foreign cluster grants the home cluster: its Quota, enforced by its foreign agent
     before a pod starts there (docs/security.md#grants)."""
@@ -333,11 +347,74 @@ class GrantConfig(ConfigModel):
     cordoned: bool = Field(
         default=False, description="no new pod of the home starts there; the running ones go on (see docs/security.md)"
     )
+    objects: Annotated[Quantities, AfterValidator(_object_limits)] = Field(
+        default_factory=dict,
+        description="what the home may keep in each twin namespace there, as a ResourceQuota of it: counts and "
+        "storage over the defaults ("
+        + ", ".join(f"`{k}: {v}`" for k, v in DEFAULT_TWIN_OBJECT_LIMITS.items())
+        + "); raise or lower any, or add other `count/<resource>` limits",
+    )
 
-    def quota(self) -> QuotaSpec:
+    def quota(self, nodes: NodesConfig | None = None) -> QuotaSpec:
+        """The home's Quota; `nodes`: the nodes it may use there (declared beside the grant)."""
         return QuotaSpec(
-            limitsEnforcement=self.limits_enforcement, resources=dict(self.resources), cordoned=self.cordoned
+            limitsEnforcement=self.limits_enforcement,
+            resources=dict(self.resources),
+            cordoned=self.cordoned,
+            nodes=nodes.access() if nodes is not None else None,
+            objects=dict(self.objects) or None,
         )
+
+
+class AllowedToleration(ConfigModel):
+    """A toleration the home's pods may have there (a core Toleration: a pod's toleration is allowed when
+    one of these tolerates every taint it does)."""
+
+    key: str = Field(default="", description="the taint's key; none (with operator Exists): every taint")
+    operator: Literal["Equal", "Exists"] = Field(
+        default="Equal", description="Equal (the taint's value too) or Exists (any value)"
+    )
+    value: str = Field(default="", description="the taint's value, with Equal")
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        default="", description="NoSchedule, PreferNoSchedule or NoExecute; none: every effect"
+    )
+    toleration_seconds: int | None = Field(
+        default=None, ge=0, description="with NoExecute: how long at most a pod may stay once the taint is added"
+    )
+
+    @model_validator(mode="after")
+    def _a_valid_toleration(self) -> Self:
+        if self.key:
+            _check_labels({self.key: ""})
+        elif self.operator != "Exists":
+            raise ValueError("a toleration without a key tolerates every taint: give it operator Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists matches any value: leave value out")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds goes with effect NoExecute only")
+        return self
+
+
+class NodesConfig(ConfigModel):
+    """Which of the foreign cluster's nodes the home's pods may use there, enforced by that cluster (its
+    admission policy and its agent, docs/security.md#nodes); its virtual node at home counts only those."""
+
+    selector: Labels = Field(
+        default_factory=dict,
+        description="labels of the nodes the home's pods may use (added to each pod's nodeSelector there); "
+        "none: any node",
+    )
+    tolerations: list[AllowedToleration] = Field(
+        default_factory=list,
+        description="the taints its pods may tolerate there, as tolerations; none: no taint but Kubernetes' "
+        "node.kubernetes.io/not-ready and unreachable (a pod's toleration of every taint is narrowed to these)",
+    )
+
+    def access(self) -> NodeAccess | None:
+        if not self.selector and not self.tolerations:
+            return None
+        tolerations = [t.model_dump(by_alias=True, exclude_defaults=True) for t in self.tolerations]
+        return NodeAccess.model_validate({"selector": dict(self.selector) or None, "tolerations": tolerations or None})
 
 
 class ForeignCluster(ClusterAccess):
@@ -352,6 +429,10 @@ class ForeignCluster(ClusterAccess):
         default_factory=GrantConfig, description="what it grants the home cluster, enforced there (its Quota)"
     )
     twin_names: TwinNames
+    nodes: NodesConfig = Field(
+        default_factory=NodesConfig,
+        description="which of its nodes the home's pods may use, enforced there (in its Quota, beside the grant)",
+    )
 
     labels: Labels = Field(
         default_factory=dict,
@@ -423,7 +504,12 @@ class ForeignCluster(ClusterAccess):
                 "identityKubeconfig: the foreign cluster's own stack declares its side; leave kubeconfig and "
                 "kubeconfigPath out (this stack holds no admin credentials of that cluster)"
             )
-        for field, where in (("pod_security", "podSecurity"), ("grant", "grant"), ("twin_names", "twinNames")):
+        for field, where in (
+            ("pod_security", "podSecurity"),
+            ("grant", "grant"),
+            ("twin_names", "twinNames"),
+            ("nodes", "nodes"),
+        ):
             if field in self.model_fields_set:
                 raise ValueError(
                     f"{where}: declared by the foreign cluster's own stack (liqo:foreignSide.homes[].{where}) when "
@@ -463,6 +549,19 @@ class ForeignCluster(ClusterAccess):
                 f"pools {same} select the same foreign nodes (one nodeSelector): their capacity would count twice"
             )
         return pools
+
+    @model_validator(mode="after")
+    def _pools_within_the_nodes(self) -> Self:
+        """A pool whose nodeSelector contradicts the nodes the home may use there would have none."""
+        for index, pool in enumerate(self.virtual_nodes):
+            for key, value in pool.node_selector.items():
+                allowed = self.nodes.selector.get(key, value)
+                if allowed != value:
+                    raise ValueError(
+                        f"virtualNodes[{index}].nodeSelector {key}={value}: the home may use only nodes with "
+                        f"{key}={allowed} there (nodes.selector), so pool {pool.name!r} would have none"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _node_names_fit(self) -> Self:
@@ -1088,6 +1187,10 @@ class HomeServed(ConfigModel):
     )
     grant: GrantConfig = Field(default_factory=GrantConfig, description="what it may use here (its Quota)")
     twin_names: TwinNames
+    nodes: NodesConfig = Field(
+        default_factory=NodesConfig,
+        description="which of this cluster's nodes its pods may use (in its Quota, beside the grant)",
+    )
     custom_resources: list[CustomResourceConfig] = Field(
         default_factory=list,
         description="the custom resource types its stack reflects (liqo:reflection.customResources): its identity "

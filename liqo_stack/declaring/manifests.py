@@ -21,6 +21,7 @@ from runtime.api import (
     twinnames,
 )
 from runtime.api.namespaceselector import NamespaceOffloadingSelector, NamespaceOffloadingSelectorSpec
+from runtime.api.nodeaccess import ALWAYS_TOLERATED
 from runtime.api.plan import virtual_node_labels
 from runtime.api.quota import Quota, QuotaSpec
 from runtime.api.shadowpod import FIELDS_THE_FOREIGN_CLUSTER_DECIDES
@@ -569,6 +570,8 @@ FOREIGN_AGENT_RULES: list[Manifest] = [
     },
     # the grant of each home (runtime/controllers/granting.py): read, never written by the agent
     {"apiGroups": [_GROUP], "resources": ["quotas"], "verbs": ["get", "list", "watch"]},
+    # the ResourceQuota of objects it keeps in each twin (runtime/controllers/namespacemap.py)
+    {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["get", "create", "update", "patch"]},
     {
         "apiGroups": [_GROUP],
         "resources": ["namespacemaps/status", "shadowpods/status"],
@@ -756,6 +759,130 @@ def shadowpod_policy() -> Manifest:
                     "reason": "Forbidden",
                 },
             ],
+        },
+    }
+
+
+def _text(obj: str, field: str, default: str = "") -> str:
+    """CEL: `obj.field`, or `default` when it has none (a ShadowPod's pod is untyped, a Quota's optional)."""
+    return f"(has({obj}.{field}) ? {obj}.{field} : '{default}')"
+
+
+def _covers(allowed: str, toleration: str) -> str:
+    """CEL of runtime.api.nodeaccess.covers: `allowed` tolerates every taint `toleration` does."""
+    a_key, t_key = _text(allowed, "key"), _text(toleration, "key")
+    a_op, t_op = _text(allowed, "operator", "Equal"), _text(toleration, "operator", "Equal")
+    a_effect, t_effect = _text(allowed, "effect"), _text(toleration, "effect")
+    return (
+        f"({a_key} == {t_key} || ({a_key} == '' && {a_op} == 'Exists'))"
+        f" && ({a_effect} == '' || {a_effect} == {t_effect})"
+        f" && ({a_effect} != 'NoExecute' || !has({allowed}.tolerationSeconds)"
+        f" || (has({toleration}.tolerationSeconds) && {toleration}.tolerationSeconds <= {allowed}.tolerationSeconds))"
+        f" && ({a_op} == 'Exists' || ({t_op} != 'Exists' && {_text(toleration, 'value')} == {_text(allowed, 'value')}))"
+    )
+
+
+def _allowed_toleration(toleration: str) -> str:
+    """CEL: the home may have `toleration` (runtime.api.nodeaccess: ALWAYS_TOLERATED, a toleration of
+    every taint, which the agent narrows, or one its Quota's nodes.tolerations covers)."""
+    always = ", ".join(f"'{t['key']}'" for t in ALWAYS_TOLERATED)
+    key, operator = _text(toleration, "key"), _text(toleration, "operator", "Equal")
+    return (
+        f"{key} in [{always}] || ({key} == '' && {operator} == 'Exists')"
+        f" || variables.allowed.exists(a, {_covers('a', toleration)})"
+    )
+
+
+def _shown_toleration(toleration: str) -> str:
+    """CEL of runtime.api.nodeaccess.shown: key[=value][:effect]."""
+    key, effect = _text(toleration, "key"), _text(toleration, "effect")
+    value = f"({_text(toleration, 'operator', 'Equal')} == 'Exists' ? '' : '=' + {_text(toleration, 'value')})"
+    return f"({key} == '' ? '*' : {key}) + {value} + ({effect} == '' ? '' : ':' + {effect})"
+
+
+def shadowpod_nodes_policy() -> Manifest:
+    """The ValidatingAdmissionPolicy holding each home identity's ShadowPods to the nodes its Quota lets it
+    use (its `nodes`, the params of the home's own binding): no toleration of a taint it may not tolerate,
+    no nodeSelector against its selector (the agent adds the selector to every pod it makes)."""
+    pod = "object.spec.pod"
+    nodes = "params.spec.nodes"
+    selector = f"{nodes}.selector"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": names.SHADOWPOD_NODES_POLICY, "labels": _labels("foreign-guards")},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": names.API_VERSION, "kind": "Quota"},
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [_GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["shadowpods"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "home-identities",
+                    "expression": f"request.userInfo.username.startsWith('{HOME_IDENTITY_PREFIX}')",
+                }
+            ],
+            "variables": [
+                {"name": "home", "expression": _labelled("namespaceObject", names.ORIGIN_LABEL)},
+                {
+                    "name": "allowed",
+                    "expression": f"has({nodes}) && has({nodes}.tolerations) ? {nodes}.tolerations : []",
+                },
+                {"name": "tolerations", "expression": f"has({pod}.tolerations) ? {pod}.tolerations : []"},
+                {
+                    "name": "selector",
+                    "expression": f"has({nodes}) && has({selector}) ? {selector} : {{}}",
+                },
+                {"name": "own", "expression": f"has({pod}.nodeSelector) ? {pod}.nodeSelector : {{}}"},
+            ],
+            "validations": [
+                {
+                    "expression": f"variables.tolerations.all(t, {_allowed_toleration('t')})",
+                    "messageExpression": "'spec.pod.tolerations: home cluster ' + variables.home + ' may not "
+                    "tolerate ' + variables.tolerations.filter(t, !("
+                    + _allowed_toleration("t")
+                    + ")).map(t, "
+                    + _shown_toleration("t")
+                    + ").join(', ') + ' here (its Quota: nodes.tolerations)'",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.selector.all(k, !(k in variables.own) "
+                    "|| string(variables.own[k]) == variables.selector[k])",
+                    "messageExpression": "'spec.pod.nodeSelector: home cluster ' + variables.home + ' may use only "
+                    "nodes with ' + variables.selector.map(k, k + '=' + variables.selector[k]).join(', ') + "
+                    "' here (its Quota: nodes.selector)'",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+
+
+def shadowpod_nodes_binding(home_cluster_id: str, component: str) -> Manifest:
+    """The nodes policy for one home's twins, with its Quota as params: a ShadowPod of a home without its
+    Quota is refused (the stack declares both)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": names.shadowpod_nodes_binding(home_cluster_id), "labels": _labels(component)},
+        "spec": {
+            "policyName": names.SHADOWPOD_NODES_POLICY,
+            "validationActions": ["Deny"],
+            "paramRef": {
+                "name": names.quota_name(home_cluster_id),
+                "namespace": names.tenant_namespace(home_cluster_id),
+                "parameterNotFoundAction": "Deny",
+            },
+            "matchResources": {"namespaceSelector": {"matchLabels": {names.ORIGIN_LABEL: home_cluster_id}}},
         },
     }
 

@@ -397,6 +397,7 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
 
     from liqo_stack import kube
     from runtime.api.advertisement import as_quantity, available_for, loads_of
+    from runtime.api.nodeaccess import NodeRules
     from runtime.api.resources import ResourceAdvertisementResource
 
     home_id = config.home.cluster_id
@@ -415,7 +416,9 @@ def offered_by(config: StackConfig) -> tuple[dict[str, dict[str, str]], list[str
                 if not is_not_found(err):  # no advertisement yet, or no CRD yet (before the first install)
                     raise
             nodes, loads = list(client.list(Node)), loads_of(client.list(Pod, namespace="*"))
-            offered[foreign.cluster_id] = {r: as_quantity(a) for r, a in available_for(home_id, nodes, loads).items()}
+            usable = NodeRules.of(foreign.nodes.access())  # the nodes the home may use there
+            available = available_for(home_id, nodes, loads, usable)
+            offered[foreign.cluster_id] = {r: as_quantity(a) for r, a in available.items()}
         except Exception as err:  # an unreachable cluster must not hide the other checks
             unread.append(f"{_foreign_path(index)} ({foreign.cluster_id}): cannot read what it offers: {err}")
     return offered, unread

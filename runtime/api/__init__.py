@@ -2,7 +2,7 @@
 
 from runtime.api import names
 from runtime.api.advertisement import ResourceAdvertisement, ResourceAdvertisementSpec
-from runtime.api.core import Condition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Taint
+from runtime.api.core import Condition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration
 from runtime.api.crds import ALL_KINDS, all_crd_manifests, crd_manifest, foreign_crd_manifests, home_crd_manifests
 from runtime.api.durations import DurationError, format_duration, parse_duration
 from runtime.api.namespacemap import NamespaceMap, NamespaceMapSpec
@@ -50,6 +50,7 @@ __all__ = [
     "ShadowPodSpec",
     "SharedResources",
     "Taint",
+    "Toleration",
     "VirtualNode",
     "VirtualNodeSpec",
     "all_crd_manifests",

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from runtime.api import names
 from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
+from runtime.api.nodeaccess import NodeRules
 from runtime.api.quantities import parse_quantity
 
 
@@ -101,12 +102,20 @@ def loads_of(pods: Iterable[Any]) -> list[PodLoad]:
     return [load for load in map(load_of, pods) if load is not None]
 
 
-def available_by_node(home_id: str, nodes: list[Any], loads: Iterable[PodLoad]) -> dict[str, dict[str, Decimal]]:
-    """Per Ready physical node: its allocatable minus the requests of the pods on it that `home_id`
-    did not offload (never below zero)."""
+def node_taints(node: Any) -> list[dict[str, Any]]:
+    return [{"key": t.key, "value": t.value, "effect": t.effect} for t in (node.spec and node.spec.taints) or []]
+
+
+def available_by_node(
+    home_id: str, nodes: list[Any], loads: Iterable[PodLoad], rules: NodeRules | None = None
+) -> dict[str, dict[str, Decimal]]:
+    """Per Ready physical node that the home may use (`rules`: the nodes its Quota lets it use; None:
+    any): its allocatable minus the requests of the pods on it that `home_id` did not offload (never
+    below zero)."""
     available: dict[str, dict[str, Decimal]] = {}
     for node in nodes:
-        if _is_physical_and_ready(node):
+        usable = rules is None or rules.admits_node(node.metadata.labels or {}, node_taints(node))
+        if usable and _is_physical_and_ready(node):
             allocatable = (node.status and node.status.allocatable) or {}
             available[node.metadata.name] = {r: parse_quantity(q) or Decimal(0) for r, q in allocatable.items()}
     for load in loads:
@@ -126,8 +135,10 @@ def summed(per_node: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
     return dict(total)
 
 
-def available_for(home_id: str, nodes: list[Any], loads: Iterable[PodLoad]) -> dict[str, Decimal]:
-    return summed(available_by_node(home_id, nodes, loads).values())
+def available_for(
+    home_id: str, nodes: list[Any], loads: Iterable[PodLoad], rules: NodeRules | None = None
+) -> dict[str, Decimal]:
+    return summed(available_by_node(home_id, nodes, loads, rules).values())
 
 
 def node_offers(nodes: list[Any], per_node: Mapping[str, Mapping[str, Decimal]]) -> list[dict[str, Any]]:

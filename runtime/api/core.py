@@ -36,6 +36,16 @@ class Taint(ApiModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+class Toleration(ApiModel):
+    """A core Toleration: an empty key with `Exists` tolerates every taint, an empty effect every effect."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
 class Condition(ApiModel):
     type: str
     status: Literal["True", "False", "Unknown"]

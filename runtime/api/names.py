@@ -162,6 +162,11 @@ NAMESPACEMAP_POLICY: Final = "liqo-namespacemaps.offloading.liqo.io"
 # On a home's tenant namespace, written by the stack that serves it: the twin names beyond DefaultName
 # the foreign side allows that home, comma-separated names or `*` patterns (liqo:foreignSide.homes[].twinNames).
 TWIN_NAMES_ANNOTATION: Final = f"{OWN_DOMAIN}/twin-names"
+# The one that holds them to the nodes the foreign side lets each home use (its Quota's `nodes`, the
+# policy's params): one binding per home, for its twins only.
+SHADOWPOD_NODES_POLICY: Final = "liqo-shadowpod-nodes.offloading.liqo.io"
+# In each twin namespace: the ResourceQuota of objects and storage the foreign agent keeps there.
+TWIN_OBJECTS_QUOTA: Final = "liqo-twin-objects"
 
 WEBHOOK_CA_SECRET: Final = "liqo-webhook-ca"  # the CA the controller-manager's replicas serve from
 
@@ -213,6 +218,11 @@ def home_identity_username(home_cluster_id: str) -> str:
 def home_identity_crd_reader(home_cluster_id: str) -> str:
     """The ClusterRole (and binding) by which the home identity reads the opted-in custom resources' CRDs."""
     return f"{home_identity_name(home_cluster_id)}-crd-reader"
+
+
+def shadowpod_nodes_binding(home_cluster_id: str) -> str:
+    """The binding of SHADOWPOD_NODES_POLICY to one home's twins, with its Quota as params."""
+    return f"liqo-shadowpod-nodes-{home_cluster_id}.offloading.liqo.io"
 
 
 def namespace_map_name(home_cluster_id: str) -> str:

@@ -9,6 +9,7 @@ cordoned), so its users' manifests keep working.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from decimal import Decimal
@@ -17,7 +18,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from runtime.api import names
 from runtime.api._base import ApiModel, CrdInfo, CustomObject, PrinterColumn
+from runtime.api.nodeaccess import NodeAccess
 from runtime.api.quantities import parse_quantity
 
 
@@ -51,6 +54,14 @@ class QuotaSpec(ApiModel):
         "empty: what this cluster advertises to the home (its ResourceAdvertisement)",
     )
     cordoned: bool = Field(default=False, description="no new pod of this home starts here; running ones go on")
+    nodes: NodeAccess | None = Field(
+        default=None, description="which nodes the home's pods may use here; none: any node, tolerating no taint"
+    )
+    objects: dict[str, str] | None = Field(
+        default=None,
+        description="the ResourceQuota of each of the home's twin namespaces (count/configmaps, count/secrets, "
+        "count/services, persistentvolumeclaims, requests.storage, ...), over the defaults",
+    )
 
 
 class Quota(CustomObject):
@@ -71,6 +82,63 @@ class Quota(CustomObject):
 
 
 Requests = dict[str, Decimal]
+
+# What a home may keep in each twin namespace, by count and storage: the foreign agent keeps a ResourceQuota
+# of these in every twin (names.TWIN_OBJECTS_QUOTA), and the Quota's `objects` raise or lower each. One token
+# Secret per offloaded pod that mounts a ServiceAccount token counts among the Secrets.
+DEFAULT_TWIN_OBJECT_LIMITS: Mapping[str, str] = {
+    "count/configmaps": "500",
+    "count/secrets": "2000",
+    "count/services": "100",
+    "persistentvolumeclaims": "50",
+    "requests.storage": "500Gi",
+}
+# What `objects` may bound: counts of objects and storage. Never pods or their requests: those are the
+# grant's (`resources`), held by the agent; a ResourceQuota of them would refuse pods without requests.
+_OBJECT_COUNT = re.compile(r"count/[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_PER_STORAGE_CLASS = re.compile(
+    r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?\.storageclass\.storage\.k8s\.io/(requests\.storage|persistentvolumeclaims)"
+)
+_OTHER_OBJECT_LIMITS = frozenset(
+    {"configmaps", "secrets", "services", "services.loadbalancers", "services.nodeports"}
+    | {"persistentvolumeclaims", "requests.storage", "replicationcontrollers", "resourcequotas"}
+)
+
+
+def object_limit_problem(name: str) -> str | None:
+    """Why `name` is no object limit a twin's ResourceQuota may hold (None: it is one)."""
+    if name in ("count/pods", "pods") or not (
+        name in _OTHER_OBJECT_LIMITS or _OBJECT_COUNT.fullmatch(name) or _PER_STORAGE_CLASS.fullmatch(name)
+    ):
+        return (
+            f"{name!r} is no object limit: write count/<resource>[.<group>] (not pods), persistentvolumeclaims "
+            "or requests.storage; what pods request is the grant's resources"
+        )
+    return None
+
+
+def twin_object_limits(spec: QuotaSpec | None) -> dict[str, str]:
+    """The hard limits of each twin's ResourceQuota: the defaults, with the Quota's `objects` over them."""
+    return {**DEFAULT_TWIN_OBJECT_LIMITS, **((spec.objects or {}) if spec is not None else {})}
+
+
+def twin_object_quota(twin: str, home_id: str, foreign_id: str, limits: Mapping[str, str]) -> dict[str, Any]:
+    """The ResourceQuota the foreign agent keeps in a twin namespace (it is the agent's: the home identity
+    may not change or delete it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": names.TWIN_OBJECTS_QUOTA,
+            "namespace": twin,
+            "labels": {
+                names.ORIGIN_LABEL: home_id,
+                names.DESTINATION_LABEL: foreign_id,
+                names.MANAGED_BY_LABEL: names.MANAGED_BY,
+            },
+        },
+        "spec": {"hard": dict(limits)},
+    }
 
 
 def spec_requests(pod_spec: Mapping[str, Any]) -> Requests:

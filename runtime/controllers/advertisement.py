@@ -1,9 +1,10 @@
 """Foreign agent, resources side: what this cluster offers each home cluster (docs/offloading.md).
 
 For every tenant namespace (one per home cluster) a ResourceAdvertisement holds the allocatable
-of the physical nodes (Ready and schedulable; virtual nodes never count) minus the requests of
-the pods running here that this home cluster did not offload, for every resource (cpu, memory,
-pods, GPUs, any extended resource). The home's virtual kubelet applies its sharing percentage.
+of the physical nodes (Ready and schedulable; virtual nodes never count) that its Quota lets the
+home use (its `nodes`: the selector's nodes, without a taint it may not tolerate) minus the
+requests of the pods running here that this home cluster did not offload, for every resource (cpu,
+memory, pods, GPUs, any extended resource). The home's virtual kubelet applies its sharing percentage.
 Written only when the figures change, so an idle cluster costs no writes, and recomputed at most
 once per `settle` seconds of pod and node churn: a burst of 1,000 pods would otherwise rewrite the
 advertisement, and the virtual node after it, for nearly every pod.
@@ -34,6 +35,8 @@ from runtime.api.advertisement import (
     suggested_labels,
     summed,
 )
+from runtime.api.nodeaccess import NodeRules
+from runtime.api.quota import QuotaSpec
 from runtime.api.resources import ResourceAdvertisementResource
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.kube import Informer, WorkQueue
@@ -74,6 +77,7 @@ class AdvertisementController:
         # key -> load, one map per pod informer: a pod whose origin label changes moves between them
         self.local_loads: dict[str, PodLoad] = {}
         self.offloaded_loads: dict[str, PodLoad] = {}
+        self._rules: dict[str, tuple[str | None, NodeRules]] = {}  # home -> (its Quota's version, its nodes)
         self.queue = WorkQueue(self._reconcile, workers=1, name="advertisement")
         self.nodes.add_handler(lambda _: self.queue.add_after(ALL, self.settle))
         self.local_pods.add_handler(self._following(self.local_loads))
@@ -110,10 +114,23 @@ class AdvertisementController:
             home_id = tenant.metadata.labels[names.TENANT_HOME_LABEL]
             if tenant.metadata.deletionTimestamp:
                 continue
-            per_node = available_by_node(home_id, nodes, loads)
+            per_node = available_by_node(home_id, nodes, loads, self._node_rules(home_id))
             resources = {r: as_quantity(a) for r, a in sorted(summed(per_node.values()).items())}
             cordoned = self._cordoned(home_id)
             await self._publish(tenant.metadata.name, resources, labels, node_offers(nodes, per_node), cordoned)
+
+    def _node_rules(self, home_id: str) -> NodeRules | None:
+        """The nodes the home's Quota lets it use (None: no Quotas known here, any node)."""
+        if self.quotas is None:
+            return None
+        quota = self.quotas.store.get(f"{names.tenant_namespace(home_id)}/{names.quota_name(home_id)}")
+        version = quota.metadata.resourceVersion if quota is not None else None
+        cached = self._rules.get(home_id)
+        if cached is None or cached[0] != version:
+            spec = QuotaSpec.model_validate(quota.to_dict().get("spec") or {}) if quota is not None else QuotaSpec()
+            cached = (version, NodeRules.of(spec.nodes))
+            self._rules[home_id] = cached
+        return cached[1]
 
     def _cordoned(self, home_id: str) -> bool:
         if self.quotas is None:

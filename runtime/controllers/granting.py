@@ -8,6 +8,9 @@ Quota (runtime/api/quota.py), in the home's tenant namespace:
   within the grant (the Quota's resources, or what this cluster advertises to the home when it
   names none); Hard also wants requests equal to limits;
 - no Quota: Soft, within the advertisement.
+It also holds each pod to the nodes the Quota lets its home use (`confine`, runtime/api/nodeaccess.py):
+the pod's nodeSelector gets the home's selector, and a toleration of a taint the home may not tolerate
+is refused.
 
 Decisions are serialized per home: `admit` checks and reserves in one step, with no await between,
 on the one event loop of the leading agent, so concurrent creates cannot overshoot. What a home
@@ -27,6 +30,7 @@ from typing import Any
 from lightkube import AsyncClient
 
 from runtime.api import names
+from runtime.api.nodeaccess import NodeRules
 from runtime.api.quota import (
     LimitsEnforcement,
     QuotaSpec,
@@ -54,15 +58,18 @@ class Grants:
         requeue: Callable[[str], None],
         twin_origin: Callable[[str], str | None],
         recheck: Callable[[str, float], None] = lambda key, seconds: None,
+        quotas: Informer | None = None,
     ) -> None:
         """`requeue`: puts a ShadowPod's key back in its controller's queue (a refused one, when
-        room was made); `twin_origin`: the home cluster a namespace is a twin of (None: no twin)."""
+        room was made); `twin_origin`: the home cluster a namespace is a twin of (None: no twin);
+        `quotas`: the Quotas' informer when another controller runs it (else this one's own)."""
         self.cluster_id = cluster_id
         self.requeue = requeue
         self.recheck = recheck
         self.twin_origin = twin_origin
         # a foreign cluster an older stack installed has no Quota CRD: no Quota, as if none were declared
-        self.quotas = Informer(client, QuotaResource, absent_ok=True)
+        self.shared_quotas = quotas is not None
+        self.quotas = quotas if quotas is not None else Informer(client, QuotaResource, absent_ok=True)
         self.advertisements = Informer(client, ResourceAdvertisementResource)
         # home -> ShadowPod key -> what its pod requests: the pods this agent let start, not finished
         self._admitted: dict[str, dict[str, Requests]] = defaultdict(dict)
@@ -70,13 +77,15 @@ class Grants:
         self._refused: dict[str, set[str]] = defaultdict(set)  # home -> keys waiting for room
         self._quotas: dict[str, tuple[str | None, QuotaSpec]] = {}  # home -> (its version, parsed)
         self._grants: dict[str, tuple[Any, dict[str, Decimal]]] = {}  # home -> (what it came from, parsed)
+        self._node_rules: dict[str, tuple[QuotaSpec, NodeRules]] = {}  # home -> (the Quota parsed, its rules)
         self._seeded = False
         self.quotas.add_handler(self._on_grant_changed)
         self.advertisements.add_handler(self._on_grant_changed)
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.quotas, self.advertisements]
+        """The informers this object runs (the Quotas' only when they are its own)."""
+        return [self.advertisements] if self.shared_quotas else [self.quotas, self.advertisements]
 
     def _on_grant_changed(self, event: Event) -> None:
         tenant = event.key.partition("/")[0]
@@ -171,6 +180,29 @@ class Grants:
             cached = (source, parsed_grant(resources))
             self._grants[home] = cached
         return cached[1]
+
+    def node_rules(self, home: str) -> NodeRules:
+        """The nodes the home may use here, from its Quota (built once per version of it)."""
+        quota = self.quota_of(home)
+        cached = self._node_rules.get(home)
+        if cached is None or cached[0] is not quota:
+            cached = (quota, NodeRules.of(quota.nodes))
+            self._node_rules[home] = cached
+        return cached[1]
+
+    def confine(self, key: str, shadow: Any) -> tuple[dict[str, Any], str | None]:
+        """The pod spec the ShadowPod's pod gets, held to the nodes its home may use here; or why it may
+        not start (tried again when the home's Quota changes)."""
+        spec = pod_spec_of(shadow)
+        home = origin_of(shadow)
+        if home is None:
+            return spec, None  # `admit` refuses it
+        confined, problem = self.node_rules(home).confine(spec)
+        if problem is None:
+            return confined, None
+        self._refused[home].add(key)
+        where = f"{self.cluster_id} (Quota {names.tenant_namespace(home)}/{names.quota_name(home)})"
+        return confined, f"the pod leaves the nodes home cluster {home} may use in {where}: {problem}"
 
     def cordons(self, shadow: Any) -> str | None:
         """Why the ShadowPod's home may start nothing here now (it is cordoned); None: it may."""

@@ -18,6 +18,11 @@ Each twin carries the pod-security floor the foreign side declared for its home:
 Admission labels of the home's tenant namespace (`baseline` for each one it lacks), so this API
 server itself refuses a pod the floor forbids, whoever creates it. A changed floor relabels the
 twins; the pods running there keep running (admission checks creates).
+
+Each twin also gets a ResourceQuota of object counts and storage (names.TWIN_OBJECTS_QUOTA): the
+defaults, with what the home's Quota says in `objects` over them, so the API server itself refuses
+what a home would keep there beyond them. It is the agent's (the home identity may not touch it), and
+it follows a change of the Quota.
 """
 
 from __future__ import annotations
@@ -27,13 +32,14 @@ from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import Namespace, ResourceQuota
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
 from runtime.api import names, twinnames
 from runtime.api.namespacemap import MappingPhase
-from runtime.api.resources import NamespaceMapResource
+from runtime.api.quota import QuotaSpec, twin_object_limits, twin_object_quota
+from runtime.api.resources import NamespaceMapResource, QuotaResource
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
 from runtime.kube.client import delete_unchanged
 from runtime.kube.controlling import run_controller
@@ -100,12 +106,16 @@ class NamespaceMapController:
         self.cluster_id = cluster_id
         self.maps = Informer(client, NamespaceMapResource)
         self.namespaces = Informer(client, Namespace, labels={names.MANAGED_BY_LABEL: names.MANAGED_BY})
+        # each home's Quota: the object limits of its twins (an older stack installed no Quota CRD: none)
+        self.quotas = Informer(client, QuotaResource, absent_ok=True)
         self.queue = WorkQueue(self.reconcile, workers=workers, name="namespacemap")
         # maps whose every twin was ensured (namespace, RoleBinding) since this process started: later
         # reconciles ask the API server only about the twins that changed, not about hundreds again
         self._checked: set[str] = set()
+        self._object_limits: dict[str, dict[str, str]] = {}  # twin -> the limits its ResourceQuota was given
         self.maps.add_handler(lambda event: self.queue.add(event.key))
         self.namespaces.add_handler(self._on_namespace)
+        self.quotas.add_handler(self._on_quota)
 
     def _on_namespace(self, event: Event) -> None:
         labels = event.obj.metadata.labels or {}
@@ -114,8 +124,19 @@ class NamespaceMapController:
             tenant = names.tenant_namespace(home)
             self.queue.add(f"{tenant}/{names.namespace_map_name(home)}")  # also when its map is gone
 
+    def _on_quota(self, event: Event) -> None:
+        tenant = event.key.partition("/")[0]
+        home = (event.obj.metadata.labels or {}).get(names.TENANT_HOME_LABEL) or event.key.partition("/")[2]
+        self.queue.add(f"{tenant}/{names.namespace_map_name(home)}")
+
+    def object_limits(self, home_id: str) -> dict[str, str]:
+        """The limits of the home's twins' ResourceQuotas: the defaults, and its Quota's `objects`."""
+        quota = self.quotas.store.get(f"{names.tenant_namespace(home_id)}/{names.quota_name(home_id)}")
+        spec = QuotaSpec.model_validate(quota.to_dict().get("spec") or {}) if quota is not None else None
+        return twin_object_limits(spec)
+
     async def run(self) -> None:
-        await run_controller([self.maps, self.namespaces], self.queue)
+        await run_controller([self.maps, self.namespaces, self.quotas], self.queue)
 
     async def _tenant(self, tenant: str) -> tuple[dict[str, str], dict[str, str]] | None:
         """The tenant namespace's labels and annotations (None: no such namespace)."""
@@ -147,6 +168,7 @@ class NamespaceMapController:
         desired: dict[str, str] = dict((mapping or {}).get("spec", {}).get("desiredMapping") or {}) if mapping else {}
         reported = ((mapping or {}).get("status") or {}).get("currentMapping") or {}
         holders = twin_holders(desired, reported)
+        limits = self.object_limits(home_id)
         current: dict[str, Any] = {}
         wanted_twins = set()
         # One mapping's failure is that mapping's condition only: the others, the status and the
@@ -161,11 +183,15 @@ class NamespaceMapController:
                 )
             elif not names.is_dns_label(twin):
                 current[local] = self._failed(twin, f"twin namespace name {twin!r} {names.DNS_LABEL_RULE}")
-            elif key in self._checked and self._still_accepted(home_id, local, twin, reported, floor):
+            elif (
+                key in self._checked
+                and self._still_accepted(home_id, local, twin, reported, floor)
+                and self._object_limits.get(twin) == limits
+            ):
                 current[local] = reported[local]
             else:
                 try:
-                    current[local] = await self._ensure_twin(home_id, tenant, local, twin, floor, allowed)
+                    current[local] = await self._ensure_twin(home_id, tenant, local, twin, floor, allowed, limits)
                 except ApiError as err:  # refused by this API server (quota, policy, ...): say so, go on
                     current[local] = self._failed(
                         twin, f"{self.cluster_id} refused namespace {twin}: {err.status.message}"
@@ -217,7 +243,14 @@ class NamespaceMapController:
         return {"remoteNamespace": twin, "phase": MappingPhase.CREATION_FAILED.value, "message": message}
 
     async def _ensure_twin(
-        self, home_id: str, tenant: str, local: str, twin: str, floor: dict[str, str], allowed: tuple[str, ...]
+        self,
+        home_id: str,
+        tenant: str,
+        local: str,
+        twin: str,
+        floor: dict[str, str],
+        allowed: tuple[str, ...],
+        limits: dict[str, str],
     ) -> dict[str, Any]:
         """A twin it made before is kept (its name was allowed then); a new one only if the name is the home's."""
         try:
@@ -259,6 +292,7 @@ class NamespaceMapController:
                 return self._failed(twin, f"{self.cluster_id} refused twin namespace {twin}: {refused}")
             meta = ObjectMeta(name=twin, labels={**twin_labels(home_id, self.cluster_id), **floor})
             await self.client.create(Namespace(metadata=meta), field_manager=FIELD_MANAGER)
+        await self._ensure_object_quota(home_id, twin, limits)  # before the home identity may write there
         binding = cast(
             RoleBinding,
             RoleBinding.from_dict(
@@ -278,6 +312,14 @@ class NamespaceMapController:
         await self.client.apply(binding, field_manager=FIELD_MANAGER, force=True)
         return {"remoteNamespace": twin, "phase": MappingPhase.ACCEPTED.value}
 
+    async def _ensure_object_quota(self, home_id: str, twin: str, limits: dict[str, str]) -> None:
+        """The twin's ResourceQuota of objects, at `limits` (server-side apply: a limit dropped goes)."""
+        quota = ResourceQuota.from_dict(twin_object_quota(twin, home_id, self.cluster_id, limits))
+        await self.client.apply(cast(ResourceQuota, quota), field_manager=FIELD_MANAGER, force=True)
+        if self._object_limits.get(twin) not in (None, limits):
+            log.info("twin namespace %s: object limits now %s", twin, limits)
+        self._object_limits[twin] = dict(limits)
+
     async def _delete_twin(self, twin: str, home_id: str) -> bool:
         """Delete a twin no longer requested, only while it is still this home's twin, as read now and
         unchanged up to the delete (a precondition): False when it is not (claimed, or gone)."""
@@ -293,6 +335,7 @@ class NamespaceMapController:
         if meta.deletionTimestamp:
             return True
         log.info("deleting twin namespace %s: no longer requested", twin)
+        self._object_limits.pop(twin, None)
         try:
             await delete_unchanged(
                 self.client, Namespace, twin, uid=str(meta.uid), resource_version=str(meta.resourceVersion)

@@ -23,7 +23,10 @@ virtual kubelet to show at home; the next successful create clears it.
 
 Before a pod is made (and remade), the home's grant decides (runtime/controllers/granting.py): a
 ShadowPod refused there gets no pod, and its status says why (reason CreateFailed) as for a refusal
-by the API server; it is tried again when its home's use goes down or its grant changes.
+by the API server; it is tried again when its home's use goes down or its grant changes. The pod is
+made on the nodes the grant lets its home use (its nodeSelector gets the home's selector); one that
+names a node or tolerates a taint its home may not tolerate is refused the same way, and a toleration
+it gains later that its home may not have is not carried to the live pod.
 
 A pod is recreated only `recreate_after` seconds after it went missing, as a kubelet waits before
 restarting a container: whoever deleted the old pod by name alone (kwok does, without a UID
@@ -46,7 +49,7 @@ from lightkube.types import PatchType
 from runtime.api import names
 from runtime.api.resources import ShadowPodResource
 from runtime.api.shadowpod import CREATE_FAILED_REASON, EVICTED_REASON, pod_spec_of
-from runtime.controllers.granting import Grants
+from runtime.controllers.granting import Grants, origin_of
 from runtime.controllers.trimming import as_the_agent_reads
 from runtime.forging.pods import TERMINAL_PHASES, pod_of_shadow, restart_counts
 from runtime.forging.shadowpods import applied, applied_hash, live_changes
@@ -67,11 +70,13 @@ class ShadowPodController:
         recreate_after: float = 1.0,
         twin_origin: Callable[[str], str | None] | None = None,
         twins: Informer | None = None,
+        quotas: Informer | None = None,
     ) -> None:
         """`twin_origin`: the home cluster a namespace is a twin of, from the agent's namespaces
         (`twins`, an informer another controller runs: reconciling waits for it to sync); with it,
         every pod is first held to its home's grant (the agent always passes it; without it, as in
-        unit tests of the other rules, nothing is)."""
+        unit tests of the other rules, nothing is). `quotas`: the Quotas' informer when another
+        controller runs it."""
         self.twins = twins
         self.client = client
         self.cluster_id = cluster_id
@@ -85,7 +90,9 @@ class ShadowPodController:
         self.status_writes = OwnWrites()  # ShadowPods' events our status patches caused
         self.pod_writes = OwnWrites()  # pods' events our creates caused
         self.grants = (
-            Grants(client, cluster_id, self.queue.add, twin_origin, self.queue.add_after) if twin_origin else None
+            Grants(client, cluster_id, self.queue.add, twin_origin, self.queue.add_after, quotas=quotas)
+            if twin_origin
+            else None
         )
         self.shadows.add_handler(lambda event: self._on_event(event, self.status_writes))
         self.pods.add_handler(lambda event: self._on_event(event, self.pod_writes))
@@ -98,7 +105,10 @@ class ShadowPodController:
         await run_controller(
             [self.shadows, self.pods, *(self.grants.informers if self.grants else [])],
             self.queue,
-            shared=[self.twins] if self.twins is not None else [],
+            shared=[
+                *([self.twins] if self.twins is not None else []),
+                *([self.grants.quotas] if self.grants is not None and self.grants.shared_quotas else []),
+            ],
         )
 
     async def reconcile(self, key: str) -> None:
@@ -126,12 +136,14 @@ class ShadowPodController:
             recreating = bool(status.get("podUID")) or key in self._created
             if recreating and not self._waited_enough(key):
                 return
-            refusal = self.grants.admit(key, shadow) if self.grants is not None else None
+            spec, refusal = self.grants.confine(key, shadow) if self.grants is not None else (None, None)
+            if refusal is None and self.grants is not None:
+                refusal = self.grants.admit(key, shadow)
             if refusal is not None:
                 await self._refused(shadow, status, refusal)
                 return  # tried again when room is made, or the grant changes (Grants.requeue)
             try:
-                await self._create(shadow, status)
+                await self._create(shadow, status, spec)
             except BaseException:
                 if self.grants is not None:
                     self.grants.release(key)
@@ -178,9 +190,9 @@ class ShadowPodController:
         recreations = int(status.get("recreations") or 0)
         return {name: before.get(name, recreations) + last.get(name, 0) + 1 for name in containers}
 
-    async def _create(self, shadow: Any, status: dict[str, Any]) -> None:
+    async def _create(self, shadow: Any, status: dict[str, Any], spec: dict[str, Any] | None = None) -> None:
         try:
-            await self._create_pod(shadow)
+            await self._create_pod(shadow, spec)
         except ApiError as err:
             message = err.status.message or str(err)
             if status.get("reason") != CREATE_FAILED_REASON or status.get("message") != message:
@@ -206,7 +218,15 @@ class ShadowPodController:
 
     async def _update_pod(self, shadow: Any, pod: Any, applied_keys: dict[str, list[str]] | None) -> bool:
         """Bring the live pod to the ShadowPod; whether anything had to change."""
-        patch, resize = live_changes(shadow.to_dict(), pod.to_dict(), applied_keys)
+        wanted = shadow.to_dict()
+        home = origin_of(shadow)
+        if self.grants is not None and home is not None:
+            spec, problem = self.grants.node_rules(home).confine(pod_spec_of(shadow))
+            if problem is not None:  # the tolerations the pod has stay (a live pod's others cannot change)
+                log.info("not carrying to %s/%s: %s", shadow.metadata.namespace, shadow.metadata.name, problem)
+                spec["tolerations"] = (pod.to_dict().get("spec") or {}).get("tolerations") or []
+            wanted["spec"] = {**(wanted.get("spec") or {}), "pod": spec}
+        patch, resize = live_changes(wanted, pod.to_dict(), applied_keys)
         meta = shadow.metadata
         if patch:
             with unless_gone():
@@ -230,8 +250,11 @@ class ShadowPodController:
         self.queue.add_after(key, self.recreate_after - (now - since))
         return False
 
-    async def _create_pod(self, shadow: Any) -> None:
+    async def _create_pod(self, shadow: Any, spec: dict[str, Any] | None = None) -> None:
+        """`spec`: the pod spec held to its home's nodes (None: the ShadowPod's as it is)."""
         body = pod_of_shadow(shadow.to_dict())
+        if spec is not None:
+            body["spec"] = spec
         key = f"{shadow.metadata.namespace}/{shadow.metadata.name}"
         try:
             created = await self.client.create(Pod.from_dict(body))  # type: ignore[call-overload]

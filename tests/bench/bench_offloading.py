@@ -1,6 +1,7 @@
 """Offloading benchmark: pods offloaded through a virtual node vs the same pods created directly.
 
     .venv/bin/python -m tests.bench.bench_offloading [--bursts 10,100,1000] [--rounds 2] [--singles 40] [--idle 60]
+        [--compare-bounds ROUNDS [--compare-bounds-only]]
 
 Starts its own home and foreign cluster (state under $LIQO_STACK_STATE/bench-offloading, both API
 servers writing an audit log of every write), installs the stack with `pulumi up`, runs the
@@ -18,13 +19,16 @@ Then, in one run and alternating the two ways round by round:
   burst (sampled from /proc every 0.2 s), and idle;
 - idle: with 100 offloaded pods and nothing changing, the writes each API server receives in
   `--idle` seconds, from its audit log, by client (the node Lease heartbeat counted apart).
-Prints the figures and the ratios offloaded / direct.
+Prints the figures and the ratios offloaded / direct. With `--compare-bounds`, first: offloaded bursts
+of the largest size with the foreign side's bounds on (issue 59: the nodes admission policy bound for
+the home, the twin's ResourceQuota of objects) and off, alternated, and the agent's own per-pod check.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -36,18 +40,23 @@ from collections import Counter
 from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import yaml
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.admissionregistration_v1 import ValidatingAdmissionPolicyBinding
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.core_v1 import Namespace, Pod, ResourceQuota, Secret
 
+from liqo_stack.declaring import manifests
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, NodeShape
 from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
+from runtime.api.nodeaccess import NodeRules
+from runtime.api.quota import twin_object_limits, twin_object_quota
 from runtime.api.resources import ShadowPodResource
 from runtime.kube import Event, Informer
 from tests.bench.apiserver_profiles import ApiServerProfile, apiservers_profiled
@@ -554,10 +563,12 @@ def install(
     kubelet_ports: dict[str, int] | None = None,
     foreign_ids: tuple[str, ...] = (FOREIGN,),
     one_process: bool = True,
+    object_limits: dict[str, str] | None = None,
 ) -> ExternalRuntime:
     """The stack on the bench's clusters, the runtime running, namespace `bench` offloaded (Remote)
     to every foreign cluster, and in each of them the plain namespace of the direct way.
-    `one_process`: the external runtime's layout (one virtual-kubelet process for every peering, or one each)."""
+    `one_process`: the external runtime's layout (one virtual-kubelet process for every peering, or one each).
+    `object_limits`: each foreign cluster's grant.objects (what a twin may hold past the defaults)."""
     project = state / "project"
     project.mkdir(parents=True, exist_ok=True)
     for name in ("Pulumi.yaml", "__main__.py"):
@@ -567,7 +578,14 @@ def install(
     port = free_port()
     config = {
         "home": {"clusterId": HOME, "kubeconfigPath": str(env.kubeconfig(HOME))},
-        "foreignClusters": [{"clusterId": c, "kubeconfigPath": str(env.kubeconfig(c))} for c in foreign_ids],
+        "foreignClusters": [
+            {
+                "clusterId": c,
+                "kubeconfigPath": str(env.kubeconfig(c)),
+                **({"grant": {"objects": object_limits}} if object_limits else {}),
+            }
+            for c in foreign_ids
+        ],
         "runtime": {"mode": "external", "webhookPort": port},
         **(extra_config or {}),
     }
@@ -732,6 +750,106 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.1f}-{max(values):.1f})"
 
 
+# -- the foreign side's bounds, on and off (issue 59): their cost on the per-pod path ---------------
+# A toleration of a taint the home may not tolerate: refused by the nodes policy while it is bound.
+PROBE_TOLERATION = {"key": "bench.liqo-stack.io/kept", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def home_identity(env: DevEnvironment) -> AsyncClient:
+    """The home identity in the foreign cluster, from the credentials Secret the stack wrote at home."""
+    secret: Any = env.client(HOME).get(Secret, names.credentials_secret_name(FOREIGN), namespace=names.LIQO_NAMESPACE)
+    config = yaml.safe_load(base64.b64decode(secret.data["kubeconfig"]))
+    return AsyncClient(KubeConfig.from_dict(config), field_manager="bench")
+
+
+async def bounds_enforced(identity: AsyncClient) -> bool:
+    """Whether the foreign API server holds the home's ShadowPods to its nodes now: a dry run, as the
+    home identity, of one that tolerates a taint it may not."""
+    probe = ShadowPodResource.from_dict(
+        {
+            "metadata": {"name": "bounds-probe", "namespace": TWIN, "labels": {names.ORIGIN_LABEL: HOME}},
+            "spec": {"pod": {"containers": [{"name": "c", "image": "i"}], "tolerations": [PROBE_TOLERATION]}},
+        }
+    )
+    try:
+        await identity.create(probe, dry_run=True)
+    except ApiError as err:
+        if err.status.code == 403:
+            return True
+        raise
+    return False
+
+
+async def set_bounds(clusters: Clusters, identity: AsyncClient, on: bool) -> None:
+    """On: the home's nodes policy binding and its twin's ResourceQuota of objects, as the stack and
+    the agent make them (the quota counted by the cluster's quota controller); off: neither. The
+    agent's own check of each pod stays on: it is measured apart (`agent_check_microseconds`)."""
+    foreign = clusters.foreign
+    binding = manifests.shadowpod_nodes_binding(HOME, "peering")
+    quota = twin_object_quota(TWIN, HOME, FOREIGN, twin_object_limits(None))
+    if on:
+        await foreign.apply(
+            cast(ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBinding.from_dict(binding)), force=True
+        )
+        await foreign.apply(
+            cast(ResourceQuota, ResourceQuota.from_dict(quota)), field_manager="liqo-foreign-agent", force=True
+        )
+
+        async def counted() -> bool:
+            live: Any = await foreign.get(ResourceQuota, names.TWIN_OBJECTS_QUOTA, namespace=TWIN)
+            return bool(live.status and live.status.hard == quota["spec"]["hard"] and live.status.used)
+
+        while not (await counted() and await bounds_enforced(identity)):
+            await asyncio.sleep(0.2)
+        return
+    with contextlib.suppress(ApiError):
+        await foreign.delete(ValidatingAdmissionPolicyBinding, binding["metadata"]["name"])
+    with contextlib.suppress(ApiError):
+        await foreign.delete(ResourceQuota, names.TWIN_OBJECTS_QUOTA, namespace=TWIN)
+    while await bounds_enforced(identity):  # the API server's policy informer catches up
+        await asyncio.sleep(0.2)
+
+
+def agent_check_microseconds(samples: int = 20_000) -> float:
+    """The agent's own check of one pod (NodeRules.confine, the default rules, a bench pod's spec with
+    Kubernetes' two default tolerations), in microseconds."""
+    spec = pod_body("p", TWIN, "b").to_dict()["spec"]
+    spec["tolerations"] = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ]
+    rules = NodeRules.of(None)
+    started = time.perf_counter()
+    for _ in range(samples):
+        rules.confine(spec)
+    return (time.perf_counter() - started) / samples * 1e6
+
+
+async def bounds_comparison(clusters: Clusters, size: int, rounds: int) -> dict[str, list[float]]:
+    """`rounds` offloaded bursts of `size` bare pods with the foreign side's bounds on, and as many with
+    them off, alternated; seconds until all are Running at home."""
+    identity = home_identity(clusters.env)
+    results: dict[str, list[float]] = {"on": [], "off": []}
+    for round_no in range(rounds):
+        for state in ("on", "off") if round_no % 2 == 0 else ("off", "on"):
+            await set_bounds(clusters, identity, state == "on")
+            burst = f"bounds-{round_no}-{state}"
+            seconds = await run_until_running(clusters.home, OFFLOADED, burst, size)
+            results[state].append(seconds)
+            print(f"  {size:>5} offloaded, bounds {state:>3}, round {round_no + 1}: {seconds:7.2f} s", flush=True)
+            await delete_all(clusters, burst)
+    await set_bounds(clusters, identity, True)  # as the stack left it
+    return results
+
+
+def report_bounds(results: dict[str, list[float]], size: int) -> None:
+    on, off = statistics.median(results["on"]), statistics.median(results["off"])
+    print(f"\n== the foreign side's bounds (issue 59): {size} offloaded pods, time until Running at home")
+    print("  on: the nodes policy bound for home and the twin's ResourceQuota of objects; off: neither")
+    print(f"  on {spread(results['on'])} s, off {spread(results['off'])} s: on / off {on / off:.3f} (target <= 1.05)")
+    print(f"  the agent's own check, on in both: {agent_check_microseconds():.1f} us per pod")
+
+
 def report(
     single_results: dict[str, list[float]],
     memory: dict[str, dict[str, dict[str, float]]],
@@ -772,6 +890,12 @@ def report(
 
 async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.Namespace) -> None:
     clusters = Clusters(env)
+    if args.compare_bounds:
+        size = max(int(s) for s in args.bursts.split(",") if s)
+        print(f"[bench] the foreign side's bounds on and off, {args.compare_bounds} rounds ...", flush=True)
+        report_bounds(await bounds_comparison(clusters, size, args.compare_bounds), size)
+        if args.compare_bounds_only:
+            return
     print("[bench] bursts ...", flush=True)
     memory = {"before the first burst": runtime_memory_mb(runtime)}
     profiles: dict[str, Profile] = {}
@@ -804,6 +928,14 @@ def main() -> None:
         default="one",
         help="the runtime's layout: one process for the virtual kubelets (and one for the agents), or one each",
     )
+    parser.add_argument(
+        "--compare-bounds",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="first, ROUNDS offloaded bursts of the largest size with the foreign side's bounds on and as many off",
+    )
+    parser.add_argument("--compare-bounds-only", action="store_true", help="that comparison and nothing else")
     parser.add_argument(
         "--profile",
         action="store_true",

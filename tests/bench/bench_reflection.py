@@ -330,7 +330,9 @@ def main() -> None:
             "customResources": [{**WIDGETS, "workers": CONCURRENCY}],
         }
     }
-    with running_stack("bench-reflection", args.keep, extra_config=workers) as (env, runtime):
+    # a twin holds the bursts and the idle ConfigMaps: past the default object limit (docs/security.md#objects)
+    limits = {"count/configmaps": str(2 * (args.idle_objects + args.objects))}
+    with running_stack("bench-reflection", args.keep, extra_config=workers, object_limits=limits) as (env, runtime):
         asyncio.run(measure(env, Clusters(env), runtime, args))
 
 

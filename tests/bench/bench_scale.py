@@ -184,7 +184,12 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     args = parser.parse_args()
 
-    with running_stack("bench-scale", args.keep, LAYOUT, foreign_ids=FOREIGN_IDS) as (env, runtime):
+    # a token Secret per offloaded pod in each twin: past the default object limit (docs/security.md#objects)
+    limits = {"count/secrets": str(2 * args.pods)}
+    with running_stack("bench-scale", args.keep, LAYOUT, foreign_ids=FOREIGN_IDS, object_limits=limits) as (
+        env,
+        runtime,
+    ):
         asyncio.run(measure(env, runtime, args))
 
 

@@ -91,6 +91,16 @@ def webhook_port() -> int:
     return free_port()
 
 
+# The taints the home's pods may tolerate in the foreign clusters (every node; docs/security.md#nodes): the
+# tolerations the tests give their pods (tests/e2e/test_pod_lifecycle.py, test_preview_pod.py).
+ALLOWED_NODES = {
+    "tolerations": [
+        {"key": "example.com/gpu", "operator": "Exists"},
+        {"key": "example.com/maintenance", "operator": "Exists"},
+    ]
+}
+
+
 @pytest.fixture(scope="session")
 def session_stack(
     dev_env: DevEnvironment,
@@ -119,6 +129,7 @@ def session_stack(
                 "podCIDR": session_layout.pod_cidr("foreign-1"),
                 "storageClasses": STORAGE_CLASSES,
                 "twinNames": TWIN_NAMES,
+                "nodes": ALLOWED_NODES,
             },
             {
                 "clusterId": "foreign-2",
@@ -127,6 +138,7 @@ def session_stack(
                 "podCIDR": session_layout.pod_cidr("foreign-2"),
                 "storageClasses": STORAGE_CLASSES,
                 "twinNames": TWIN_NAMES,
+                "nodes": ALLOWED_NODES,
             },
         ],
         "runtime": {"mode": "external", "webhookPort": webhook_port},

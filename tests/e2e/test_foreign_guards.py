@@ -9,7 +9,9 @@ may take, and what a foreign side's stack never takes over.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
+import functools
 import subprocess
 import sys
 import threading
@@ -23,12 +25,13 @@ import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, Secret
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, ResourceQuota, Secret
 from lightkube.types import PatchType
+from lightkube.utils.quantity import parse_quantity
 from pulumi import automation as auto
 
-from liqo_stack.dev.clusters import DevEnvironment
-from liqo_stack.dev.external_runtime import ExternalRuntime
+from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, fake_node_manifest, node_pod_cidr
+from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.quota import spec_requests
@@ -42,7 +45,17 @@ from runtime.api.resources import (
 )
 from runtime.controllers.namespacemap import twin_labels
 from tests.support.cli import liqo_stack_output, previewed
-from tests.support.kube import VIRTUAL_NODES, exists, get_or_none, offload, restarts, unoffload, wait_phase, wait_until
+from tests.support.kube import (
+    VIRTUAL_NODES,
+    exists,
+    get_or_none,
+    node_ready,
+    offload,
+    restarts,
+    unoffload,
+    wait_phase,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -651,6 +664,196 @@ def test_a_foreign_sides_stack_never_takes_over_a_tenant_object_it_did_not_creat
         client.delete(Namespace, tenant_3)
         ask_for_twins(client, {"x4": None})  # the agent deletes the old twin: its mapping is gone
         wait_until(lambda: not exists(client, squatted), 60, f"{squatted} deleted by the agent that made it")
+
+
+# -- where: the nodes a home may use (docs/security.md#nodes) ----------------------------------------
+FOR_HOMES = "e2e.liqo-stack.io/for-homes"  # on the test's fake nodes of foreign-1, for its time only
+KEPT = {"key": "e2e.liqo-stack.io/kept", "value": "admins", "effect": "NoSchedule"}
+KEPT_TOLERATION = {**KEPT, "operator": "Equal"}
+
+
+def cpu_of(node: Any) -> Decimal:
+    return Decimal(str(parse_quantity((node.status.capacity or {})["cpu"])))
+
+
+def set_quota(client: Client, spec: dict[str, Any]) -> None:
+    """As foreign-1's admin: a merge patch of home's Quota there (null removes a field)."""
+    client.patch(QuotaResource, "home", {"spec": spec}, namespace=TENANT, patch_type=PatchType.MERGE)
+
+
+@pytest.fixture
+def nodes_for_homes(foreign: dict[str, Client], session_layout: ClusterLayout) -> Iterator[tuple[str, str]]:
+    """foreign-1 with two fake nodes of the test's, both labelled for homes: `guest`, and `kept`, which
+    its admins taint for themselves; and home's Quota there letting it use only nodes labelled for
+    homes (and the tolerations it had). Yields (guest, kept); all of it put back after."""
+    client = foreign[FOREIGN]
+    before = cast(Any, client.get(QuotaResource, "home", namespace=TENANT))["spec"].get("nodes")
+    made = []
+    for index, taints in ((7, []), (8, [KEPT])):
+        shape = session_layout.node
+        manifest: Any = fake_node_manifest(
+            FOREIGN, index, shape, node_pod_cidr(session_layout.pod_cidr(FOREIGN), index, shape.pods)
+        )
+        manifest["metadata"]["labels"][FOR_HOMES] = "yes"
+        manifest["spec"]["taints"] = taints
+        made.append(cast(Any, client.create(cast(Node, Node.from_dict(manifest)))).metadata.name)
+    try:
+        wait_until(lambda: all(node_ready(client, n) for n in made), 60, "the test's nodes Ready in foreign-1")
+        set_quota(client, {"nodes": {"selector": {FOR_HOMES: "yes"}, "tolerations": (before or {}).get("tolerations")}})
+        yield made[0], made[1]
+    finally:
+        set_quota(client, {"nodes": None})
+        if before:
+            set_quota(client, {"nodes": before})
+        for name in made:
+            client.delete(Node, name)
+
+
+def test_a_homes_pods_run_only_on_the_nodes_it_may_use_whoever_writes_them(
+    offloaded: str,
+    home: Client,
+    foreign: dict[str, Client],
+    attacker: Client,
+    runtime: ExternalRuntime,
+    nodes_for_homes: tuple[str, str],
+) -> None:
+    """foreign-1 lets home use only its nodes labelled for homes, tolerating no taint of its admins: the
+    virtual node counts that node alone, home's pods run there (one tolerating every taint too), one
+    tolerating the kept taint is refused with the reason at home, and the home identity's own
+    ShadowPods get out neither through the admission policy nor past the agent."""
+    client, twin = foreign[FOREIGN], offloaded + TWIN_SUFFIX
+    guest, kept = nodes_for_homes
+    worker = f"{FOREIGN}-worker-0"  # one of foreign-1's own nodes, not labelled for homes
+    virtual = names.virtual_node_name(FOREIGN)
+    share = cpu_of(client.get(Node, guest)) * Decimal("0.9")  # the guest node's, x the sharing percentage
+    wait_until(lambda: cpu_of(home.get(Node, virtual)) == share, 60, "the virtual node's cpu: the guest node's only")
+    at_home = ("guest", "anywhere", "kept")
+    shadows = ("elsewhere", "kept-node", "admins")
+    try:
+        # as a user at home: a plain pod and one tolerating every taint run on the guest node; one
+        # tolerating the kept taint is refused
+        pod = {"containers": [{"name": "c", "image": "nginx"}]}
+        placed = {"nodeSelector": {names.REMOTE_CLUSTER_ID_LABEL: FOREIGN}, **pod}
+        tolerating = {"guest": [], "anywhere": [{"operator": "Exists"}], "kept": [KEPT_TOLERATION]}
+        for name, tolerations in tolerating.items():
+            body = {"metadata": {"name": name, "namespace": offloaded}, "spec": {**placed, "tolerations": tolerations}}
+            home.create(cast(Pod, Pod.from_dict(body)))
+        for name in ("guest", "anywhere"):
+            remote: Any = wait_until(functools.partial(running_there, client, twin, name), 60, f"{name} Running there")
+            assert remote.spec.nodeName == guest and remote.spec.nodeSelector == {FOR_HOMES: "yes"}
+            assert not any(t.key in (None, "", KEPT["key"]) for t in remote.spec.tolerations), "narrowed"
+        event = wait_until(lambda: warning_on(home, offloaded, "kept", "may not tolerate"), 60, "the refusal at home")
+        assert "e2e.liqo-stack.io/kept=admins:NoSchedule" in event.message and FOREIGN in event.message
+        assert cast(Any, home.get(Pod, "kept", namespace=offloaded)).status.reason == "FailedOffloading"
+
+        # as an attacker holding the home identity: its policy refuses what names a kept taint or
+        # contradicts the selector
+        message = refusal(attacker, shadow_pod("attack", twin, {**pod, "tolerations": [KEPT_TOLERATION]}))
+        assert "may not tolerate e2e.liqo-stack.io/kept=admins:NoSchedule" in message, message
+        message = refusal(attacker, shadow_pod("attack", twin, {**pod, "nodeSelector": {FOR_HOMES: "no"}}))
+        assert f"may use only nodes with {FOR_HOMES}=yes" in message, message
+
+        # a compromised home (its virtual kubelet, which deletes ShadowPods of no home pod, stopped): what
+        # the policy admits, the agent holds to the nodes: a required affinity for a node outside the
+        # selector, or for the kept node while tolerating every taint, finds no node; and a ShadowPod the
+        # policy does not see (the foreign admin's own) is refused by the agent alone
+        runtime.stop(SHARED_KUBELET)
+        try:
+            for name, node, tolerations in (("elsewhere", worker, []), ("kept-node", kept, [{"operator": "Exists"}])):
+                attacker.create(shadow_pod(name, twin, {**pod, "affinity": on_node(node), "tolerations": tolerations}))
+            client.create(shadow_pod("admins", twin, {**pod, "tolerations": [KEPT_TOLERATION]}))
+            for name in ("elsewhere", "kept-node"):
+                stuck = wait_until(functools.partial(unschedulable, client, twin, name), 60, f"{name} unschedulable")
+                assert stuck.spec.nodeName is None and stuck.spec.nodeSelector == {FOR_HOMES: "yes"}
+            refused = wait_until(lambda: create_failed(client, twin, "admins"), 60, "refused by the agent")
+            assert "e2e.liqo-stack.io/kept=admins:NoSchedule" in refused["message"]
+            assert get_or_none(client, Pod, "admins", twin) is None
+        finally:
+            for name in shadows:
+                with contextlib.suppress(ApiError):
+                    client.delete(ShadowPodResource, name, namespace=twin)
+            runtime.start(SHARED_KUBELET)
+        pods: list[Any] = list(client.list(Pod, namespace=twin))
+        on_nodes = {p.spec.nodeName for p in pods if p.metadata.name in (*at_home, *shadows)}
+        assert kept not in on_nodes and worker not in on_nodes, "no pod of home on a node kept from it"
+    finally:
+        for name in at_home:
+            home.delete(Pod, name, namespace=offloaded, grace_period=0)
+        wait_until(lambda: runtime.ready(SHARED_KUBELET) and node_ready(home, virtual), 90, "the virtual kubelet back")
+
+
+def on_node(node: str) -> dict[str, Any]:
+    """A required node affinity for one node, by its hostname."""
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def unschedulable(client: Client, twin: str, name: str) -> Any:
+    """The pod, once the foreign scheduler found no node for it."""
+    there: Any = get_or_none(client, Pod, name, twin)
+    conditions = (there and there.status and there.status.conditions) or []
+    return there if any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions) else None
+
+
+def create_failed(client: Client, twin: str, name: str) -> Any:
+    status = cast(Any, client.get(ShadowPodResource, name, namespace=twin)).get("status") or {}
+    return status if status.get("reason") == "CreateFailed" else None
+
+
+def running_there(client: Client, twin: str, name: str) -> Any:
+    pod: Any = get_or_none(client, Pod, name, twin)
+    return pod if pod is not None and pod.status and pod.status.phase == "Running" else None
+
+
+# -- how much: the objects a home may keep in a twin (docs/security.md#objects) ----------------------
+def test_a_twin_holds_no_more_configmaps_than_its_limit_and_home_says_why(
+    offloaded: str, home: Client, foreign: dict[str, Client], identity_kubeconfig: Path, dev_env: DevEnvironment
+) -> None:
+    """foreign-1's admin limits home's twins there to 100 ConfigMaps (the twin's own kube-root-ca.crt
+    among them): the home's ConfigMaps fill the twin to 100, the 101st is refused, and home says why on
+    it. The home identity may neither change nor delete the limit."""
+    client, twin, limit = foreign[FOREIGN], offloaded + TWIN_SUFFIX, 100
+    set_quota(client, {"objects": {"count/configmaps": str(limit)}})
+    try:
+
+        def enforced() -> Any:
+            quota: Any = get_or_none(client, ResourceQuota, names.TWIN_OBJECTS_QUOTA, twin)
+            status: Any = (quota and quota.status) or None
+            counted = status and (status.hard or {}).get("count/configmaps") == str(limit) and status.used
+            return int(status.used["count/configmaps"]) if counted else None
+
+        before = wait_until(enforced, 60, "the twin's ResourceQuota at 100 ConfigMaps, counted")
+        batch: dict[str, Any] = {"e2e-batch": "configmaps"}
+        made = [f"cm-{n}" for n in range(limit - before + 1)]
+        for name in made:
+            home.create(
+                cast(
+                    ConfigMap,
+                    ConfigMap.from_dict({"metadata": {"name": name, "namespace": offloaded, "labels": batch}}),
+                )
+            )
+
+        def filled() -> list[str] | None:
+            copies = {cast(Any, c).metadata.name for c in client.list(ConfigMap, namespace=twin, labels=batch)}
+            missing = [name for name in made if name not in copies]
+            return missing if len(copies) == limit - before and len(missing) == 1 else None
+
+        (refused,) = wait_until(filled, 90, f"the twin filled to {limit} ConfigMaps, one left out")
+        event = wait_until(lambda: warning_on(home, offloaded, refused, "exceeded quota"), 60, "the reason at home")
+        assert event.reason == "ReflectionFailed" and f"{FOREIGN} refused the copy" in event.message
+        assert f"{names.TWIN_OBJECTS_QUOTA}" in event.message and f"limited: count/configmaps={limit}" in event.message
+        assert enforced() == limit
+
+        def can_i(*args: str) -> str:
+            command = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", str(identity_kubeconfig), "auth", "can-i"]
+            return subprocess.run([*command, *args], capture_output=True, text=True, timeout=30).stdout.strip()
+
+        for verb in ("patch", "update", "delete"):
+            assert can_i(verb, f"resourcequotas/{names.TWIN_OBJECTS_QUOTA}", "-n", twin) == "no", verb
+    finally:
+        set_quota(client, {"objects": None})
+        for cm in home.list(ConfigMap, namespace=offloaded, labels={"e2e-batch": "configmaps"}):
+            home.delete(ConfigMap, cast(Any, cm).metadata.name, namespace=offloaded)
 
 
 def test_a_new_floor_is_previewed_with_the_pods_it_would_refuse_and_applied_without_stopping_them(

@@ -150,6 +150,7 @@ class RecordingAgent:
     agent: ShadowPodController
     created: list[str] = field(default_factory=list)
     patches: list[dict[str, Any]] = field(default_factory=list)
+    specs: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # name -> the pod spec it was made with
 
     @classmethod
     def with_quota(cls, spec: dict[str, Any] | None = None) -> RecordingAgent:
@@ -161,8 +162,9 @@ class RecordingAgent:
             )
         recording = cls(agent)
 
-        async def create_pod(shadow: Any) -> None:
+        async def create_pod(shadow: Any, spec: dict[str, Any] | None = None) -> None:
             recording.created.append(shadow.metadata.name)
+            recording.specs[shadow.metadata.name] = spec
 
         async def patch_status(shadow: Any, update: dict[str, Any]) -> None:
             recording.patches.append(update)

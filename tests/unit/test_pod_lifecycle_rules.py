@@ -126,7 +126,7 @@ class RecordingAgent(ShadowPodController):
         self.pod_patches: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self.refusal: ApiError | None = None
 
-    async def _create_pod(self, shadow: Any) -> None:
+    async def _create_pod(self, shadow: Any, spec: dict[str, Any] | None = None) -> None:
         if self.refusal is not None:
             raise self.refusal
 

@@ -38,7 +38,7 @@ def controller(
     agent = ShadowPodController(cast(Any, None), "foreign-1", recreate_after=recreate_after)
     created: list[str] = []
 
-    async def create_pod(shadow: Any) -> None:
+    async def create_pod(shadow: Any, spec: dict[str, Any] | None = None) -> None:
         created.append(shadow.metadata.name)
 
     async def patch_status(shadow: Any, update: dict[str, Any]) -> None:

@@ -59,6 +59,11 @@ class ForeignAgent(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, depends_on=[policy, *self.crds]),
             )
             self.guards += [policy, binding]
+        # and to the nodes each home may use there: bound per home, with its Quota (tenant.py)
+        self.nodes_policy = foreign.object(
+            "shadowpod-nodes-policy", manifests.shadowpod_nodes_policy(), pulumi.ResourceOptions(parent=self)
+        )
+        self.guards.append(self.nodes_policy)
         self.agent = deploy_controller(
             foreign,
             self,

@@ -46,6 +46,7 @@ class Peering(pulumi.ComponentResource):
                 pod_security=foreign_config.pod_security,
                 grant=foreign_config.grant,
                 twin_names=foreign_config.twin_names,
+                nodes=foreign_config.nodes,
                 custom_resources=config.reflection.custom_reflection(),
                 agent=agent,
                 api_server_address=foreign_config.api_server_address,

@@ -1,5 +1,6 @@
 """A foreign cluster's side of one home: its tenant namespace (with the pod-security floor of its twins),
-the identity issued to the home and its RBAC, and its grant (Quota).
+the identity issued to the home and its RBAC, and its grant (Quota, with the nodes it may use, which the
+admission policy's binding for this home reads).
 
 Declared by the one-stack form's Peering (a team that owns both sides), or by the foreign cluster's own
 stack (`ForeignTenant`, liqo:foreignSide), which hands the identity's kubeconfig to the home's stack as
@@ -20,7 +21,7 @@ from liqo_stack.declaring import manifests
 from liqo_stack.declaring.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, annotated
 from liqo_stack.declaring.components.credentials import home_identity_kubeconfig
 from liqo_stack.declaring.components.foreign import ForeignAgent
-from liqo_stack.declaring.config import GrantConfig, HomeServed
+from liqo_stack.declaring.config import GrantConfig, HomeServed, NodesConfig
 from runtime.api import CustomResourceReflection, names, twinnames
 
 TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill the identity's Secret
@@ -30,6 +31,7 @@ TOKEN_WAIT_SECONDS = 60  # for the token controller of a foreign cluster to fill
 class TenantSide:
     namespace: pulumi.CustomResource
     quota: pulumi.CustomResource
+    nodes_binding: pulumi.CustomResource
     account: pulumi.CustomResource
     token: pulumi.CustomResource
     role: pulumi.CustomResource
@@ -39,7 +41,16 @@ class TenantSide:
 
     def resources(self) -> list[pulumi.Resource]:
         """What the home's virtual node needs in place (and needs to outlive it: deleted after it)."""
-        return [self.token, self.binding, self.role, *self.crd_access, self.account, self.namespace, self.quota]
+        return [
+            self.token,
+            self.binding,
+            self.role,
+            *self.crd_access,
+            self.account,
+            self.namespace,
+            self.quota,
+            self.nodes_binding,
+        ]
 
 
 def declare_tenant(
@@ -50,6 +61,7 @@ def declare_tenant(
     pod_security: str,
     grant: GrantConfig,
     twin_names: Sequence[str],
+    nodes: NodesConfig,
     custom_resources: Sequence[CustomResourceReflection],
     agent: ForeignAgent,
     api_server_address: str | None,
@@ -77,8 +89,14 @@ def declare_tenant(
     in_tenant = pulumi.ResourceOptions(parent=parent, depends_on=[namespace])
     quota = foreign.object(
         f"{prefix}quota",
-        manifests.quota(home_id, grant.quota(), component),
+        manifests.quota(home_id, grant.quota(nodes), component),
         pulumi.ResourceOptions(parent=parent, depends_on=[namespace, *agent.crds]),
+    )
+    # the home's ShadowPods held to the nodes its Quota lets it use (the agent holds its pods to them too)
+    nodes_binding = foreign.object(
+        f"{prefix}shadowpod-nodes-binding",
+        manifests.shadowpod_nodes_binding(home_id, component),
+        pulumi.ResourceOptions(parent=parent, depends_on=[quota, agent.nodes_policy]),
     )
     account = foreign.object(
         f"{prefix}home-identity", manifests.service_account(identity, tenant, component), in_tenant
@@ -128,7 +146,7 @@ def declare_tenant(
     kubeconfig = home_identity_kubeconfig(
         api_server_address, foreign, identity, tenant, cast(k8s.core.v1.Secret, token).data
     )
-    return TenantSide(namespace, quota, account, token, role, binding, crd_access, kubeconfig)
+    return TenantSide(namespace, quota, nodes_binding, account, token, role, binding, crd_access, kubeconfig)
 
 
 class ForeignTenant(pulumi.ComponentResource):
@@ -151,6 +169,7 @@ class ForeignTenant(pulumi.ComponentResource):
             pod_security=home.pod_security,
             grant=home.grant,
             twin_names=home.twin_names,
+            nodes=home.nodes,
             custom_resources=[CustomResourceReflection.model_validate(c.model_dump()) for c in home.custom_resources],
             agent=agent,
             api_server_address=api_server_address,
