@@ -225,3 +225,24 @@ def test_a_peering_without_the_homes_control_plane_is_refused(mocks: RecordingMo
     }
     with pytest.raises(InputPropertiesError, match=r"resources.p.properties.controlPlane: is required"):
         declared(lambda: liqo_stack.Peering("p", properties))
+
+
+def test_an_application_stack_takes_the_clusters_on_offer_from_the_platform_stacks_outputs(tmp_path: Path) -> None:
+    """What a StackReference to the platform stack reads: a Stack's (or the Peerings') `foreignClusters`
+    output and `homeClusterId`, fed to an OffloadedNamespace as they are."""
+    from liqo_stack.declaring.config import from_pulumi_config
+    from liqo_stack.declaring.plan import stack_plan
+
+    platform = stack_plan(from_pulumi_config(stack_config(tmp_path)))  # foreign-1 in region europe, foreign-2
+    where = "resources.apps.properties."
+    app = {"name": "apps", "homeClusterId": platform["homeClusterId"], "offeredClusters": platform["foreignClusters"]}
+    europe = parse_part(OffloadedNamespaceSettings, app | {"clusterSelector": ["region=europe"]}, where)
+    assert europe.plan()["clusters"] == {"foreign-1": {"twinNamespace": "apps-home"}}
+    by_id = ["liqo.io/remote-cluster-id=foreign-2"]
+    assert list(parse_part(OffloadedNamespaceSettings, app | {"clusterSelector": by_id}, where).plan()["clusters"]) == [
+        "foreign-2"
+    ]
+    with pytest.raises(ConfigError, match=r"clusterSelector: selects cluster foreign-3, which home home does not peer"):
+        parse_part(
+            OffloadedNamespaceSettings, app | {"clusterSelector": ["liqo.io/remote-cluster-id=foreign-3"]}, where
+        )
