@@ -64,6 +64,7 @@ LANES = {
         "test_namespace_selectors",
         "test_node_pools",
         "test_on_demand_offloading",
+        "test_package_teams",  # an application team's stack beside the shared stack, its platform
         "test_pod_network",
         "test_reflection",
         "test_soak",

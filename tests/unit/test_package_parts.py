@@ -246,3 +246,24 @@ def test_an_application_stack_takes_the_clusters_on_offer_from_the_platform_stac
         parse_part(
             OffloadedNamespaceSettings, app | {"clusterSelector": ["liqo.io/remote-cluster-id=foreign-3"]}, where
         )
+
+
+def test_the_policy_pack_checks_an_offloaded_namespace_on_its_own_properties() -> None:
+    from liqo_stack.declaring.package.properties import in_program_terms
+    from liqo_stack.foreseeing import policy
+
+    where = "resources.apps.properties."
+    same_name = parse_part(
+        OffloadedNamespaceSettings, offloaded(name="kube-system", namespaceMappingStrategy="EnforceSameName"), where
+    )
+    found = policy.offloaded_namespace_violations(same_name, "home", len(OFFERED))
+    assert sorted(v.policy for v in found) == [policy.NAMESPACE_WITHOUT_SELECTOR, policy.RESERVED_NAMESPACE_SAME_NAME]
+    messages = [in_program_terms(v.message, "apps") for v in found]
+    assert any(m.startswith(f"{where}namespaceMappingStrategy: namespace kube-system") for m in messages)
+    assert any(m.startswith(f"{where}clusterSelector: namespace kube-system has no cluster selector") for m in messages)
+    selected = parse_part(OffloadedNamespaceSettings, offloaded(clusterSelector=["region=europe"]), where)
+    assert policy.offloaded_namespace_violations(selected, "home", len(OFFERED)) == []
+    assert (
+        policy.offloaded_namespace_violations(parse_part(OffloadedNamespaceSettings, offloaded(), where), "home", 1)
+        == []
+    )
