@@ -47,6 +47,7 @@ LANES = {
         "test_cluster_mode",
         "test_own_program",
         "test_package",
+        "test_package_three_teams",  # three stacks of its own: foreign side, platform, application team
         "test_policies",
         "test_promote",
         "test_runtime_image",
