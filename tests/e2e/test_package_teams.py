@@ -7,6 +7,7 @@ foreign-2), so the module makes one stack of its own: the team's.
 Checked: its pods run in foreign-1 only; a second preview shows no change; a selector naming a cluster the
 home does not peer fails the preview naming it and touches nothing; `liqo-stack preview` of the team's
 stack foresees, from the home cluster alone, the twins and pods a move to foreign-2 deletes and creates;
+the policy pack checks its OffloadedNamespace on its properties;
 destroying the team's stack unoffloads its namespace (kept at home) and no other.
 """
 
@@ -33,6 +34,7 @@ from tests.support.packages import ROOT, assert_no_change, project_from_example,
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 EXAMPLE = ROOT / "examples" / "package-app-yaml"
+POLICY_PACK = ROOT / "policies"
 NAMESPACE = "team-apps"
 BYSTANDER = "team-bystander"  # offloaded by someone else: the team's stack never touches it
 TWIN = f"{NAMESPACE}-home"
@@ -118,6 +120,23 @@ def test_liqo_stack_preview_foresees_the_teams_move_from_the_home_cluster(
     assert [(t["namespace"], t["cluster"]) for t in found["twins_created"]] == [(NAMESPACE, "foreign-2")]
     assert len(found["pods_losing_node"]) == 2
     assert all(p["pod"].startswith(f"{NAMESPACE}/") for p in found["pods_losing_node"])
+
+
+def test_the_policy_pack_checks_the_teams_offloaded_namespace_naming_its_property(
+    team_stack: auto.Stack, running_twin: None
+) -> None:
+    # twins named `default` in the foreign clusters: a reserved name (mandatory), so the preview fails
+    changed = {"namespace": "default", "mapping": "EnforceSameName"}
+    for key, value in changed.items():
+        team_stack.set_config(key, auto.ConfigValue(value))
+    try:
+        with pytest.raises(auto.CommandError) as denied:
+            team_stack.preview(policy_packs=[str(POLICY_PACK)], on_output=print)
+    finally:
+        team_stack.set_config("namespace", auto.ConfigValue(NAMESPACE))
+        team_stack.remove_config("mapping")
+    assert "liqo-reserved-namespace-same-name" in str(denied.value)
+    assert "resources.apps.properties.namespaceMappingStrategy: namespace default" in str(denied.value)
 
 
 def test_destroying_the_teams_stack_unoffloads_its_namespace_and_no_other(
