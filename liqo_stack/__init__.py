@@ -7,6 +7,13 @@ What a Pulumi program needs, by name:
     stack = liqo_stack.main()  # or main(providers): a `kubernetes.Provider` per cluster id of its own
     stack.offloadings["demo"]  # what an application in namespace demo depends on
 
+or each team its own part, with the package's components (docs/package.md), the classes the other
+languages get under the same names: `Stack`, `Home`, `Peering`, `ForeignSide`, `OffloadedNamespace`
+(liqo_stack/declaring/package/components.py), each constructed from its properties:
+
+    home = liqo_stack.Home("home", {"home": {"clusterId": "home", "kubeconfigPath": "..."}})
+    liqo_stack.OffloadedNamespace("apps", {"name": "apps", "homeClusterId": "home", "providers": {"home": p}})
+
 `main` reads and validates the `liqo:` stack config and declares the stack; the component classes are
 the types of what it returns (`LiqoStack`). The rest is the toolkit's own, by job:
 - `liqo_stack.declaring`: the config models, manifests, plan, components and the program;
@@ -27,10 +34,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from liqo_stack.declaring.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
+    from liqo_stack.declaring.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings
+    from liqo_stack.declaring.package.components import ForeignSide, Home, OffloadedNamespace, Peering, Stack
     from liqo_stack.declaring.program import LiqoStack, main
 
-__all__ = ["Cluster", "ForeignAgent", "HomeControlPlane", "LiqoStack", "NamespaceOffloadings", "Peering", "main"]
+__all__ = [
+    "Cluster",
+    "ForeignAgent",
+    "ForeignSide",
+    "Home",
+    "HomeControlPlane",
+    "LiqoStack",
+    "NamespaceOffloadings",
+    "OffloadedNamespace",
+    "Peering",
+    "Stack",
+    "main",
+]
 
 _HOME = {
     "main": "liqo_stack.declaring.program",
@@ -39,7 +59,12 @@ _HOME = {
     "ForeignAgent": "liqo_stack.declaring.components",
     "HomeControlPlane": "liqo_stack.declaring.components",
     "NamespaceOffloadings": "liqo_stack.declaring.components",
-    "Peering": "liqo_stack.declaring.components",
+    # the package's components (a peering's own parts are liqo_stack.declaring.components.Peering)
+    "Stack": "liqo_stack.declaring.package.components",
+    "Home": "liqo_stack.declaring.package.components",
+    "Peering": "liqo_stack.declaring.package.components",
+    "ForeignSide": "liqo_stack.declaring.package.components",
+    "OffloadedNamespace": "liqo_stack.declaring.package.components",
 }
 
 

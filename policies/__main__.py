@@ -19,6 +19,8 @@ from pulumi_policy import policy as policy_module
 
 from liqo_stack.declaring import config as stack_config
 from liqo_stack.declaring.package import properties as package
+from liqo_stack.declaring.package.parts import OffloadedNamespaceSettings, parse_part
+from liqo_stack.declaring.package.schema import OFFLOADED_NAMESPACE
 from liqo_stack.foreseeing import policy as checks
 
 # -- the stack config -------------------------------------------------------------------------------
@@ -52,6 +54,20 @@ def _stack_config(args: StackValidationArgs) -> stack_config.StackConfig | stack
         return None  # the program itself fails the preview, naming the field
     except Exception:  # a property computed from outputs not known yet: the component declares nothing yet
         return None
+
+
+def _offloaded_namespaces(args: StackValidationArgs) -> list[tuple[str, OffloadedNamespaceSettings]]:
+    """The package's OffloadedNamespace components (an application team's stack): each one's settings."""
+    found = []
+    for resource in args.resources:
+        if resource.resource_type != OFFLOADED_NAMESPACE:
+            continue
+        try:
+            settings = _plain(dict(resource.props))[package.SETTINGS]
+            found.append((resource.name, parse_part(OffloadedNamespaceSettings, settings, "")))
+        except Exception:  # invalid (the program reports why) or not known yet in this preview
+            continue
+    return found
 
 
 def _is_secret(args: StackValidationArgs) -> Callable[[str], bool]:
@@ -113,6 +129,17 @@ def _config_policy(
     level, description = checks.POLICIES[name]
 
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+        namespaces = _offloaded_namespaces(args)
+        for component, ns in namespaces:
+            offered = len(ns.offered_clusters) if ns.offered_clusters is not None else None
+            settings = _settings(args)
+            for violation in checks.offloaded_namespace_violations(
+                ns, ns.home_cluster_id, offered, settings.reserved_namespaces
+            ):
+                if violation.policy == name:
+                    report(package.in_program_terms(violation.message, component), None)
+        if namespaces and _component(args) is None and not any(k.startswith("liqo:") for k in _STACK["config"]):
+            return  # an application team's stack: its OffloadedNamespaces are all it declares
         config = _stack_config(args)
         if config is None:
             args.not_applicable("the stack config is invalid (the program reports why)")

@@ -47,6 +47,7 @@ LANES = {
         "test_cluster_mode",
         "test_own_program",
         "test_package",
+        "test_package_three_teams",  # three stacks of its own: foreign side, platform, application team
         "test_policies",
         "test_promote",
         "test_runtime_image",
@@ -64,6 +65,7 @@ LANES = {
         "test_namespace_selectors",
         "test_node_pools",
         "test_on_demand_offloading",
+        "test_package_teams",  # an application team's stack beside the shared stack, its platform
         "test_pod_network",
         "test_reflection",
         "test_soak",

@@ -89,42 +89,59 @@ def foreign_side(
     """A foreign cluster's own stack: its agent and admission policy, and for each home it serves a
     tenant, an identity, a floor and a grant; the identities' kubeconfigs are its outputs
     (`homeIdentities`, secrets), which each home's stack sets as identityKubeconfig."""
-    side = config.foreign_side
-    given = dict(providers or {})
     try:
-        unknown = sorted(set(given) - {side.cluster_id})
-        if unknown:
-            raise stack_config.ConfigError(
-                f"providers given for clusters {unknown}: a foreign side's stack declares liqo:foreignSide "
-                f"({side.cluster_id}) only"
-            )
-        kubeconfig = _kubeconfig(side, "liqo:foreignSide", side.cluster_id in given)
-        if kubeconfig is None and side.api_server_address is None:
-            raise stack_config.ConfigError(
-                f"liqo:foreignSide.apiServerAddress: cluster {side.cluster_id} has no kubeconfig in the stack "
-                "config: set where the home identities reach its API server (host:port)"
-            )
-        _check_claims(side, [home.cluster_id for home in side.homes], "liqo:foreignSide.homes")
+        stack, identities = declare_foreign_side(config, providers)
     except stack_config.ConfigError as err:
         raise pulumi.RunError(str(err)) from None
+    pulumi.export("homeIdentities", pulumi.Output.secret(identities))
+    pulumi.export("foreignCluster", config.foreign_side.cluster_id)
+    return stack
+
+
+def declare_foreign_side(
+    config: stack_config.ForeignSideStackConfig,
+    providers: Mapping[str, k8s.Provider] | None = None,
+    opts: pulumi.ResourceOptions | None = None,
+    *,
+    where: str = f"{stack_config.CONFIG_NAMESPACE}:foreignSide",
+) -> tuple[LiqoStack, dict[str, pulumi.Output[str]]]:
+    """Declare a foreign cluster's side from its validated config: `foreign_side()` from the stack config,
+    the package's `ForeignSide` component from its properties (`opts`: of the top-level resources; `where`:
+    the side's path in error messages). Returns the stack and each home's identity kubeconfig, by home id.
+    Raises ConfigError, naming the setting, before any resource is registered."""
+    side = config.foreign_side
+    given = dict(providers or {})
+    unknown = sorted(set(given) - {side.cluster_id})
+    if unknown:
+        raise stack_config.ConfigError(
+            f"providers given for clusters {unknown}: a foreign side declares {side.cluster_id} only"
+        )
+    kubeconfig = _kubeconfig(side, where, side.cluster_id in given)
+    if kubeconfig is None and side.api_server_address is None:
+        raise stack_config.ConfigError(
+            f"{where}.apiServerAddress: cluster {side.cluster_id} has no kubeconfig in the stack "
+            "config: set where the home identities reach its API server (host:port)"
+        )
+    _check_claims(side, [home.cluster_id for home in side.homes], f"{where}.homes")
+    top = opts or pulumi.ResourceOptions()
     own = given.get(side.cluster_id)
     assert own is not None or kubeconfig is not None
     foreign = Cluster(
-        side.cluster_id, own or provider(side.cluster_id, cast(pulumi.Output[str], kubeconfig)), kubeconfig
+        side.cluster_id, own or provider(side.cluster_id, cast(pulumi.Output[str], kubeconfig), top), kubeconfig
     )
-    agent = ForeignAgent(side.cluster_id, foreign, config.runtime, custom_resources=side.custom_reflection())
+    agent = ForeignAgent(side.cluster_id, foreign, config.runtime, custom_resources=side.custom_reflection(), opts=top)
     identities = {}
     for home in side.homes:
-        tenant = ForeignTenant(f"{home.cluster_id}-{side.cluster_id}", foreign, home, agent, side.api_server_address)
+        tenant = ForeignTenant(
+            f"{home.cluster_id}-{side.cluster_id}", foreign, home, agent, side.api_server_address, opts=top
+        )
         identities[home.cluster_id] = tenant.side.kubeconfig
         pulumi.log.info(
             f"home cluster {home.cluster_id}: its stack peers with the identity in this stack's output "
             f"homeIdentities.{home.cluster_id} (`pulumi stack output homeIdentities --show-secrets`), set as its "
             f"liqo:foreignClusters[].identityKubeconfig for {side.cluster_id}"
         )
-    pulumi.export("homeIdentities", pulumi.Output.secret(identities))
-    pulumi.export("foreignCluster", side.cluster_id)
-    return LiqoStack(clusters={side.cluster_id: foreign}, offloadings={})
+    return LiqoStack(clusters={side.cluster_id: foreign}, offloadings={}), identities
 
 
 @dataclass(frozen=True)

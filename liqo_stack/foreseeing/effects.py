@@ -21,7 +21,13 @@ from typing import Any
 
 from lightkube.utils.quantity import parse_quantity
 
-from liqo_stack.declaring.config import StackConfig, VirtualNodeConfig
+from liqo_stack.declaring.config import (
+    ClusterAccess,
+    ForeignCluster,
+    NamespaceOffloadingConfig,
+    StackConfig,
+    VirtualNodeConfig,
+)
 from liqo_stack.declaring.plan import virtual_node_spec
 from liqo_stack.foreseeing.podpreview import references, selects
 from liqo_stack.foreseeing.policy import is_not_found
@@ -706,3 +712,51 @@ def _listed(client: Any, kind: Any, namespace: str | None) -> list[Any]:
         if is_not_found(err):
             return []
         raise
+
+
+def offloaded_namespaces_effects(
+    home_cluster_id: str,
+    home_kubeconfig: str,
+    home: Any,
+    declared: list[NamespaceOffloadingConfig],
+    removed: list[str],
+) -> Effects:
+    """The effects of an application team's stack, which holds only the package's OffloadedNamespaces
+    (docs/package.md): the twins its namespaces get, keep or lose and the pods that lose their virtual node,
+    read from the home cluster alone (`home`: a client as the team's kubeconfig). The clusters on offer are
+    the home's VirtualNodes; the pods in a twin are counted at home, on that cluster's virtual node (the
+    team reads no foreign cluster). `declared`: the namespaces the program declares now; `removed`: those it
+    declared and no longer does (their offloading goes). No other namespace of the home is looked at."""
+    from runtime.api.resources import VirtualNodeResource
+
+    offered: dict[str, dict[str, str]] = {}
+    for vn in _listed(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE):
+        spec = vn.get("spec") or {}
+        offered.setdefault(str(spec.get("clusterID")), {}).update(spec.get("labels") or {})
+    if not offered:
+        found = Effects()
+        found.notes.append(
+            f"home cluster {home_cluster_id} peers no cluster yet (no VirtualNode): nothing is offloaded"
+        )
+        return found
+    config = StackConfig(
+        home=ClusterAccess(cluster_id=home_cluster_id, kubeconfig=home_kubeconfig),
+        foreign_clusters=[ForeignCluster(cluster_id=cid, labels=labels) for cid, labels in sorted(offered.items())],
+        namespaces=declared,
+    )
+    snapshot = _read_snapshot(config, {home_cluster_id: home})
+    ours = {ns.name for ns in declared} | set(removed)
+    snapshot.offloadings = {ns: state for ns, state in snapshot.offloadings.items() if ns in ours}
+    snapshot.selector_owned, snapshot.stack_selectors = {}, set()
+    snapshot.node_specs = {}  # the VirtualNodes are the platform's: this stack does not change them
+    found = effects(config, snapshot)
+    found.nodes_shrunk = []
+    for deleted in found.twins_deleted:  # the pods of that twin, as the home sees them on the virtual node
+        pods = snapshot.pods_on_node.get(deleted["cluster"], [])
+        deleted["pods"] = sum(1 for pod in pods if pod.namespace == deleted["namespace"])
+        deleted["dataAtRisk"] = deleted["pods"] > 0
+    found.notes.append(
+        "an application stack's preview: read from the home cluster only; a twin's pods are counted on its virtual "
+        "node at home, its other objects are not"
+    )
+    return found

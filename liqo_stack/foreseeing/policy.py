@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from liqo_stack.declaring.config import ForeignCluster, StackConfig
+from liqo_stack.declaring.config import ForeignCluster, NamespaceOffloadingConfig, StackConfig
 from runtime.api import NamespaceMappingStrategy, names, twinnames
 from runtime.api.plan import shared_resources
 
@@ -314,26 +314,56 @@ def home_identity_privileges(home_cluster_id: str, objects: Iterable[tuple[str, 
 def reserved_namespace_names(
     config: StackConfig, reserved: Iterable[str] = DEFAULT_RESERVED_NAMESPACES
 ) -> list[Violation]:
-    patterns = list(reserved)
     found = []
     for index, ns in enumerate(config.namespaces):
-        path = f"liqo:namespaces[{index}]"
-        if ns.namespace_mapping_strategy is NamespaceMappingStrategy.ENFORCE_SAME_NAME:
-            remote, setting = ns.name, f"{path}.namespaceMappingStrategy"
-        elif ns.namespace_mapping_strategy is NamespaceMappingStrategy.SELECTED_NAME and ns.remote_namespace_name:
-            remote, setting = ns.remote_namespace_name, f"{path}.remoteNamespaceName"
-        else:
-            continue
-        matched = next((p for p in patterns if fnmatch.fnmatchcase(remote, p)), None)
-        if matched:
-            found.append(
-                Violation(
-                    RESERVED_NAMESPACE_SAME_NAME,
-                    f"{setting}: namespace {ns.name} would be offloaded onto {remote!r} in the foreign clusters, "
-                    f"a reserved name ({matched}). Fix: use namespaceMappingStrategy DefaultName (twin "
-                    f"{ns.name}-{config.home.cluster_id}) or SelectedName with another remoteNamespaceName.",
-                )
+        found += reserved_twin_name(ns, f"liqo:namespaces[{index}]", config.home.cluster_id, reserved)
+    return found
+
+
+def reserved_twin_name(
+    ns: NamespaceOffloadingConfig, path: str, home_cluster_id: str, reserved: Iterable[str]
+) -> list[Violation]:
+    """One offloaded namespace (`path`: where it is declared; `liqo:` alone: the settings are its own) whose
+    twins would take a reserved name."""
+    within = path if path.endswith(":") else f"{path}."
+    if ns.namespace_mapping_strategy is NamespaceMappingStrategy.ENFORCE_SAME_NAME:
+        remote, setting = ns.name, f"{within}namespaceMappingStrategy"
+    elif ns.namespace_mapping_strategy is NamespaceMappingStrategy.SELECTED_NAME and ns.remote_namespace_name:
+        remote, setting = ns.remote_namespace_name, f"{within}remoteNamespaceName"
+    else:
+        return []
+    matched = next((p for p in reserved if fnmatch.fnmatchcase(remote, p)), None)
+    if not matched:
+        return []
+    return [
+        Violation(
+            RESERVED_NAMESPACE_SAME_NAME,
+            f"{setting}: namespace {ns.name} would be offloaded onto {remote!r} in the foreign clusters, "
+            f"a reserved name ({matched}). Fix: use namespaceMappingStrategy DefaultName (twin "
+            f"{ns.name}-{home_cluster_id}) or SelectedName with another remoteNamespaceName.",
+        )
+    ]
+
+
+def offloaded_namespace_violations(
+    ns: NamespaceOffloadingConfig,
+    home_cluster_id: str,
+    offered_clusters: int | None,
+    reserved: Iterable[str] = DEFAULT_RESERVED_NAMESPACES,
+) -> list[Violation]:
+    """The package's OffloadedNamespace component (an application team's stack, docs/package.md): the checks
+    of a stack's namespaces, on its own properties (`liqo:` + property: renamed by the caller).
+    `offered_clusters`: how many clusters its offeredClusters lists; None: not given (unknown)."""
+    found = reserved_twin_name(ns, "liqo:", home_cluster_id, reserved)
+    if not ns.cluster_selector and (offered_clusters is None or offered_clusters > 1):
+        clusters = f"all {offered_clusters}" if offered_clusters is not None else "all the"
+        found.append(
+            Violation(
+                NAMESPACE_WITHOUT_SELECTOR,
+                f"liqo:clusterSelector: namespace {ns.name} has no cluster selector, so it is offloaded to {clusters} "
+                "clusters its home peers (and to any peered later). Set a selector if that is not meant.",
             )
+        )
     return found
 
 

@@ -19,7 +19,14 @@ import pytest
 from lightkube import Client
 from pulumi import automation as auto
 
-from liqo_stack.declaring.package.schema import KUBERNETES_VERSION
+from liqo_stack.declaring.package.schema import (
+    FOREIGN_SIDE,
+    HOME,
+    KUBERNETES_VERSION,
+    OFFLOADED_NAMESPACE,
+    PEERING,
+    STACK,
+)
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
@@ -40,6 +47,8 @@ pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "package-typescript"
 NAMESPACE = "ts-apps"
+# what `pulumi package get-schema` lists: the Stack and the four parts (docs/package.md)
+COMPONENTS = [STACK, HOME, PEERING, FOREIGN_SIDE, OFFLOADED_NAMESPACE]
 CLUSTERS = ["home", "foreign-1", "foreign-2"]
 
 
@@ -52,14 +61,18 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
-def typescript_project(directory: Path, pulumi_env: PulumiEnvironment) -> Path:
+def typescript_project(directory: Path, pulumi_env: PulumiEnvironment, example: Path = EXAMPLE) -> Path:
     """The example program as a user's project: the package's TypeScript SDK generated into sdks/ from the
     package's schema (and pulumi-kubernetes' schema, which it refers to), then `npm install`."""
-    project_from_example(EXAMPLE, directory)
+    project_from_example(example, directory)
     env = {**os.environ, **pulumi_env.env_vars()}
     kubernetes = run(["pulumi", "package", "get-schema", f"kubernetes@{KUBERNETES_VERSION}"], directory, env)
     (directory / "kubernetes.json").write_text(kubernetes)
-    schema = str(PACKAGE / "schema.json")
+    # the package's schema as the engine gets it from the provider: its five components
+    served = run(["pulumi", "package", "get-schema", str(PACKAGE / "pulumi-resource-liqo-stack")], directory, env)
+    assert sorted(json.loads(served)["resources"]) == sorted(COMPONENTS)
+    (directory / "liqo-stack.json").write_text(served)
+    schema = str(directory / "liqo-stack.json")
     sdk = str(directory / "sdks" / "liqo-stack")
     run(["pulumi-sdkgen", "--schema", schema, "--dependency", "kubernetes.json", "--out", sdk], directory, env)
     run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline"], directory, env)

@@ -42,12 +42,15 @@ def previewed(dev_env: DevEnvironment, *args: str) -> dict[str, dict[str, Any]]:
     return {c["cluster"]: c for c in report["clusters"]}
 
 
-def run_preview(stack: auto.Stack, pulumi_env: PulumiEnvironment, output: str) -> tuple[int, str]:
-    """`liqo-stack preview --stack` of the stack as its config stands: exit code and output."""
+def run_preview(
+    stack: auto.Stack, pulumi_env: PulumiEnvironment, output: str, extra: list[str] | None = None
+) -> tuple[int, str]:
+    """`liqo-stack preview --stack` of the stack as its config stands (`extra`: more options): exit code and
+    output."""
     env = {k: v for k, v in pulumi_env.env_vars().items() if k != "PATH"}
     result = CliRunner().invoke(
         cli,
-        ["preview", "--stack", stack.name, "--work-dir", stack.workspace.work_dir, "--output", output],
+        ["preview", "--stack", stack.name, "--work-dir", stack.workspace.work_dir, "--output", output, *(extra or [])],
         env=env,
         catch_exceptions=False,
     )

@@ -10,13 +10,18 @@ import pytest
 
 import liqo_stack
 from liqo_stack.declaring import components, program
+from liqo_stack.declaring.package import components as package_components
 
 
 def test_the_facade_names_the_program_and_its_components() -> None:
     assert liqo_stack.main is program.main
     assert liqo_stack.LiqoStack is program.LiqoStack
-    for name in ("Cluster", "ForeignAgent", "HomeControlPlane", "NamespaceOffloadings", "Peering"):
+    for name in ("Cluster", "ForeignAgent", "HomeControlPlane", "NamespaceOffloadings"):
         assert getattr(liqo_stack, name) is getattr(components, name)
+    # the package's components, under the names the other languages get (a peering's own parts are
+    # liqo_stack.declaring.components.Peering)
+    for name in ("Stack", "Home", "Peering", "ForeignSide", "OffloadedNamespace"):
+        assert getattr(liqo_stack, name) is getattr(package_components, name)
     assert set(liqo_stack.__all__) <= set(dir(liqo_stack))
 
 

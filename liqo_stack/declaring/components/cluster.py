@@ -103,12 +103,15 @@ def provider(
     opts: pulumi.ResourceOptions | None = None,
     *,
     delete_unreachable: bool = False,
+    resource_name: str | None = None,
 ) -> k8s.Provider:
     """The explicit provider of one cluster, as the stack makes it from a kubeconfig in its config.
     `delete_unreachable`: a delete its API server cannot answer drops the object from the state
-    (a foreign cluster the stack may abandon: liqo:foreignClusters[].abandonUnreachableAfter)."""
+    (a foreign cluster the stack may abandon: liqo:foreignClusters[].abandonUnreachableAfter).
+    `resource_name`: default the cluster id (a component holding a provider of a cluster that a sibling
+    of the same type holds one of too names it apart: the URN does not hold the parent's name)."""
     return k8s.Provider(
-        cluster_id,
+        resource_name or cluster_id,
         kubeconfig=pulumi.Output.secret(kubeconfig),
         cluster_identifier=cluster_id,
         enable_server_side_apply=True,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
 import pulumi
 
 from liqo_stack.declaring import manifests
@@ -9,6 +13,25 @@ from liqo_stack.declaring.components._controller import deploy_controller
 from liqo_stack.declaring.components.cluster import Cluster
 from liqo_stack.declaring.config import RuntimeConfig, RuntimeMode
 from runtime.api import home_crd_manifests, names
+
+
+class HomePlane(Protocol):
+    """What a peering is made after and removed before: the home control plane, or its resources by URN
+    (a `Peering` component declared beside a `Home`: HomePlaneDependencies)."""
+
+    @property
+    def namespace(self) -> pulumi.Resource: ...
+    @property
+    def crds(self) -> Sequence[pulumi.Resource]: ...
+    @property
+    def controller_manager(self) -> pulumi.Resource: ...
+
+
+@dataclass(frozen=True)
+class HomePlaneDependencies:
+    namespace: pulumi.Resource
+    crds: Sequence[pulumi.Resource]
+    controller_manager: pulumi.Resource
 
 
 class HomeControlPlane(pulumi.ComponentResource):

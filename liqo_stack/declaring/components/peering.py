@@ -7,7 +7,7 @@ import pulumi
 from liqo_stack.declaring import manifests
 from liqo_stack.declaring.components.cluster import Cluster
 from liqo_stack.declaring.components.foreign import ForeignAgent
-from liqo_stack.declaring.components.home import HomeControlPlane
+from liqo_stack.declaring.components.home import HomePlane
 from liqo_stack.declaring.components.shard import VirtualKubeletShard, deploy_virtual_kubelet
 from liqo_stack.declaring.components.tenant import TenantSide, declare_tenant
 from liqo_stack.declaring.config import ForeignCluster, StackConfig, VirtualNodeConfig
@@ -24,7 +24,7 @@ class Peering(pulumi.ComponentResource):
         foreign_config: ForeignCluster,
         home: Cluster,
         foreign: Cluster | None,
-        home_plane: HomeControlPlane,
+        home_plane: HomePlane,
         agent: ForeignAgent | None,
         shard: VirtualKubeletShard | None = None,
         opts: pulumi.ResourceOptions | None = None,

@@ -20,9 +20,13 @@ from pulumi import automation as auto
 
 from liqo_stack import kube
 from liqo_stack.declaring import config as stack_config
+from liqo_stack.declaring.config import NamespaceOffloadingConfig
 from liqo_stack.declaring.package import properties as package
+from liqo_stack.declaring.package.parts import OffloadedNamespaceSettings, parse_part
+from liqo_stack.declaring.package.properties import properties_path
+from liqo_stack.declaring.package.schema import OFFLOADED_NAMESPACE
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
-from liqo_stack.foreseeing.effects import Effects, Snapshot, effects
+from liqo_stack.foreseeing.effects import Effects, Snapshot, effects, offloaded_namespaces_effects
 from liqo_stack.operating.cli.params import policy_pack_option, work_dir_option
 
 # `- [mandatory]  liqo-reserved-namespace-same-name  (pulumi:pulumi:Stack: ...)`, then its description, then the message
@@ -96,6 +100,9 @@ class PackageComponents:
 
     def __init__(self) -> None:
         self.planned: dict[str, dict[str, Any]] = {}  # name -> its properties as the preview plans them
+        # an application team's OffloadedNamespaces: name -> settings, declared now and deleted by the change
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        self.namespaces_removed: dict[str, dict[str, Any]] = {}
 
     def seen(self, event: auto.EngineEvent) -> None:
         """A component's outputs as the preview plans them: its `settings` output is what it was declared
@@ -106,6 +113,25 @@ class PackageComponents:
             settings = (new.outputs or {}).get(package.SETTINGS)
             if isinstance(settings, dict):
                 self.planned[step.metadata.urn.rpartition("::")[2]] = settings
+        if step is not None and step.metadata.type == OFFLOADED_NAMESPACE:
+            name = step.metadata.urn.rpartition("::")[2]
+            deleted = str(getattr(step.metadata.op, "value", step.metadata.op)) == "delete"
+            state = step.metadata.old if deleted else new
+            settings = ((state.outputs if state is not None else None) or {}).get(package.SETTINGS)
+            if isinstance(settings, dict):
+                (self.namespaces_removed if deleted else self.namespaces)[name] = settings
+
+    def offloaded_namespaces(self) -> tuple[str, list[NamespaceOffloadingConfig], list[str]] | None:
+        """An application team's stack (OffloadedNamespaces only): its home cluster id, the namespaces it
+        declares and those the change removes; None when it declares no OffloadedNamespace."""
+        if not self.namespaces and not self.namespaces_removed:
+            return None
+        declared = [parse_part(OffloadedNamespaceSettings, s, properties_path(n)) for n, s in self.namespaces.items()]
+        removed = [parse_part(OffloadedNamespaceSettings, s, "") for s in self.namespaces_removed.values()]
+        homes = sorted({ns.home_cluster_id for ns in [*declared, *removed]})
+        if len(homes) > 1:
+            raise stack_config.ConfigError(f"the OffloadedNamespaces name several home clusters ({homes})")
+        return homes[0], [ns.offloading() for ns in declared], [ns.name for ns in removed]
 
     def config(self) -> stack_config.StackConfig | None:
         """The one component's config; None when the program declares none (a Python stack's `liqo:`)."""
@@ -120,7 +146,9 @@ class PackageComponents:
         return package.config_of(name, properties)
 
 
-def preview_stack(stack: auto.Stack, policy_pack: Path | None, policy_config: Path | None) -> PreviewReport:
+def preview_stack(
+    stack: auto.Stack, policy_pack: Path | None, policy_config: Path | None, home_kubeconfig: Path | None = None
+) -> PreviewReport:
     """Pulumi preview (with the policy pack), then the effects from the stack's config and the live clusters."""
     failed: str | None = None
     changes: dict[str, int] = {}
@@ -138,8 +166,22 @@ def preview_stack(stack: auto.Stack, policy_pack: Path | None, policy_config: Pa
     except auto.CommandError as err:
         output, failed = str(err), str(err)
     config = components.config()
+    raw = {key: value.value for key, value in stack.get_all_config().items()}
+    team = components.offloaded_namespaces()
+    if config is None and team is not None and not any(key.startswith("liqo:") for key in raw):
+        # an application team's stack: what its namespaces' offloadings do, read from the home cluster
+        home_id, declared, removed = team
+        text = home_kubeconfig.read_text() if home_kubeconfig else ""
+        if not text:
+            raise stack_config.ConfigError(
+                "an application stack (OffloadedNamespaces only) is previewed against the home cluster: give its "
+                "kubeconfig with --home-kubeconfig (default: $KUBECONFIG)"
+            )
+        client = kube.client(KubeConfig.from_dict(yaml.safe_load(text)))
+        found = offloaded_namespaces_effects(home_id, text, client, declared, removed)
+        found.policy_violations = policy_violations(output)
+        return PreviewReport(stack=stack.name, effects=found, preview_failed=failed, changes=changes)
     if config is None:
-        raw = {key: value.value for key, value in stack.get_all_config().items()}
         config = stack_config.from_pulumi_config(raw)  # raises ConfigError naming the field
     found = effects(config, Snapshot.read(config, clients_for(config)))
     found.policy_violations = policy_violations(output)
@@ -292,8 +334,22 @@ def render(report: PreviewReport, output: str) -> str:
 )
 @work_dir_option()
 @policy_pack_option("policy pack to run with the preview (its config: <pack>/config.<stack>.json when present)")
+@click.option(
+    "--home-kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="KUBECONFIG",
+    help="an application stack's (OffloadedNamespaces only): the home cluster's kubeconfig, read to foresee its "
+    "namespaces' twins and pods [default: $KUBECONFIG]",
+)
 @click.pass_context
-def preview(ctx: click.Context, stack_name: str | None, output: str, work_dir: Path, policy_pack: Path) -> None:
+def preview(
+    ctx: click.Context,
+    stack_name: str | None,
+    output: str,
+    work_dir: Path,
+    policy_pack: Path,
+    home_kubeconfig: Path | None,
+) -> None:
     """Preview a stack (--stack): resource changes, policy violations, and what they do to running
     workloads. Exit code 0: no effect; 2: effects present; 1: error.
 
@@ -306,7 +362,9 @@ def preview(ctx: click.Context, stack_name: str | None, output: str, work_dir: P
         raise click.UsageError("give the stack to preview with --stack (or preview a pod: liqo-stack preview pod)")
     try:
         stack = select_stack(stack_name, work_dir.resolve())
-        report = preview_stack(stack, policy_pack.resolve(), stack_policy_config(policy_pack, stack_name))
+        report = preview_stack(
+            stack, policy_pack.resolve(), stack_policy_config(policy_pack, stack_name), home_kubeconfig
+        )
     except (stack_config.ConfigError, auto.CommandError, OSError) as err:
         click.echo(f"liqo-stack preview: {err}", err=True)
         sys.exit(1)
