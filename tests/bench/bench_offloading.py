@@ -37,7 +37,7 @@ import shutil
 import statistics
 import time
 from collections import Counter
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -797,16 +797,28 @@ async def set_bounds(clusters: Clusters, identity: AsyncClient, on: bool) -> Non
 
         async def counted() -> bool:
             live: Any = await foreign.get(ResourceQuota, names.TWIN_OBJECTS_QUOTA, namespace=TWIN)
-            return bool(live.status and live.status.hard == quota["spec"]["hard"] and live.status.used)
+            status = live.status  # its quantities as the API server writes them (2000 is 2k)
+            return bool(status and set(status.hard or {}) == set(quota["spec"]["hard"]) and status.used)
 
-        while not (await counted() and await bounds_enforced(identity)):
-            await asyncio.sleep(0.2)
+        await until(lambda: counted(), "the twin's ResourceQuota counted")
+        await until(lambda: bounds_enforced(identity), "the nodes policy enforced")
         return
     with contextlib.suppress(ApiError):
         await foreign.delete(ValidatingAdmissionPolicyBinding, binding["metadata"]["name"])
     with contextlib.suppress(ApiError):
         await foreign.delete(ResourceQuota, names.TWIN_OBJECTS_QUOTA, namespace=TWIN)
-    while await bounds_enforced(identity):  # the API server's policy informer catches up
+
+    async def lifted() -> bool:
+        return not await bounds_enforced(identity)
+
+    await until(lifted, "the nodes policy lifted")  # the API server's policy informer catches up
+
+
+async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
         await asyncio.sleep(0.2)
 
 
