@@ -44,7 +44,14 @@ from liqo_stack.declaring.package.parts import (
     parse_part,
     part_config,
 )
-from liqo_stack.declaring.package.properties import PROVIDERS, SETTINGS, config_of, properties_path, without_secrets
+from liqo_stack.declaring.package.properties import (
+    PROVIDERS,
+    SETTINGS,
+    config_of,
+    properties_path,
+    whole_numbers,
+    without_secrets,
+)
 from liqo_stack.declaring.package.schema import (
     FOREIGN_SIDE,
     HOME,
@@ -98,17 +105,6 @@ def _holds_outputs(value: Any) -> bool:
     return False
 
 
-def _whole_numbers(value: Any) -> Any:
-    """Numbers cross the engine as floats (protobuf's Struct): a whole one becomes an int again."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {key: _whole_numbers(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_whole_numbers(item) for item in value]
-    return value
-
-
 class _Component(pulumi.ComponentResource):
     """A component declared from its properties once they are known (secrets and values of other
     resources arrive as outputs); its outputs are `OUTPUT_NAMES`."""
@@ -145,7 +141,7 @@ class _Component(pulumi.ComponentResource):
         raise NotImplementedError
 
     def _settings(self, model: Any, name: str, properties: Mapping[str, Any]) -> Any:
-        settings = {key: _whole_numbers(value) for key, value in properties.items() if key != PROVIDERS}
+        settings = {key: whole_numbers(value) for key, value in properties.items() if key != PROVIDERS}
         return parse_part(model, settings, properties_path(name))
 
     @property

@@ -22,7 +22,7 @@ def properties_path(name: str) -> str:
 def config_of(name: str, properties: Mapping[str, Any]) -> stack_config.StackConfig:
     """The stack config a `Stack` component's properties declare (everything but `providers`). Raises
     ConfigError naming each bad property by its path in the program."""
-    settings = {key: _whole_numbers(value) for key, value in properties.items() if key != PROVIDERS}
+    settings = {key: whole_numbers(value) for key, value in properties.items() if key != PROVIDERS}
     return stack_config.parse(settings, where=properties_path(name))
 
 
@@ -40,15 +40,15 @@ def without_secrets(properties: Mapping[str, Any]) -> dict[str, Any]:
     return {key: strip(value) for key, value in properties.items() if key != PROVIDERS}
 
 
-def _whole_numbers(value: Any) -> Any:
+def whole_numbers(value: Any) -> Any:
     """Property values as the config models take them: every number crosses the engine as a float
     (protobuf's Struct), so a whole one becomes an int again (no setting is a fraction)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, Mapping):
-        return {key: _whole_numbers(item) for key, item in value.items()}
+        return {key: whole_numbers(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_whole_numbers(item) for item in value]
+        return [whole_numbers(item) for item in value]
     return value
 
 
