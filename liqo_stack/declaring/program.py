@@ -29,6 +29,7 @@ from liqo_stack.declaring import config as stack_config
 from liqo_stack.declaring.components import Cluster, ForeignAgent, HomeControlPlane, NamespaceOffloadings, Peering
 from liqo_stack.declaring.components.cluster import provider
 from liqo_stack.declaring.components.credentials import server_of
+from liqo_stack.declaring.components.destroy_guard import DestroyGuard
 from liqo_stack.declaring.components.shard import VirtualKubeletShard
 from liqo_stack.declaring.components.tenant import ForeignTenant
 from liqo_stack.declaring.floor import refused_by_new_floor
@@ -181,12 +182,15 @@ def declare(
     opts: pulumi.ResourceOptions | None = None,
     *,
     where: str = f"{stack_config.CONFIG_NAMESPACE}:",
+    guard_destroy: bool = True,
 ) -> LiqoStack:
     """Declare a home stack from its validated config: `main()` from the stack config, the package's
     `Stack` component (liqo_stack/declaring/package) from its properties. `providers`: a program's own provider per
     cluster id, used instead of one made from that cluster's kubeconfig; `opts`: of the top-level
     resources (the package parents them to its component); `where`: what error messages put before a
-    setting's path. Raises ConfigError, naming the setting, before any resource is registered."""
+    setting's path; `guard_destroy`: whether to declare the destroy guards (components/destroy_guard.py;
+    not in the package's provider). Raises ConfigError, naming the setting, before any resource is
+    registered."""
     given = dict(providers or {})
     issued = [f for f in config.foreign_clusters if f.peers_through_issued_identity]  # their side is theirs
     accesses = {config.home.cluster_id: (f"{where}home", config.home)} | {
@@ -227,6 +231,7 @@ def declare(
     home_plane = HomeControlPlane("home", home, config.runtime, config.on_demand.args(), opts=top)
     handlers: list[pulumi.Resource] = [home_plane.controller_manager]
     peerings: dict[str, Peering] = {}
+    agents: dict[str, ForeignAgent | None] = {}
     shard_of = virtual_kubelet_shards(config)
     shards = {
         shard: VirtualKubeletShard(shard, config=config, home=home, home_plane=home_plane, opts=top)
@@ -266,15 +271,54 @@ def declare(
         )
         handlers.append(peering.virtual_kubelet)
         peerings[foreign_config.cluster_id] = peering
+        agents[foreign_config.cluster_id] = agent
     offloadings = NamespaceOffloadings(
         "offloadings", home, config.namespaces, home_plane, handlers, config.namespace_selectors, opts=top
     )
 
+    if guard_destroy and home.kubeconfig is not None:
+        _guard_destroy(config, home.kubeconfig, home_plane, list(shards.values()), peerings, agents, top)
     if pulumi.runtime.is_dry_run():
         _foresee_floors(config, peerings)
     for refused in refused_twin_names(config):  # the foreign agent says it too, on the offloading's condition
         pulumi.log.warn(refused, resource=offloadings)
     return LiqoStack(clusters=clusters, offloadings=offloadings.offloadings, plan=stack_plan(config))
+
+
+def _guard_destroy(
+    config: stack_config.StackConfig,
+    home_kubeconfig: pulumi.Output[str],
+    home_plane: HomeControlPlane,
+    shards: list[VirtualKubeletShard],
+    peerings: Mapping[str, Peering],
+    agents: Mapping[str, ForeignAgent | None],
+    top: pulumi.ResourceOptions,
+) -> None:
+    """A guard for the home control plane and one per peering, each deleted before what it guards: they
+    stop the removal while namespaces the stack does not declare are offloaded there."""
+    declared = [ns.name for ns in config.namespaces]
+    selectors = [selector.name for selector in config.namespace_selectors]
+    DestroyGuard(
+        "destroy-guard-home",
+        home_kubeconfig=home_kubeconfig,
+        what="removing the home control plane (its CRDs)",
+        declared=declared,
+        selectors=selectors,
+        opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(depends_on=[home_plane, *shards])),
+    )
+    for foreign_id, peering in peerings.items():
+        agent = agents.get(foreign_id)
+        DestroyGuard(
+            f"destroy-guard-{foreign_id}",
+            home_kubeconfig=home_kubeconfig,
+            what=f"removing the peering with {foreign_id}",
+            cluster=foreign_id,
+            declared=declared,
+            selectors=selectors,
+            opts=pulumi.ResourceOptions.merge(
+                top, pulumi.ResourceOptions(depends_on=[peering, *([agent] if agent else [])])
+            ),
+        )
 
 
 def main(providers: Mapping[str, k8s.Provider] | None = None) -> LiqoStack:

@@ -4,7 +4,8 @@ peerings in Python (`Home` + two `Peering`s, foreign-1 through the identity the 
 examples/package-platform-python); an application team offloads its namespace next to its Deployment in
 TypeScript (`OffloadedNamespace`, examples/package-app-typescript), learning the clusters on offer from
 the platform stack through a StackReference. Its pods run in foreign-1; its preview after `up` shows no
-change; destroying it unoffloads its namespace and no other.
+change; destroying it unoffloads its namespace and no other. Destroying the platform while a namespace it
+did not declare is still offloaded is refused, naming it, and deletes nothing.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Namespace, Pod
 from pulumi import automation as auto
 
+from liqo_stack.declaring.components.destroy_guard import CONSENT_VARIABLE
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
-from runtime.api.resources import NamespaceOffloadingResource
+from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 from tests.e2e.conftest import RuntimeSlot, wait_served
 from tests.e2e.test_package_typescript import typescript_project
 from tests.support.kube import all_running, free_port, get_or_none, offload, unoffload, wait_phase, wait_until
@@ -158,3 +160,18 @@ def test_three_teams_in_three_languages(teams: Teams, home: Client, foreign: dic
     wait_until(lambda: get_or_none(foreign["foreign-1"], Namespace, TWIN) is None, 60, f"twin {TWIN} deleted")
     assert get_or_none(home, Namespace, NAMESPACE) is not None
     assert wait_phase(home, BYSTANDER, "Ready")["offloadingPhase"] == "Ready"
+
+    # destroying the platform while a namespace it did not declare is offloaded: refused, naming it, and
+    # nothing deleted (its guards go first: components/destroy_guard.py)
+    before = resources_of(teams.platform)
+    with pytest.raises(auto.CommandError) as refused:
+        teams.platform.destroy(on_output=print)
+    assert f"{BYSTANDER} (twins in foreign-1, foreign-2)" in str(refused.value)
+    assert f"{CONSENT_VARIABLE}={BYSTANDER}" in str(refused.value), "it says how to go on"
+    assert resources_of(teams.platform).keys() == before.keys()
+    for cluster_id in ("foreign-1", "foreign-2"):
+        node = names.virtual_node_name(cluster_id)
+        assert get_or_none(home, VirtualNodeResource, node, names.LIQO_NAMESPACE) is not None
+    assert wait_phase(home, BYSTANDER, "Ready")["offloadingPhase"] == "Ready"
+    twins = {cid: get_or_none(foreign[cid], Namespace, f"{BYSTANDER}-home") for cid in ("foreign-1", "foreign-2")}
+    assert all(twins.values()), "the bystander's twins are still there"

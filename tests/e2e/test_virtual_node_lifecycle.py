@@ -28,6 +28,7 @@ from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.utils.quantity import parse_quantity
 from pulumi import automation as auto
 
+from liqo_stack.declaring.components.destroy_guard import CONSENT_VARIABLE
 from liqo_stack.dev.clusters import DevEnvironment, NodeShape, fake_node_manifest
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
@@ -92,9 +93,17 @@ def ready_condition(home: Client, cluster_id: str) -> Any:
     return next(c for c in conditions if c.type == "Ready")
 
 
-def stack_up(stack: auto.Stack, config: dict[str, Any]) -> None:
+def stack_up(stack: auto.Stack, config: dict[str, Any], unoffloading: str | None = None) -> auto.UpResult:
+    """`pulumi up` with `config`; `unoffloading`: a namespace the stack did not declare that it may unoffload
+    (a peering's removal is refused while one has twins there: components/destroy_guard.py)."""
     PulumiEnvironment.set_liqo_config(stack, config)
-    stack.up(on_output=print)
+    if unoffloading is None:
+        return stack.up(on_output=print)
+    stack.workspace.env_vars[CONSENT_VARIABLE] = unoffloading
+    try:
+        return stack.up(on_output=print)
+    finally:
+        del stack.workspace.env_vars[CONSENT_VARIABLE]
 
 
 def edit_node(
@@ -433,8 +442,7 @@ def test_a_foreign_cluster_gone_for_good_is_abandoned_when_the_stack_says_so(
     without["foreignClusters"] = [c for c in without["foreignClusters"] if c["clusterId"] != "foreign-2"]
     with dev_env.api_server_stopped("foreign-2"):
         wait_until(lambda: not node_ready(home, node_name), NOT_READY_BOUND + 10, "liqo-foreign-2 NotReady")
-        PulumiEnvironment.set_liqo_config(installed, without)
-        result = installed.up(on_output=print)
+        result = stack_up(installed, without, unoffloading=offloaded)
         assert result.summary.result == "succeeded"
         assert get_or_none(home, VirtualNodeResource, node_name, names.LIQO_NAMESPACE) is None
         assert get_or_none(home, Node, node_name) is None
@@ -490,6 +498,7 @@ def test_a_removed_peering_drains_and_deletes_its_node_and_the_twins(
     """foreign-2 taken out of the stack config, then `pulumi up`: the pods with a controller are
     recreated on liqo-foreign-1, a bare pod ends Failed with reason VirtualNodeRemoved, no pod is
     left Terminating, the Node and the twin namespace (with what was reflected into it) are gone,
+    once the `up` is told it may unoffload the module's namespace (refused before, touching nothing),
     and the peering ends in its virtual-kubelet process, which goes on. Put back, foreign-2 is served
     again by that same process: nobody restarts anything."""
     cluster, node_name, twin = foreign["foreign-2"], VIRTUAL_NODES["foreign-2"], f"{offloaded}-home"
@@ -520,11 +529,18 @@ def test_a_removed_peering_drains_and_deletes_its_node_and_the_twins(
 
     without = json.loads(json.dumps(declared_again))
     without["foreignClusters"] = [c for c in without["foreignClusters"] if c["clusterId"] != "foreign-2"]
+    # first refused: the module's namespace, offloaded by hand, has its twin there; nothing is touched
+    with pytest.raises(auto.CommandError) as refused:
+        stack_up(installed, without)
+    assert "removing the peering with foreign-2 would unoffload" in str(refused.value)
+    assert f"{offloaded} (twins in foreign-1, foreign-2)" in str(refused.value)
+    assert get_or_none(home, VirtualNodeResource, node_name, names.LIQO_NAMESPACE) is not None
+    assert remote_pod(cluster, twin, "bare") is not None and node_ready(home, node_name)
     failures: list[BaseException] = []
 
     def up() -> None:
         try:
-            stack_up(installed, without)
+            stack_up(installed, without, unoffloading=offloaded)
         except BaseException as err:  # reported by the test's thread
             failures.append(err)
 

@@ -34,6 +34,7 @@ from liqo_stack.declaring import manifests
 from liqo_stack.declaring.components import ForeignAgent, HomeControlPlane
 from liqo_stack.declaring.components import Peering as PeeringParts
 from liqo_stack.declaring.components.cluster import Cluster, provider
+from liqo_stack.declaring.components.destroy_guard import DestroyGuard
 from liqo_stack.declaring.components.home import HomePlaneDependencies
 from liqo_stack.declaring.components.offloading import offloading_spec
 from liqo_stack.declaring.package.parts import (
@@ -112,8 +113,18 @@ class _Component(pulumi.ComponentResource):
     TYPE: str
     OUTPUT_NAMES: tuple[str, ...]
 
-    def __init__(self, name: str, properties: Mapping[str, Any], opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        properties: Mapping[str, Any],
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        guard_destroy: bool = True,
+    ):
+        """`guard_destroy`: declare the destroy guards (components/destroy_guard.py); the package's provider
+        cannot (a dynamic resource runs in the program's language host, not in a YAML or TypeScript one)."""
         super().__init__(self.TYPE, name, None, opts)
+        self.guard_destroy = guard_destroy
         self.outputs: dict[str, pulumi.Output[Any]]
 
         def declared(known: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -163,6 +174,7 @@ class Stack(_Component):
             _providers(name, properties.get(PROVIDERS)),
             pulumi.ResourceOptions(parent=self),
             where=properties_path(name),
+            guard_destroy=self.guard_destroy,
         )
         return {**stack.plan, SETTINGS: without_secrets(properties)}
 
@@ -187,6 +199,13 @@ class Home(_Component):
         control_plane = pulumi.Output.all(
             plane.namespace.urn, plane.controller_manager.urn, *(r.urn for r in [*plane.crds, *plane.webhooks])
         )
+        if self.guard_destroy and kubeconfig is not None:
+            DestroyGuard(
+                f"{name}-destroy-guard",
+                home_kubeconfig=kubeconfig,
+                what="removing the home control plane (its CRDs)",
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[plane]),
+            )
         return {
             "homeClusterId": home_id,
             "runtimeMode": config.runtime.mode.value,
@@ -254,6 +273,14 @@ class Peering(_Component):
             agent=agent,
             opts=child,
         )
+        if self.guard_destroy and home_kubeconfig is not None:
+            DestroyGuard(
+                f"{name}-destroy-guard",
+                home_kubeconfig=home_kubeconfig,
+                what=f"removing the peering with {foreign_id}",
+                cluster=foreign_id,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[peering, *([agent] if agent else [])]),
+            )
         if pulumi.runtime.is_dry_run():
             _foresee_floors(config, {foreign_id: peering})
         return {

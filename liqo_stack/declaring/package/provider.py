@@ -35,7 +35,7 @@ class StackProvider(Provider):
         component = COMPONENTS.get(resource_type)
         if component is None:
             raise ValueError(f"unknown resource type {resource_type}: this package has {sorted(COMPONENTS)}")
-        made = component(name, inputs, options)
+        made = component(name, inputs, options, guard_destroy=False)  # see components.DestroyGuard
         return ConstructResult(urn=made.urn, state=made.outputs)
 
 

@@ -1,0 +1,184 @@
+"""`DestroyGuard`: a stack's removal of its home control plane or of a peering stops, naming them, while
+namespaces it did not declare are still offloaded there (an application team's `OffloadedNamespace` in
+its own stack, a `liqo-stack offload namespace` by hand).
+
+Why a check of its own: `pulumi destroy` does not run the program, and deleting the home's CRDs deletes
+every NamespaceOffloading with them, deleting a VirtualNode withdraws every twin in that cluster, the
+teams' with the stack's own. The engine deletes a resource's dependents first, so a guard that depends
+on everything the control plane (or the peering) is made of is deleted first: its `delete` looks at the
+home cluster and refuses while another's offloading is there. Nothing else has been deleted by then.
+
+It is a dynamic resource, run by the Python language host: a Python program (`__main__.py`, or the
+package's classes used from Python) gets it; the package's provider, serving YAML and TypeScript
+programs, cannot declare one (their language host has no Python to run it in), so it declares none.
+
+To go on anyway, the `pulumi destroy` (or `up`) names what it may unoffload:
+`LIQO_STACK_UNOFFLOAD_ON_DESTROY=<namespace>,<namespace>` (or `all`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import pulumi
+import yaml
+from lightkube import ApiError, KubeConfig
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+
+from liqo_stack import kube
+from runtime.api import names
+from runtime.api.resources import NamespaceOffloadingResource
+
+CONSENT_VARIABLE = "LIQO_STACK_UNOFFLOAD_ON_DESTROY"
+
+
+@dataclass(frozen=True)
+class Offloaded:
+    """A namespace offloaded at home, and the clusters its twins are in (as its status says)."""
+
+    namespace: str
+    clusters: tuple[str, ...]
+    selector: str | None = None  # the NamespaceOffloadingSelector that made it, if one did
+
+
+def offloaded_of(found: Iterable[Any]) -> list[Offloaded]:
+    """The offloadings listed at home (lightkube objects or dicts), those already being deleted left out."""
+    result = []
+    for item in found:
+        item = item.to_dict() if hasattr(item, "to_dict") else item
+        metadata = item.get("metadata") or {}
+        if metadata.get("deletionTimestamp"):
+            continue
+        status = item.get("status") or {}
+        result.append(
+            Offloaded(
+                namespace=metadata.get("namespace", ""),
+                clusters=tuple(sorted(status.get("remoteNamespacesConditions") or {})),
+                selector=(metadata.get("labels") or {}).get(names.OFFLOADING_SELECTOR_LABEL),
+            )
+        )
+    return result
+
+
+def left_to_others(
+    offloaded: Iterable[Offloaded],
+    *,
+    declared: Iterable[str],
+    selectors: Iterable[str],
+    cluster: str | None,
+    consent: str = "",
+) -> list[Offloaded]:
+    """What the removal would take from others: offloadings this stack did not declare (its namespaces,
+    or made by its selectors), with a twin in `cluster` (None: anywhere, or nowhere yet), and not named
+    in `consent` (the consent variable's value: namespaces, or `all`)."""
+    own_namespaces, own_selectors = set(declared), set(selectors)
+    given = {part.strip() for part in consent.split(",") if part.strip()}
+    if "all" in given:
+        return []
+    return sorted(
+        (
+            o
+            for o in offloaded
+            if o.namespace not in own_namespaces
+            and (o.selector is None or o.selector not in own_selectors)
+            and (cluster is None or cluster in o.clusters)
+            and o.namespace not in given
+        ),
+        key=lambda o: o.namespace,
+    )
+
+
+def refusal(left: list[Offloaded], what: str) -> str:
+    listed = "\n".join(
+        f"  {o.namespace}" + (f" (twins in {', '.join(o.clusters)})" if o.clusters else " (no twin yet)") for o in left
+    )
+    namespaces = ",".join(o.namespace for o in left)
+    return (
+        f"{what} would unoffload namespaces this stack did not declare, with their twins and the pods in them:\n"
+        f"{listed}\n"
+        "Nothing was deleted. Unoffload them first (their own stack's `pulumi destroy`, or `liqo-stack unoffload "
+        "namespace NAME`) and run this again; or, to unoffload them too, run it again with "
+        f"{CONSENT_VARIABLE}={namespaces}"
+    )
+
+
+def _offloadings_at_home(kubeconfig: str) -> list[Any] | None:
+    """The home's NamespaceOffloadings; None when there is nothing to guard: the kind is not served (its
+    CRD gone), or the home does not answer, and then neither can what the guard protects be deleted (it
+    is all at home: the CRDs, the VirtualNodes), so the engine's own deletes fail there, not here."""
+    client = kube.client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)))
+    try:
+        return list(client.list(NamespaceOffloadingResource, namespace="*"))
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+    except httpx2.HTTPStatusError as err:  # an answer that is no Status: the API is not served
+        if err.response.status_code == 404:
+            return None
+        raise
+    except httpx2.TransportError:
+        return None
+
+
+class DestroyGuardProvider(ResourceProvider):
+    """Holds nothing in a cluster; only its delete reads one (the home's NamespaceOffloadings)."""
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return (type(self), ())  # pickled by reference: the state names this module, not a copy of the code
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult("guard", props)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        # never replaced: a replace would delete the old guard, which is a check
+        changed = [key for key in set(olds) | set(news) if key != "__provider" and olds.get(key) != news.get(key)]
+        return DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult(news)
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        return ReadResult(id_, props)
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        found = _offloadings_at_home(props["kubeconfig"])
+        if found is None:
+            return
+        left = left_to_others(
+            offloaded_of(found),
+            declared=props.get("declared") or [],
+            selectors=props.get("selectors") or [],
+            cluster=props.get("cluster") or None,
+            consent=os.environ.get(CONSENT_VARIABLE, ""),
+        )
+        if left:
+            raise RuntimeError(refusal(left, props["what"]))
+
+
+class DestroyGuard(Resource, module="liqo", name="DestroyGuard"):
+    """Deleted before everything in `depends_on`; refuses while others' offloadings are there (see above)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        home_kubeconfig: pulumi.Input[str],
+        what: str,
+        cluster: str | None = None,
+        declared: list[str] | None = None,
+        selectors: list[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        props: Mapping[str, Any] = {
+            "kubeconfig": pulumi.Output.secret(home_kubeconfig),
+            "what": what,
+            "cluster": cluster or "",
+            "declared": sorted(declared or []),
+            "selectors": sorted(selectors or []),
+        }
+        super().__init__(DestroyGuardProvider(), name, dict(props), opts)

@@ -1,0 +1,138 @@
+"""The destroy guards (liqo_stack/declaring/components/destroy_guard.py): what they count as another's, what
+they say, and where the program declares them (Pulumi's mocks). Their refusal of a real `pulumi destroy`
+and `pulumi up`: tests/e2e/test_package_three_teams.py, tests/e2e/test_virtual_node_lifecycle.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from liqo_stack.declaring.components.destroy_guard import (
+    CONSENT_VARIABLE,
+    DestroyGuardProvider,
+    Offloaded,
+    left_to_others,
+    offloaded_of,
+    refusal,
+)
+from runtime.api import names
+from tests.unit.test_components import SECRET_SIG, SECRET_SIG_KEY, RecordingMocks, stack_config
+
+GUARD = "pulumi-python:dynamic/liqo:DestroyGuard"
+
+
+def offloading(namespace: str, clusters: list[str], **metadata: Any) -> dict[str, Any]:
+    conditions = {cid: [{"type": "Ready", "status": "True"}] for cid in clusters}
+    return {
+        "metadata": {"name": "offloading", "namespace": namespace, **metadata},
+        "status": {"remoteNamespacesConditions": conditions},
+    }
+
+
+def test_offloadings_being_deleted_are_not_counted() -> None:
+    found = offloaded_of(
+        [
+            offloading("team-a", ["foreign-2", "foreign-1"]),
+            offloading("going", ["foreign-1"], deletionTimestamp="2026-11-28T00:00:00Z"),
+            offloading("by-selector", [], labels={names.OFFLOADING_SELECTOR_LABEL: "teams"}),
+        ]
+    )
+    assert found == [
+        Offloaded("team-a", ("foreign-1", "foreign-2")),
+        Offloaded("by-selector", (), selector="teams"),
+    ]
+
+
+def test_what_is_left_to_others_leaves_out_the_stacks_own() -> None:
+    offloaded = [
+        Offloaded("own", ("foreign-1",)),
+        Offloaded("team-b", ("foreign-2",)),
+        Offloaded("team-a", ("foreign-1",)),
+        Offloaded("by-own-selector", ("foreign-1",), selector="mine"),
+        Offloaded("by-other-selector", ("foreign-1",), selector="theirs"),
+        Offloaded("no-twin-yet", ()),
+    ]
+    everywhere = left_to_others(offloaded, declared=["own"], selectors=["mine"], cluster=None)
+    assert [o.namespace for o in everywhere] == ["by-other-selector", "no-twin-yet", "team-a", "team-b"]
+    in_foreign_1 = left_to_others(offloaded, declared=["own"], selectors=["mine"], cluster="foreign-1")
+    assert [o.namespace for o in in_foreign_1] == ["by-other-selector", "team-a"]
+
+
+def test_consent_names_the_namespaces_it_gives_up_or_all() -> None:
+    offloaded = [Offloaded("team-a", ("foreign-1",)), Offloaded("team-b", ("foreign-1",))]
+    named = left_to_others(offloaded, declared=[], selectors=[], cluster=None, consent="team-a, other")
+    assert [o.namespace for o in named] == ["team-b"], "only what the consent names is given up"
+    assert left_to_others(offloaded, declared=[], selectors=[], cluster=None, consent="all") == []
+
+
+def test_the_refusal_names_each_namespace_its_twins_and_what_to_do() -> None:
+    message = refusal([Offloaded("team-a", ("foreign-1", "foreign-2")), Offloaded("team-b", ())], "removing X")
+    assert message.startswith("removing X would unoffload namespaces this stack did not declare")
+    assert "team-a (twins in foreign-1, foreign-2)" in message
+    assert "team-b (no twin yet)" in message
+    assert "Nothing was deleted" in message
+    assert f"{CONSENT_VARIABLE}=team-a,team-b" in message
+
+
+def test_a_changed_guard_is_updated_never_replaced() -> None:
+    """A replace would delete the old guard, which is the check itself."""
+    diff = DestroyGuardProvider().diff("guard", {"declared": ["a"], "cluster": ""}, {"declared": ["b"], "cluster": ""})
+    assert diff.changes is True and diff.replaces == []
+    same = DestroyGuardProvider().diff("guard", {"declared": ["a"]}, {"declared": ["a"]})
+    assert same.changes is False
+
+
+def test_an_unreachable_home_is_nothing_to_guard(tmp_path: Path) -> None:
+    """Nothing it protects can be deleted there either: the engine's own deletes fail, not the guard."""
+    kubeconfig = (
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    DestroyGuardProvider().delete("guard", {"kubeconfig": kubeconfig, "what": "removing X", "cluster": ""})
+
+
+@pytest.fixture
+def mocks(tmp_path: Path) -> Iterator[RecordingMocks]:
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    recorder = RecordingMocks()
+    pulumi.runtime.set_mocks(recorder, project="liqo-stack", stack="unit", preview=False)
+    config = stack_config(tmp_path)
+    config["liqo:namespaceSelectors"] = '[{"name": "teams", "selector": "team=shop"}]'
+    pulumi.runtime.set_all_config(config)
+    yield recorder
+    pulumi.runtime.set_all_config({})
+    asyncio.set_event_loop(None)
+    loop.close()
+
+
+@pulumi.runtime.test  # type: ignore[untyped-decorator]
+def run_stack(guard_destroy: bool) -> None:
+    from liqo_stack.declaring import program
+
+    program.declare(program.load_config(), guard_destroy=guard_destroy)  # type: ignore[arg-type]
+
+
+def test_the_stack_guards_its_home_and_each_peering_with_what_it_declares(mocks: RecordingMocks) -> None:
+    run_stack(True)
+    guards = {r.name: r.inputs for r in mocks.resources if r.typ == GUARD}
+    assert set(guards) == {"destroy-guard-home", "destroy-guard-foreign-1", "destroy-guard-foreign-2"}
+    assert guards["destroy-guard-home"]["cluster"] == ""
+    assert guards["destroy-guard-foreign-2"]["cluster"] == "foreign-2"
+    for guard in guards.values():
+        assert guard["declared"] == ["demo"] and guard["selectors"] == ["teams"]
+        kubeconfig = guard["kubeconfig"]
+        assert kubeconfig[SECRET_SIG_KEY] == SECRET_SIG, "the home's kubeconfig is kept as a secret"
+        assert "server: 'https://127.0.0.1:6443'" in kubeconfig["value"], "the home's kubeconfig, to read it"
+
+
+def test_the_package_provider_declares_no_guard(mocks: RecordingMocks) -> None:
+    """A YAML or TypeScript program's language host has no Python to run a dynamic resource in."""
+    run_stack(False)
+    assert not [r for r in mocks.resources if r.typ == GUARD]
