@@ -1,5 +1,5 @@
 """Objects the stack would take over: those it declares for a home in a foreign cluster (its tenant
-namespace, identity and token Secret) that exist there and that liqo-stack did not create.
+namespace and identity) that exist there and that liqo-stack did not create.
 
 pulumi-kubernetes creates with server-side apply, which is an upsert: the create of an object that
 exists adopts it without a word (and with it whatever it holds: a namespace another home's agent made
@@ -19,7 +19,7 @@ from typing import Any
 import httpx2
 import yaml
 from lightkube import ApiError, Client, KubeConfig
-from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount
+from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 from liqo_stack import kube
 from runtime.api import names
@@ -37,14 +37,12 @@ class Declared:
 
 
 def tenant_objects(home_id: str) -> list[Declared]:
-    """What the stack declares for a home that holds what the home may reach: its tenant namespace, its
-    identity and that identity's token (liqo_stack/declaring/components/tenant.py)."""
+    """What the stack declares for a home, by a name known beforehand, that holds what the home may reach:
+    its tenant namespace and its identity (liqo_stack/declaring/components/tenant.py). Not the identity's
+    token Secret: its name is drawn at random when it is made (`<prefix>-<8 hex>`), so no object waits
+    under it."""
     tenant, identity = names.tenant_namespace(home_id), names.home_identity_name(home_id)
-    return [
-        Declared(Namespace, tenant),
-        Declared(ServiceAccount, identity, tenant),
-        Declared(Secret, f"{identity}-token", tenant),
-    ]
+    return [Declared(Namespace, tenant), Declared(ServiceAccount, identity, tenant)]
 
 
 def not_ours(obj: Declared, labels: Mapping[str, str], home_id: str) -> str | None:

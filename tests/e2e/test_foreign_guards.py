@@ -25,7 +25,7 @@ import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, ResourceQuota, Secret
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, ResourceQuota, Secret, ServiceAccount
 from lightkube.types import PatchType
 from lightkube.utils.quantity import parse_quantity
 from pulumi import automation as auto
@@ -621,12 +621,12 @@ def test_a_foreign_sides_stack_never_takes_over_a_tenant_object_it_did_not_creat
     dev_env: DevEnvironment,
 ) -> None:
     """What the issue's takeover met: home's twin `liqo-tenant-home-2` (made by an agent before the
-    twin-name rules, so kept by today's), and another owner's Secret where home-3's identity token
+    twin-name rules, so kept by today's), and another owner's ServiceAccount where home-3's identity
     goes. A foreign side's stack serving home-2 and home-3 fails `pulumi preview` and `pulumi up`,
     naming both, and changes nothing."""
     client = foreign[FOREIGN]
     squatted, tenant_3 = names.tenant_namespace("home-2"), names.tenant_namespace("home-3")
-    token_3 = f"{names.home_identity_name('home-3')}-token"
+    identity_3 = names.home_identity_name("home-3")
     ask_for_twins(client, {"x4": squatted})  # as an agent before this release accepted it
     client.create(Namespace(metadata=ObjectMeta(name=squatted, labels=twin_labels("home", FOREIGN))))
     ours = {
@@ -635,8 +635,8 @@ def test_a_foreign_sides_stack_never_takes_over_a_tenant_object_it_did_not_creat
         names.TENANT_HOME_LABEL: "home-3",
     }
     client.create(Namespace(metadata=ObjectMeta(name=tenant_3, labels=ours)))
-    theirs = ObjectMeta(name=token_3, namespace=tenant_3, labels={names.MANAGED_BY_LABEL: "helm"})
-    client.create(Secret(metadata=theirs, stringData={"token": "theirs"}))
+    theirs = ObjectMeta(name=identity_3, namespace=tenant_3, labels={names.MANAGED_BY_LABEL: "helm"})
+    client.create(ServiceAccount(metadata=theirs))
     side = pulumi_env.stack_for_directory(project_dir, "takeover-side")
     try:
         wait_until(
@@ -651,12 +651,12 @@ def test_a_foreign_sides_stack_never_takes_over_a_tenant_object_it_did_not_creat
             said = str(failed.value)
             assert "liqo:foreignSide.homes: the stack would take over objects in foreign-1" in said, said
             assert f"Namespace {squatted} exists and is not liqo-stack's (it carries twin labels" in said
-            assert f"Secret {tenant_3}/{token_3} exists and is not liqo-stack's" in said and "managed-by=helm" in said
+            assert f"ServiceAccount {tenant_3}/{identity_3} exists and is not liqo-stack's" in said
+            assert "managed-by=helm" in said
         labels = cast(Any, client.get(Namespace, squatted)).metadata.labels
         assert labels[names.ORIGIN_LABEL] == "home" and names.TENANT_HOME_LABEL not in labels, "not taken over"
-        assert (
-            cast(Any, client.get(Secret, token_3, namespace=tenant_3)).metadata.labels[names.MANAGED_BY_LABEL] == "helm"
-        )
+        account = cast(Any, client.get(ServiceAccount, identity_3, namespace=tenant_3))
+        assert account.metadata.labels[names.MANAGED_BY_LABEL] == "helm"
         resources = (side.export_stack().deployment or {}).get("resources") or []
         assert not [r for r in resources if "kubernetes:" in r["type"]], "nothing declared"
     finally:

@@ -10,7 +10,7 @@ import pytest
 from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount
 
 from liqo_stack.declaring import manifests
-from liqo_stack.declaring.claims import Declared, not_ours
+from liqo_stack.declaring.claims import Declared, not_ours, tenant_objects
 from liqo_stack.declaring.config import ConfigError, parse_any
 from liqo_stack.declaring.plan import refused_twin_names
 from runtime.api import names, twinnames
@@ -174,6 +174,12 @@ def test_the_stack_takes_over_only_its_own_tenant_objects() -> None:
     assert "no app.kubernetes.io/managed-by" in (not_ours(Declared(ServiceAccount, "x", "y"), {}, "home-2") or "")
     assert "not home-2" in (not_ours(tenant, {**TENANT_LABELS, names.TENANT_HOME_LABEL: "home"}, "home-2") or "")
     assert str(token) == "Secret liqo-tenant-home-2/liqo-home-home-2-token"
+
+
+def test_the_objects_checked_are_those_declared_under_a_name_known_beforehand() -> None:
+    """The token Secret's name is drawn when it is made: nothing can wait under it."""
+    tenant, identity = names.tenant_namespace("home-2"), names.home_identity_name("home-2")
+    assert tenant_objects("home-2") == [Declared(Namespace, tenant), Declared(ServiceAccount, identity, tenant)]
 
 
 def test_a_twin_is_the_agents_only_while_its_labels_say_so() -> None:
