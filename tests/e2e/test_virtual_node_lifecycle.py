@@ -99,11 +99,12 @@ def stack_up(stack: auto.Stack, config: dict[str, Any], unoffloading: str | None
     PulumiEnvironment.set_liqo_config(stack, config)
     if unoffloading is None:
         return stack.up(on_output=print)
-    stack.workspace.env_vars[CONSENT_VARIABLE] = unoffloading
+    before = stack.workspace.env_vars
+    stack.workspace.env_vars = {**before, CONSENT_VARIABLE: unoffloading}
     try:
         return stack.up(on_output=print)
     finally:
-        del stack.workspace.env_vars[CONSENT_VARIABLE]
+        stack.workspace.env_vars = before
 
 
 def edit_node(
