@@ -306,18 +306,25 @@ def virtual_node(
     return wire
 
 
-def namespace_offloading(ns: str, spec: NamespaceOffloadingSpec) -> Manifest:
+def namespace_offloading(ns: str, spec: NamespaceOffloadingSpec, declared_by: str | None = None) -> Manifest:
+    """`declared_by`: the stack that declares it (`<organization>/<project>/<stack>`)."""
     obj = NamespaceOffloading(spec=spec)
     obj.metadata.name = names.NAMESPACE_OFFLOADING_NAME
     obj.metadata.namespace = ns
     obj.metadata.labels = _labels("namespace-offloading")
+    if declared_by is not None:
+        obj.metadata.annotations = {names.DECLARED_BY_ANNOTATION: declared_by}
     return obj.to_apply()
 
 
-def namespace_offloading_selector(name: str, spec: NamespaceOffloadingSelectorSpec) -> Manifest:
+def namespace_offloading_selector(
+    name: str, spec: NamespaceOffloadingSelectorSpec, declared_by: str | None = None
+) -> Manifest:
     obj = NamespaceOffloadingSelector(spec=spec)
     obj.metadata.name = name
     obj.metadata.labels = _labels("namespace-offloading-selector")
+    if declared_by is not None:
+        obj.metadata.annotations = {names.DECLARED_BY_ANNOTATION: declared_by}
     return obj.to_apply()
 
 

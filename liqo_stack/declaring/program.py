@@ -277,7 +277,7 @@ def declare(
     )
 
     if guard_destroy and home.kubeconfig is not None:
-        _guard_destroy(config, home.kubeconfig, home_plane, list(shards.values()), peerings, agents, top)
+        _guard_destroy(home.kubeconfig, home_plane, list(shards.values()), peerings, agents, top)
     if pulumi.runtime.is_dry_run():
         _foresee_floors(config, peerings)
     for refused in refused_twin_names(config):  # the foreign agent says it too, on the offloading's condition
@@ -286,7 +286,6 @@ def declare(
 
 
 def _guard_destroy(
-    config: stack_config.StackConfig,
     home_kubeconfig: pulumi.Output[str],
     home_plane: HomeControlPlane,
     shards: list[VirtualKubeletShard],
@@ -296,14 +295,10 @@ def _guard_destroy(
 ) -> None:
     """A guard for the home control plane and one per peering, each deleted before what it guards: they
     stop the removal while namespaces the stack does not declare are offloaded there."""
-    declared = [ns.name for ns in config.namespaces]
-    selectors = [selector.name for selector in config.namespace_selectors]
     DestroyGuard(
         "destroy-guard-home",
         home_kubeconfig=home_kubeconfig,
         what="removing the home control plane (its CRDs)",
-        declared=declared,
-        selectors=selectors,
         opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(depends_on=[home_plane, *shards])),
     )
     for foreign_id, peering in peerings.items():
@@ -313,8 +308,6 @@ def _guard_destroy(
             home_kubeconfig=home_kubeconfig,
             what=f"removing the peering with {foreign_id}",
             cluster=foreign_id,
-            declared=declared,
-            selectors=selectors,
             opts=pulumi.ResourceOptions.merge(
                 top, pulumi.ResourceOptions(depends_on=[peering, *([agent] if agent else [])])
             ),

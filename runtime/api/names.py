@@ -39,6 +39,10 @@ LARGEST_POD_MEMORY_LABEL: Final = f"{OWN_DOMAIN}/largest-pod-memory"
 ON_DEMAND_LABEL: Final = f"{OWN_DOMAIN}/on-demand-offloading"
 # On a NamespaceOffloading the on-demand controller made: the only offloadings it ever deletes.
 OFFLOADED_ON_DEMAND_LABEL: Final = f"{OWN_DOMAIN}/offloaded-on-demand"
+# On a NamespaceOffloading or NamespaceOffloadingSelector a Pulumi stack declares: `<organization>/<project>/
+# <stack>`. A stack's destroy guards (liqo_stack/declaring/components/destroy_guard.py) tell its own from
+# another's by it.
+DECLARED_BY_ANNOTATION: Final = f"{OWN_DOMAIN}/declared-by"
 # On an on-demand namespace, each overriding the stack's default: the offloading's podOffloadingStrategy,
 # its cluster selector (kubectl `-l` syntax, one term) and how long it stays unused before it is removed.
 ON_DEMAND_STRATEGY_ANNOTATION: Final = f"{OWN_DOMAIN}/on-demand-pod-offloading-strategy"

@@ -23,6 +23,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBi
 from lightkube.resources.storage_v1 import StorageClass
 from pulumi import automation as auto
 
+from liqo_stack.declaring.components.destroy_guard import TYPE as GUARD
 from liqo_stack.dev.clusters import DevEnvironment
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
@@ -107,7 +108,7 @@ def test_up_creates_every_object_in_its_cluster(stack: auto.Stack, home: Client,
     # what a user reads as something wrong: plugins from $PATH, Deployments "scaled to 0" (external mode)
     assert "warning" not in (result.stdout + result.stderr).lower(), result.stdout + result.stderr
     types = {r["type"] for r in (stack.export_stack().deployment or {})["resources"]}
-    assert all(t.startswith(("kubernetes:", "pulumi:", "liqo-stack:index:")) for t in types), sorted(types)
+    assert all(t.startswith(("kubernetes:", "pulumi:", "liqo-stack:index:")) or t == GUARD for t in types), types
     assert home.get(RuntimeClass, names.RUNTIME_CLASS_NAME).handler == "liqo"
     storage_class: Any = home.get(StorageClass, names.STORAGE_CLASS_NAME)
     assert (storage_class.provisioner, storage_class.volumeBindingMode) == ("liqo.io/storage", "WaitForFirstConsumer")

@@ -172,7 +172,7 @@ def test_each_home_peers_through_its_own_tenant_identity_and_grant_with_no_admin
         deployment = home.stack.export_stack().deployment
         assert deployment is not None
         providers = {
-            r["urn"].rpartition("::")[2] for r in deployment["resources"] if r["type"].startswith("pulumi:providers")
+            r["urn"].rpartition("::")[2] for r in deployment["resources"] if r["type"] == "pulumi:providers:kubernetes"
         }
         assert providers == {home.cluster_id}, "no provider, so no admin credentials, of foreign-1"
         kubeconfig = yaml.safe_load(home.identity.read_text())

@@ -20,6 +20,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from pulumi import automation as auto
 
+from liqo_stack.declaring.components.destroy_guard import TYPE as GUARD
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
@@ -173,7 +174,8 @@ def test_the_release_stack_upgrades_in_place(
 
     kinds = {r["type"] for r in resources(upgraded)}
     assert all(
-        t.startswith(("kubernetes:", "pulumi:providers:kubernetes", "liqo-stack:index:")) or t == "pulumi:pulumi:Stack"
+        t.startswith(("kubernetes:", "pulumi:providers:kubernetes", "liqo-stack:index:"))
+        or t in ("pulumi:pulumi:Stack", GUARD, "pulumi:providers:pulumi-python")
         for t in kinds
     ), sorted(kinds)
     assert live_uids(clients, objects) == before, "every object taken over in place"

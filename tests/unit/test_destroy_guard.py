@@ -14,6 +14,7 @@ import pytest
 
 from liqo_stack.declaring.components.destroy_guard import (
     CONSENT_VARIABLE,
+    TYPE,
     DestroyGuardProvider,
     Offloaded,
     left_to_others,
@@ -23,7 +24,8 @@ from liqo_stack.declaring.components.destroy_guard import (
 from runtime.api import names
 from tests.unit.test_components import SECRET_SIG, SECRET_SIG_KEY, RecordingMocks, stack_config
 
-GUARD = "pulumi-python:dynamic/liqo:DestroyGuard"
+STACK = "organization/liqo-stack/unit"
+OTHER = "organization/team-a/prod"
 
 
 def offloading(namespace: str, clusters: list[str], **metadata: Any) -> dict[str, Any]:
@@ -34,40 +36,52 @@ def offloading(namespace: str, clusters: list[str], **metadata: Any) -> dict[str
     }
 
 
-def test_offloadings_being_deleted_are_not_counted() -> None:
+def declared_by(stack: str) -> dict[str, str]:
+    return {names.DECLARED_BY_ANNOTATION: stack}
+
+
+def test_each_offloading_is_its_stacks_or_its_selectors_stacks() -> None:
+    selectors = [
+        {"metadata": {"name": "mine", "annotations": declared_by(STACK)}},
+        {"metadata": {"name": "by-hand"}},
+    ]
     found = offloaded_of(
         [
-            offloading("team-a", ["foreign-2", "foreign-1"]),
+            offloading("team-a", ["foreign-2", "foreign-1"], annotations=declared_by(OTHER)),
             offloading("going", ["foreign-1"], deletionTimestamp="2026-11-28T00:00:00Z"),
-            offloading("by-selector", [], labels={names.OFFLOADING_SELECTOR_LABEL: "teams"}),
-        ]
+            offloading("by-my-selector", [], labels={names.OFFLOADING_SELECTOR_LABEL: "mine"}),
+            offloading("by-a-hand-made-selector", [], labels={names.OFFLOADING_SELECTOR_LABEL: "by-hand"}),
+            offloading("by-hand", ["foreign-1"]),
+        ],
+        selectors,
     )
     assert found == [
-        Offloaded("team-a", ("foreign-1", "foreign-2")),
-        Offloaded("by-selector", (), selector="teams"),
-    ]
+        Offloaded("team-a", ("foreign-1", "foreign-2"), OTHER),
+        Offloaded("by-my-selector", (), STACK),
+        Offloaded("by-a-hand-made-selector", ()),
+        Offloaded("by-hand", ("foreign-1",)),
+    ], "one being deleted is not counted"
 
 
 def test_what_is_left_to_others_leaves_out_the_stacks_own() -> None:
     offloaded = [
-        Offloaded("own", ("foreign-1",)),
-        Offloaded("team-b", ("foreign-2",)),
-        Offloaded("team-a", ("foreign-1",)),
-        Offloaded("by-own-selector", ("foreign-1",), selector="mine"),
-        Offloaded("by-other-selector", ("foreign-1",), selector="theirs"),
+        Offloaded("own", ("foreign-1",), STACK),
+        Offloaded("team-b", ("foreign-2",), OTHER),
+        Offloaded("team-a", ("foreign-1",), OTHER),
+        Offloaded("by-hand", ("foreign-1",)),
         Offloaded("no-twin-yet", ()),
     ]
-    everywhere = left_to_others(offloaded, declared=["own"], selectors=["mine"], cluster=None)
-    assert [o.namespace for o in everywhere] == ["by-other-selector", "no-twin-yet", "team-a", "team-b"]
-    in_foreign_1 = left_to_others(offloaded, declared=["own"], selectors=["mine"], cluster="foreign-1")
-    assert [o.namespace for o in in_foreign_1] == ["by-other-selector", "team-a"]
+    everywhere = left_to_others(offloaded, stack=STACK, cluster=None)
+    assert [o.namespace for o in everywhere] == ["by-hand", "no-twin-yet", "team-a", "team-b"]
+    in_foreign_1 = left_to_others(offloaded, stack=STACK, cluster="foreign-1")
+    assert [o.namespace for o in in_foreign_1] == ["by-hand", "team-a"]
 
 
 def test_consent_names_the_namespaces_it_gives_up_or_all() -> None:
     offloaded = [Offloaded("team-a", ("foreign-1",)), Offloaded("team-b", ("foreign-1",))]
-    named = left_to_others(offloaded, declared=[], selectors=[], cluster=None, consent="team-a, other")
+    named = left_to_others(offloaded, stack=STACK, cluster=None, consent="team-a, other")
     assert [o.namespace for o in named] == ["team-b"], "only what the consent names is given up"
-    assert left_to_others(offloaded, declared=[], selectors=[], cluster=None, consent="all") == []
+    assert left_to_others(offloaded, stack=STACK, cluster=None, consent="all") == []
 
 
 def test_the_refusal_names_each_namespace_its_twins_and_what_to_do() -> None:
@@ -81,9 +95,9 @@ def test_the_refusal_names_each_namespace_its_twins_and_what_to_do() -> None:
 
 def test_a_changed_guard_is_updated_never_replaced() -> None:
     """A replace would delete the old guard, which is the check itself."""
-    diff = DestroyGuardProvider().diff("guard", {"declared": ["a"], "cluster": ""}, {"declared": ["b"], "cluster": ""})
+    diff = DestroyGuardProvider().diff("guard", {"stack": "a", "cluster": ""}, {"stack": "b", "cluster": ""})
     assert diff.changes is True and diff.replaces == []
-    same = DestroyGuardProvider().diff("guard", {"declared": ["a"]}, {"declared": ["a"]})
+    same = DestroyGuardProvider().diff("guard", {"stack": "a"}, {"stack": "a"})
     assert same.changes is False
 
 
@@ -94,7 +108,9 @@ def test_an_unreachable_home_is_nothing_to_guard(tmp_path: Path) -> None:
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}}]\n"
         "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
     )
-    DestroyGuardProvider().delete("guard", {"kubeconfig": kubeconfig, "what": "removing X", "cluster": ""})
+    DestroyGuardProvider().delete(
+        "guard", {"kubeconfig": kubeconfig, "what": "removing X", "cluster": "", "stack": STACK}
+    )
 
 
 @pytest.fixture
@@ -102,7 +118,7 @@ def mocks(tmp_path: Path) -> Iterator[RecordingMocks]:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     recorder = RecordingMocks()
-    pulumi.runtime.set_mocks(recorder, project="liqo-stack", stack="unit", preview=False)
+    pulumi.runtime.set_mocks(recorder, project="liqo-stack", stack="unit", preview=False, organization="organization")
     config = stack_config(tmp_path)
     config["liqo:namespaceSelectors"] = '[{"name": "teams", "selector": "team=shop"}]'
     pulumi.runtime.set_all_config(config)
@@ -119,20 +135,27 @@ def run_stack(guard_destroy: bool) -> None:
     program.declare(program.load_config(), guard_destroy=guard_destroy)  # type: ignore[arg-type]
 
 
-def test_the_stack_guards_its_home_and_each_peering_with_what_it_declares(mocks: RecordingMocks) -> None:
+def test_the_stack_guards_its_home_and_each_peering_and_names_itself_on_what_it_declares(
+    mocks: RecordingMocks,
+) -> None:
     run_stack(True)
-    guards = {r.name: r.inputs for r in mocks.resources if r.typ == GUARD}
+    guards = {r.name: r.inputs for r in mocks.resources if r.typ == TYPE}
     assert set(guards) == {"destroy-guard-home", "destroy-guard-foreign-1", "destroy-guard-foreign-2"}
     assert guards["destroy-guard-home"]["cluster"] == ""
     assert guards["destroy-guard-foreign-2"]["cluster"] == "foreign-2"
     for guard in guards.values():
-        assert guard["declared"] == ["demo"] and guard["selectors"] == ["teams"]
+        assert guard["stack"] == STACK, "its inputs do not change with the namespaces declared"
         kubeconfig = guard["kubeconfig"]
         assert kubeconfig[SECRET_SIG_KEY] == SECRET_SIG, "the home's kubeconfig is kept as a secret"
         assert "server: 'https://127.0.0.1:6443'" in kubeconfig["value"], "the home's kubeconfig, to read it"
+    declared = [
+        o for o in mocks.in_cluster("home") if o["kind"] in ("NamespaceOffloading", "NamespaceOffloadingSelector")
+    ]
+    assert {o["kind"] for o in declared} == {"NamespaceOffloading", "NamespaceOffloadingSelector"}
+    assert all(o["metadata"]["annotations"][names.DECLARED_BY_ANNOTATION] == STACK for o in declared)
 
 
 def test_the_package_provider_declares_no_guard(mocks: RecordingMocks) -> None:
     """A YAML or TypeScript program's language host has no Python to run a dynamic resource in."""
     run_stack(False)
-    assert not [r for r in mocks.resources if r.typ == GUARD]
+    assert not [r for r in mocks.resources if r.typ == TYPE]

@@ -2,6 +2,10 @@
 namespaces it did not declare are still offloaded there (an application team's `OffloadedNamespace` in
 its own stack, a `liqo-stack offload namespace` by hand).
 
+What is the stack's own: the NamespaceOffloadings and NamespaceOffloadingSelectors it declares carry its
+name (`liqo-stack.io/declared-by: <organization>/<project>/<stack>`), and an offloading a selector made is
+that selector's stack's. So the guard's own inputs never change with the namespaces a stack declares.
+
 Why a check of its own: `pulumi destroy` does not run the program, and deleting the home's CRDs deletes
 every NamespaceOffloading with them, deleting a VirtualNode withdraws every twin in that cluster, the
 teams' with the stack's own. The engine deletes a resource's dependents first, so a guard that depends
@@ -31,51 +35,62 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 
 from liqo_stack import kube
 from runtime.api import names
-from runtime.api.resources import NamespaceOffloadingResource
+from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
 
 CONSENT_VARIABLE = "LIQO_STACK_UNOFFLOAD_ON_DESTROY"
+TYPE = "pulumi-python:dynamic/liqo:DestroyGuard"  # as the engine names it (Resource's module and name below)
+
+
+def stack_identity() -> str:
+    """This stack, as its objects name it (names.DECLARED_BY_ANNOTATION)."""
+    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
 
 
 @dataclass(frozen=True)
 class Offloaded:
-    """A namespace offloaded at home, and the clusters its twins are in (as its status says)."""
+    """A namespace offloaded at home, the clusters its twins are in (as its status says), and the stack
+    that declared it (directly, or through the NamespaceOffloadingSelector that made it), if one did."""
 
     namespace: str
     clusters: tuple[str, ...]
-    selector: str | None = None  # the NamespaceOffloadingSelector that made it, if one did
+    declared_by: str | None = None
 
 
-def offloaded_of(found: Iterable[Any]) -> list[Offloaded]:
-    """The offloadings listed at home (lightkube objects or dicts), those already being deleted left out."""
+def _as_dict(item: Any) -> dict[str, Any]:
+    return item.to_dict() if hasattr(item, "to_dict") else dict(item)
+
+
+def offloaded_of(offloadings: Iterable[Any], selectors: Iterable[Any] = ()) -> list[Offloaded]:
+    """The offloadings listed at home (lightkube objects or dicts), those already being deleted left out;
+    `selectors`: the NamespaceOffloadingSelectors, whose stack is that of the offloadings they made."""
+    selector_stacks = {}
+    for selector in map(_as_dict, selectors):
+        metadata = selector.get("metadata") or {}
+        selector_stacks[metadata.get("name")] = (metadata.get("annotations") or {}).get(names.DECLARED_BY_ANNOTATION)
     result = []
-    for item in found:
-        item = item.to_dict() if hasattr(item, "to_dict") else item
+    for item in map(_as_dict, offloadings):
         metadata = item.get("metadata") or {}
         if metadata.get("deletionTimestamp"):
             continue
+        made_by = (metadata.get("labels") or {}).get(names.OFFLOADING_SELECTOR_LABEL)
+        declared_by = (metadata.get("annotations") or {}).get(names.DECLARED_BY_ANNOTATION)
         status = item.get("status") or {}
         result.append(
             Offloaded(
                 namespace=metadata.get("namespace", ""),
                 clusters=tuple(sorted(status.get("remoteNamespacesConditions") or {})),
-                selector=(metadata.get("labels") or {}).get(names.OFFLOADING_SELECTOR_LABEL),
+                declared_by=declared_by or (selector_stacks.get(made_by) if made_by else None),
             )
         )
     return result
 
 
 def left_to_others(
-    offloaded: Iterable[Offloaded],
-    *,
-    declared: Iterable[str],
-    selectors: Iterable[str],
-    cluster: str | None,
-    consent: str = "",
+    offloaded: Iterable[Offloaded], *, stack: str, cluster: str | None, consent: str = ""
 ) -> list[Offloaded]:
-    """What the removal would take from others: offloadings this stack did not declare (its namespaces,
-    or made by its selectors), with a twin in `cluster` (None: anywhere, or nowhere yet), and not named
-    in `consent` (the consent variable's value: namespaces, or `all`)."""
-    own_namespaces, own_selectors = set(declared), set(selectors)
+    """What the removal would take from others: offloadings `stack` did not declare, with a twin in
+    `cluster` (None: anywhere, or nowhere yet), and not named in `consent` (the consent variable's value:
+    namespaces, or `all`)."""
     given = {part.strip() for part in consent.split(",") if part.strip()}
     if "all" in given:
         return []
@@ -83,10 +98,7 @@ def left_to_others(
         (
             o
             for o in offloaded
-            if o.namespace not in own_namespaces
-            and (o.selector is None or o.selector not in own_selectors)
-            and (cluster is None or cluster in o.clusters)
-            and o.namespace not in given
+            if o.declared_by != stack and (cluster is None or cluster in o.clusters) and o.namespace not in given
         ),
         key=lambda o: o.namespace,
     )
@@ -106,13 +118,15 @@ def refusal(left: list[Offloaded], what: str) -> str:
     )
 
 
-def _offloadings_at_home(kubeconfig: str) -> list[Any] | None:
-    """The home's NamespaceOffloadings; None when there is nothing to guard: the kind is not served (its
-    CRD gone), or the home does not answer, and then neither can what the guard protects be deleted (it
-    is all at home: the CRDs, the VirtualNodes), so the engine's own deletes fail there, not here."""
+def _offloadings_at_home(kubeconfig: str) -> tuple[list[Any], list[Any]] | None:
+    """The home's NamespaceOffloadings and NamespaceOffloadingSelectors; None when there is nothing to
+    guard: the kinds are not served (their CRDs gone), or the home does not answer, and then neither can
+    what the guard protects be deleted (it is all at home: the CRDs, the VirtualNodes), so the engine's own
+    deletes fail there, not here."""
     client = kube.client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)))
     try:
-        return list(client.list(NamespaceOffloadingResource, namespace="*"))
+        offloadings = list(client.list(NamespaceOffloadingResource, namespace="*"))
+        return offloadings, list(client.list(NamespaceOffloadingSelectorResource))
     except ApiError as err:
         if err.status.code == 404:
             return None
@@ -150,9 +164,8 @@ class DestroyGuardProvider(ResourceProvider):
         if found is None:
             return
         left = left_to_others(
-            offloaded_of(found),
-            declared=props.get("declared") or [],
-            selectors=props.get("selectors") or [],
+            offloaded_of(*found),
+            stack=props["stack"],
             cluster=props.get("cluster") or None,
             consent=os.environ.get(CONSENT_VARIABLE, ""),
         )
@@ -170,15 +183,12 @@ class DestroyGuard(Resource, module="liqo", name="DestroyGuard"):
         home_kubeconfig: pulumi.Input[str],
         what: str,
         cluster: str | None = None,
-        declared: list[str] | None = None,
-        selectors: list[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         props: Mapping[str, Any] = {
             "kubeconfig": pulumi.Output.secret(home_kubeconfig),
             "what": what,
             "cluster": cluster or "",
-            "declared": sorted(declared or []),
-            "selectors": sorted(selectors or []),
+            "stack": stack_identity(),
         }
         super().__init__(DestroyGuardProvider(), name, dict(props), opts)

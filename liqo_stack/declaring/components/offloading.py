@@ -7,6 +7,7 @@ import pulumi
 
 from liqo_stack.declaring import manifests
 from liqo_stack.declaring.components.cluster import Cluster
+from liqo_stack.declaring.components.destroy_guard import stack_identity
 from liqo_stack.declaring.components.home import HomeControlPlane
 from liqo_stack.declaring.config import NamespaceOffloadingConfig, NamespaceSelectorConfig
 from runtime.api import NamespaceOffloadingSpec
@@ -45,7 +46,7 @@ class NamespaceOffloadings(pulumi.ComponentResource):
             # Deleted before the controllers that remove its finalizer (they are its dependencies).
             self.offloadings[ns.name] = home.object(
                 f"offloading-{ns.name}",
-                manifests.namespace_offloading(ns.name, offloading_spec(ns)),
+                manifests.namespace_offloading(ns.name, offloading_spec(ns), stack_identity()),
                 pulumi.ResourceOptions(
                     parent=self, depends_on=[namespace, *home_plane.crds, *home_plane.webhooks, *handlers]
                 ),
@@ -55,7 +56,9 @@ class NamespaceOffloadings(pulumi.ComponentResource):
             # made are gone: `pulumi up` without it (and `destroy`) waits for their twins to be deleted.
             home.object(
                 f"offloading-selector-{declared_selector.name}",
-                manifests.namespace_offloading_selector(declared_selector.name, declared_selector.spec()),
+                manifests.namespace_offloading_selector(
+                    declared_selector.name, declared_selector.spec(), stack_identity()
+                ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*home_plane.crds, *home_plane.webhooks, *handlers]),
             )
         self.register_outputs({})

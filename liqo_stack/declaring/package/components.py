@@ -34,7 +34,7 @@ from liqo_stack.declaring import manifests
 from liqo_stack.declaring.components import ForeignAgent, HomeControlPlane
 from liqo_stack.declaring.components import Peering as PeeringParts
 from liqo_stack.declaring.components.cluster import Cluster, provider
-from liqo_stack.declaring.components.destroy_guard import DestroyGuard
+from liqo_stack.declaring.components.destroy_guard import DestroyGuard, stack_identity
 from liqo_stack.declaring.components.home import HomePlaneDependencies
 from liqo_stack.declaring.components.offloading import offloading_spec
 from liqo_stack.declaring.package.parts import (
@@ -336,7 +336,7 @@ class OffloadedNamespace(_Component):
         )
         home.object(
             f"offloading-{settings.name}",
-            manifests.namespace_offloading(settings.name, offloading_spec(settings.offloading())),
+            manifests.namespace_offloading(settings.name, offloading_spec(settings.offloading()), stack_identity()),
             pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
         )
         return {
