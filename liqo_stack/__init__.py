@@ -21,7 +21,8 @@ the types of what it returns (`LiqoStack`). The rest is the toolkit's own, by jo
 - `liqo_stack.operating`: the `liqo-stack` command line and the runtime image it builds;
 - `liqo_stack.dev`: the local dev environment (clusters, offline Pulumi, external runtime);
 - `liqo_stack.kube`: the Kubernetes client all of them read clusters with;
-- `liqo_stack.resources`: the retired dynamic providers an old stack's state names (upgrades only).
+- `liqo_stack.resources`: the dynamic providers: the destroy guards', and the retired ones an old stack's
+  state names (upgrades only).
 
 The names below are imported when first used, not with the package: the CLI and the dev tools
 import `liqo_stack.*` without Pulumi's Kubernetes SDK, and `tools/build.py` imports

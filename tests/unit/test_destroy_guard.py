@@ -1,4 +1,5 @@
-"""The destroy guards (liqo_stack/declaring/components/destroy_guard.py): what they count as another's, what
+"""The destroy guards (liqo_stack/declaring/components/destroy_guard.py, its provider in
+liqo_stack/resources/destroy_guard.py): what they count as another's, what
 they say, and where the program declares them (Pulumi's mocks). Their refusal of a real `pulumi destroy`
 and `pulumi up`: tests/e2e/test_package_three_teams.py, tests/e2e/test_virtual_node_lifecycle.py."""
 
@@ -12,9 +13,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from liqo_stack.declaring.components.destroy_guard import (
+from liqo_stack.declaring.components.destroy_guard import TYPE
+from liqo_stack.resources.destroy_guard import (
     CONSENT_VARIABLE,
-    TYPE,
     DestroyGuardProvider,
     Offloaded,
     left_to_others,

@@ -16,161 +16,29 @@ It is a dynamic resource, run by the Python language host: a Python program (`__
 package's classes used from Python) gets it; the package's provider, serving YAML and TypeScript
 programs, cannot declare one (their language host has no Python to run it in), so it declares none.
 
-To go on anyway, the `pulumi destroy` (or `up`) names what it may unoffload:
+Its provider, what it counts as another's and what it says: liqo_stack/resources/destroy_guard.py. To go
+on anyway, the `pulumi destroy` (or `up`) names what it may unoffload:
 `LIQO_STACK_UNOFFLOAD_ON_DESTROY=<namespace>,<namespace>` (or `all`).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-import httpx2
 import pulumi
-import yaml
-from lightkube import ApiError, KubeConfig
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import Resource
 
-from liqo_stack import kube
-from runtime.api import names
-from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
+from liqo_stack.resources.destroy_guard import CONSENT_VARIABLE, DestroyGuardProvider
 
-CONSENT_VARIABLE = "LIQO_STACK_UNOFFLOAD_ON_DESTROY"
 TYPE = "pulumi-python:dynamic/liqo:DestroyGuard"  # as the engine names it (Resource's module and name below)
+
+__all__ = ["CONSENT_VARIABLE", "TYPE", "DestroyGuard", "stack_identity"]
 
 
 def stack_identity() -> str:
     """This stack, as its objects name it (names.DECLARED_BY_ANNOTATION)."""
     return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-
-
-@dataclass(frozen=True)
-class Offloaded:
-    """A namespace offloaded at home, the clusters its twins are in (as its status says), and the stack
-    that declared it (directly, or through the NamespaceOffloadingSelector that made it), if one did."""
-
-    namespace: str
-    clusters: tuple[str, ...]
-    declared_by: str | None = None
-
-
-def _as_dict(item: Any) -> dict[str, Any]:
-    return item.to_dict() if hasattr(item, "to_dict") else dict(item)
-
-
-def offloaded_of(offloadings: Iterable[Any], selectors: Iterable[Any] = ()) -> list[Offloaded]:
-    """The offloadings listed at home (lightkube objects or dicts), those already being deleted left out;
-    `selectors`: the NamespaceOffloadingSelectors, whose stack is that of the offloadings they made."""
-    selector_stacks = {}
-    for selector in map(_as_dict, selectors):
-        metadata = selector.get("metadata") or {}
-        selector_stacks[metadata.get("name")] = (metadata.get("annotations") or {}).get(names.DECLARED_BY_ANNOTATION)
-    result = []
-    for item in map(_as_dict, offloadings):
-        metadata = item.get("metadata") or {}
-        if metadata.get("deletionTimestamp"):
-            continue
-        made_by = (metadata.get("labels") or {}).get(names.OFFLOADING_SELECTOR_LABEL)
-        declared_by = (metadata.get("annotations") or {}).get(names.DECLARED_BY_ANNOTATION)
-        status = item.get("status") or {}
-        result.append(
-            Offloaded(
-                namespace=metadata.get("namespace", ""),
-                clusters=tuple(sorted(status.get("remoteNamespacesConditions") or {})),
-                declared_by=declared_by or (selector_stacks.get(made_by) if made_by else None),
-            )
-        )
-    return result
-
-
-def left_to_others(
-    offloaded: Iterable[Offloaded], *, stack: str, cluster: str | None, consent: str = ""
-) -> list[Offloaded]:
-    """What the removal would take from others: offloadings `stack` did not declare, with a twin in
-    `cluster` (None: anywhere, or nowhere yet), and not named in `consent` (the consent variable's value:
-    namespaces, or `all`)."""
-    given = {part.strip() for part in consent.split(",") if part.strip()}
-    if "all" in given:
-        return []
-    return sorted(
-        (
-            o
-            for o in offloaded
-            if o.declared_by != stack and (cluster is None or cluster in o.clusters) and o.namespace not in given
-        ),
-        key=lambda o: o.namespace,
-    )
-
-
-def refusal(left: list[Offloaded], what: str) -> str:
-    listed = "\n".join(
-        f"  {o.namespace}" + (f" (twins in {', '.join(o.clusters)})" if o.clusters else " (no twin yet)") for o in left
-    )
-    namespaces = ",".join(o.namespace for o in left)
-    return (
-        f"{what} would unoffload namespaces this stack did not declare, with their twins and the pods in them:\n"
-        f"{listed}\n"
-        "Nothing was deleted. Unoffload them first (their own stack's `pulumi destroy`, or `liqo-stack unoffload "
-        "namespace NAME`) and run this again; or, to unoffload them too, run it again with "
-        f"{CONSENT_VARIABLE}={namespaces}"
-    )
-
-
-def _offloadings_at_home(kubeconfig: str) -> tuple[list[Any], list[Any]] | None:
-    """The home's NamespaceOffloadings and NamespaceOffloadingSelectors; None when there is nothing to
-    guard: the kinds are not served (their CRDs gone), or the home does not answer, and then neither can
-    what the guard protects be deleted (it is all at home: the CRDs, the VirtualNodes), so the engine's own
-    deletes fail there, not here."""
-    client = kube.client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)))
-    try:
-        offloadings = list(client.list(NamespaceOffloadingResource, namespace="*"))
-        return offloadings, list(client.list(NamespaceOffloadingSelectorResource))
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
-    except httpx2.HTTPStatusError as err:  # an answer that is no Status: the API is not served
-        if err.response.status_code == 404:
-            return None
-        raise
-    except httpx2.TransportError:
-        return None
-
-
-class DestroyGuardProvider(ResourceProvider):
-    """Holds nothing in a cluster; only its delete reads one (the home's NamespaceOffloadings)."""
-
-    def __reduce__(self) -> tuple[type, tuple[()]]:
-        return (type(self), ())  # pickled by reference: the state names this module, not a copy of the code
-
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        return CreateResult("guard", props)
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        # never replaced: a replace would delete the old guard, which is a check
-        changed = [key for key in set(olds) | set(news) if key != "__provider" and olds.get(key) != news.get(key)]
-        return DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
-
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        return UpdateResult(news)
-
-    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        return ReadResult(id_, props)
-
-    def delete(self, _id: str, props: dict[str, Any]) -> None:
-        found = _offloadings_at_home(props["kubeconfig"])
-        if found is None:
-            return
-        left = left_to_others(
-            offloaded_of(*found),
-            stack=props["stack"],
-            cluster=props.get("cluster") or None,
-            consent=os.environ.get(CONSENT_VARIABLE, ""),
-        )
-        if left:
-            raise RuntimeError(refusal(left, props["what"]))
 
 
 class DestroyGuard(Resource, module="liqo", name="DestroyGuard"):
