@@ -4,8 +4,8 @@ peerings in Python (`Home` + two `Peering`s, foreign-1 through the identity the 
 examples/package-platform-python); an application team offloads its namespace next to its Deployment in
 TypeScript (`OffloadedNamespace`, examples/package-app-typescript), learning the clusters on offer from
 the platform stack through a StackReference. Its pods run in foreign-1; its preview after `up` shows no
-change; destroying it unoffloads its namespace and no other. Destroying the platform while a namespace it
-did not declare is still offloaded is refused, naming it, and deletes nothing.
+change; destroying the platform meanwhile is refused, naming the team's namespace (and one offloaded by
+hand), and deletes nothing; destroying the team's stack unoffloads its namespace and no other.
 """
 
 from __future__ import annotations
@@ -154,24 +154,28 @@ def test_three_teams_in_three_languages(teams: Teams, home: Client, foreign: dic
     assert teams.app.outputs()["plan"].value["clusters"] == {"foreign-1": {"twinNamespace": TWIN}}
     assert_no_change(teams.app)
 
+    # destroying the platform while the team's stack (and a hand-made offloading) still offload: refused,
+    # naming both, and nothing deleted (its guards go first: liqo_stack/declaring/components/destroy_guard.py)
+    before = resources_of(teams.platform)
+    with pytest.raises(auto.CommandError) as refused:
+        teams.platform.destroy(on_output=print)
+    said = str(refused.value)
+    assert f"{NAMESPACE} (twins in foreign-1)" in said, said
+    assert f"{BYSTANDER} (twins in foreign-1, foreign-2)" in said
+    assert f"{CONSENT_VARIABLE}={NAMESPACE},{BYSTANDER}" in said, "it says how to go on"
+    assert resources_of(teams.platform).keys() == before.keys()
+    for cluster_id in ("foreign-1", "foreign-2"):
+        node = names.virtual_node_name(cluster_id)
+        assert get_or_none(home, VirtualNodeResource, node, names.LIQO_NAMESPACE) is not None
+    still: list[Any] = all_running(home, NAMESPACE, "web", 2) or []
+    assert {p.metadata.uid for p in still} == {p.metadata.uid for p in running}, "the team's pods untouched"
+    assert get_or_none(foreign["foreign-1"], Namespace, TWIN) is not None
+    twins = {cid: get_or_none(foreign[cid], Namespace, f"{BYSTANDER}-home") for cid in ("foreign-1", "foreign-2")}
+    assert all(twins.values()), "the bystander's twins are still there"
+
     # destroying the team's stack unoffloads its namespace (kept at home) and no other
     teams.app.destroy(on_output=print)
     assert get_or_none(home, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, NAMESPACE) is None
     wait_until(lambda: get_or_none(foreign["foreign-1"], Namespace, TWIN) is None, 60, f"twin {TWIN} deleted")
     assert get_or_none(home, Namespace, NAMESPACE) is not None
     assert wait_phase(home, BYSTANDER, "Ready")["offloadingPhase"] == "Ready"
-
-    # destroying the platform while a namespace it did not declare is offloaded: refused, naming it, and
-    # nothing deleted (its guards go first: components/destroy_guard.py)
-    before = resources_of(teams.platform)
-    with pytest.raises(auto.CommandError) as refused:
-        teams.platform.destroy(on_output=print)
-    assert f"{BYSTANDER} (twins in foreign-1, foreign-2)" in str(refused.value)
-    assert f"{CONSENT_VARIABLE}={BYSTANDER}" in str(refused.value), "it says how to go on"
-    assert resources_of(teams.platform).keys() == before.keys()
-    for cluster_id in ("foreign-1", "foreign-2"):
-        node = names.virtual_node_name(cluster_id)
-        assert get_or_none(home, VirtualNodeResource, node, names.LIQO_NAMESPACE) is not None
-    assert wait_phase(home, BYSTANDER, "Ready")["offloadingPhase"] == "Ready"
-    twins = {cid: get_or_none(foreign[cid], Namespace, f"{BYSTANDER}-home") for cid in ("foreign-1", "foreign-2")}
-    assert all(twins.values()), "the bystander's twins are still there"
