@@ -22,6 +22,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 
 from liqo_stack import kube
 from runtime.api import names
+from runtime.api.namespaceoffloading import Placement, placement
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
 
 CONSENT_VARIABLE = "LIQO_STACK_UNOFFLOAD_ON_DESTROY"
@@ -29,7 +30,8 @@ CONSENT_VARIABLE = "LIQO_STACK_UNOFFLOAD_ON_DESTROY"
 
 @dataclass(frozen=True)
 class Offloaded:
-    """A namespace offloaded at home, the clusters its twins are in (as its status says), and the stack
+    """A namespace offloaded at home, the clusters it is offloaded to (its twin Ready or awaited there, as
+    its status says), and the stack
     that declared it (directly, or through the NamespaceOffloadingSelector that made it), if one did."""
 
     namespace: str
@@ -56,10 +58,13 @@ def offloaded_of(offloadings: Iterable[Any], selectors: Iterable[Any] = ()) -> l
         made_by = (metadata.get("labels") or {}).get(names.OFFLOADING_SELECTOR_LABEL)
         declared_by = (metadata.get("annotations") or {}).get(names.DECLARED_BY_ANNOTATION)
         status = item.get("status") or {}
+        # the status reports every peered cluster: those it is offloaded to are those not withdrawn
+        reported = status.get("remoteNamespacesConditions") or {}
+        selected = [cid for cid in reported if placement(status, cid)[0] is not Placement.WITHDRAWN]
         result.append(
             Offloaded(
                 namespace=metadata.get("namespace", ""),
-                clusters=tuple(sorted(status.get("remoteNamespacesConditions") or {})),
+                clusters=tuple(sorted(selected)),
                 declared_by=declared_by or (selector_stacks.get(made_by) if made_by else None),
             )
         )

@@ -31,10 +31,8 @@ OTHER = "organization/team-a/prod"
 
 def offloading(namespace: str, clusters: list[str], **metadata: Any) -> dict[str, Any]:
     conditions = {cid: [{"type": "Ready", "status": "True"}] for cid in clusters}
-    return {
-        "metadata": {"name": "offloading", "namespace": namespace, **metadata},
-        "status": {"remoteNamespacesConditions": conditions},
-    }
+    status = {"remoteNamespaceName": f"{namespace}-home", "remoteNamespacesConditions": conditions}
+    return {"metadata": {"name": "offloading", "namespace": namespace, **metadata}, "status": status}
 
 
 def declared_by(stack: str) -> dict[str, str]:
@@ -53,6 +51,17 @@ def test_each_offloading_is_its_stacks_or_its_selectors_stacks() -> None:
             offloading("by-my-selector", [], labels={names.OFFLOADING_SELECTOR_LABEL: "mine"}),
             offloading("by-a-hand-made-selector", [], labels={names.OFFLOADING_SELECTOR_LABEL: "by-hand"}),
             offloading("by-hand", ["foreign-1"]),
+            {
+                "metadata": {"name": "offloading", "namespace": "not-selected-there"},
+                "status": {
+                    "offloadingPhase": "Ready",
+                    "remoteNamespaceName": "not-selected-there-home",
+                    "remoteNamespacesConditions": {
+                        "foreign-1": [{"type": "Ready", "status": "True"}],
+                        "foreign-2": [{"type": "OffloadingRequired", "status": "False"}],
+                    },
+                },
+            },
         ],
         selectors,
     )
@@ -61,7 +70,8 @@ def test_each_offloading_is_its_stacks_or_its_selectors_stacks() -> None:
         Offloaded("by-my-selector", (), STACK),
         Offloaded("by-a-hand-made-selector", ()),
         Offloaded("by-hand", ("foreign-1",)),
-    ], "one being deleted is not counted"
+        Offloaded("not-selected-there", ("foreign-1",)),
+    ], "one being deleted is not counted, nor a cluster the status reports as not selected"
 
 
 def test_what_is_left_to_others_leaves_out_the_stacks_own() -> None:
