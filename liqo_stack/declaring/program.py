@@ -295,22 +295,16 @@ def _guard_destroy(
 ) -> None:
     """A guard for the home control plane and one per peering, each deleted before what it guards: they
     stop the removal while namespaces the stack does not declare are offloaded there."""
-    DestroyGuard(
-        "destroy-guard-home",
-        home_kubeconfig=home_kubeconfig,
-        what="removing the home control plane (its CRDs)",
-        opts=pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(depends_on=[home_plane, *shards])),
-    )
+    DestroyGuard("destroy-guard-home", home_kubeconfig=home_kubeconfig, guarded=[home_plane, *shards], opts=top)
     for foreign_id, peering in peerings.items():
         agent = agents.get(foreign_id)
+        guarded = [peering, *([agent] if agent else [])]
         DestroyGuard(
             f"destroy-guard-{foreign_id}",
             home_kubeconfig=home_kubeconfig,
-            what=f"removing the peering with {foreign_id}",
+            guarded=guarded,
             cluster=foreign_id,
-            opts=pulumi.ResourceOptions.merge(
-                top, pulumi.ResourceOptions(depends_on=[peering, *([agent] if agent else [])])
-            ),
+            opts=top,
         )
 
 

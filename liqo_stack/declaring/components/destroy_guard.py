@@ -23,7 +23,7 @@ on anyway, the `pulumi destroy` (or `up`) names what it may unoffload:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -42,21 +42,26 @@ def stack_identity() -> str:
 
 
 class DestroyGuard(Resource, module="liqo", name="DestroyGuard"):
-    """Deleted before everything in `depends_on`; refuses while others' offloadings are there (see above)."""
+    """Deleted before everything in `guarded`; refuses while others' offloadings are there (see above): of
+    the home control plane (`cluster` None), or of the peering with `cluster`."""
 
     def __init__(
         self,
         name: str,
         *,
         home_kubeconfig: pulumi.Input[str],
-        what: str,
+        guarded: Sequence[pulumi.Resource],
         cluster: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        what = (
+            "removing the home control plane (its CRDs)" if cluster is None else f"removing the peering with {cluster}"
+        )
         props: Mapping[str, Any] = {
             "kubeconfig": pulumi.Output.secret(home_kubeconfig),
             "what": what,
             "cluster": cluster or "",
             "stack": stack_identity(),
         }
-        super().__init__(DestroyGuardProvider(), name, dict(props), opts)
+        after = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(guarded)))
+        super().__init__(DestroyGuardProvider(), name, dict(props), after)

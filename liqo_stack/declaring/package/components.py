@@ -200,12 +200,7 @@ class Home(_Component):
             plane.namespace.urn, plane.controller_manager.urn, *(r.urn for r in [*plane.crds, *plane.webhooks])
         )
         if self.guard_destroy and kubeconfig is not None:
-            DestroyGuard(
-                f"{name}-destroy-guard",
-                home_kubeconfig=kubeconfig,
-                what="removing the home control plane (its CRDs)",
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[plane]),
-            )
+            DestroyGuard(f"{name}-destroy-guard", home_kubeconfig=kubeconfig, guarded=[plane], opts=child)
         return {
             "homeClusterId": home_id,
             "runtimeMode": config.runtime.mode.value,
@@ -274,12 +269,13 @@ class Peering(_Component):
             opts=child,
         )
         if self.guard_destroy and home_kubeconfig is not None:
+            guarded = [peering, *([agent] if agent else [])]
             DestroyGuard(
                 f"{name}-destroy-guard",
                 home_kubeconfig=home_kubeconfig,
-                what=f"removing the peering with {foreign_id}",
+                guarded=guarded,
                 cluster=foreign_id,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[peering, *([agent] if agent else [])]),
+                opts=child,
             )
         if pulumi.runtime.is_dry_run():
             _foresee_floors(config, {foreign_id: peering})
