@@ -93,6 +93,21 @@ def get_or_none(client: Client, kind: Any, name: str, namespace: str | None = No
         raise
 
 
+def list_if_served(client: Client, kind: Any, namespace: str | None = None) -> list[Any] | None:
+    """Every object of `kind` (in `namespace`; "*": all), or None when the API server does not serve the
+    kind (its CRD not installed yet, or gone with a destroyed stack)."""
+    try:
+        return list(client.list(kind, namespace=namespace) if namespace is not None else client.list(kind))
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+    except httpx2.HTTPStatusError as err:  # an answer that is no Status: the API is not served
+        if err.response.status_code == 404:
+            return None
+        raise
+
+
 def delete_if_present(client: Client, kind: Any, name: str, namespace: str | None = None) -> None:
     try:
         client.delete(kind, name, namespace=namespace)

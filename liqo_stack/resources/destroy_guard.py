@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx2
 import yaml
-from lightkube import ApiError, KubeConfig
+from lightkube import KubeConfig
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from liqo_stack import kube
@@ -111,18 +111,11 @@ def _offloadings_at_home(kubeconfig: str) -> tuple[list[Any], list[Any]] | None:
     deletes fail there, not here."""
     client = kube.client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)))
     try:
-        offloadings = list(client.list(NamespaceOffloadingResource, namespace="*"))
-        return offloadings, list(client.list(NamespaceOffloadingSelectorResource))
-    except ApiError as err:
-        if err.status.code == 404:
-            return None
-        raise
-    except httpx2.HTTPStatusError as err:  # an answer that is no Status: the API is not served
-        if err.response.status_code == 404:
-            return None
-        raise
+        offloadings = kube.list_if_served(client, NamespaceOffloadingResource, namespace="*")
+        selectors = kube.list_if_served(client, NamespaceOffloadingSelectorResource)
     except httpx2.TransportError:
         return None
+    return None if offloadings is None else (offloadings, selectors or [])
 
 
 class DestroyGuardProvider(ResourceProvider):

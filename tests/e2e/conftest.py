@@ -29,6 +29,7 @@ from pulumi import automation as auto
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from liqo_stack.kube import list_if_served
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource, VirtualNodeResource
 from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready, offload, wait_phase, wait_until
@@ -264,16 +265,7 @@ def unoffload_all(home: Client) -> None:
 
 def _listed_or_none(home: Client, kind: Any) -> list[Any]:
     """Every object of a cluster-scoped kind; none before its CRD is installed (or after a destroy)."""
-    try:
-        return list(home.list(kind))
-    except ApiError as err:
-        if err.status.code == 404:
-            return []
-        raise
-    except httpx2.HTTPStatusError as err:  # an answer that is no Status: the API is not served
-        if err.response.status_code == 404:
-            return []
-        raise
+    return list_if_served(home, kind) or []
 
 
 @pytest.fixture(scope="session")
