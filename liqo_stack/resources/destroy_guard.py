@@ -11,6 +11,7 @@ To go on anyway, the `pulumi destroy` (or `up`) names what it may unoffload:
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,11 @@ from runtime.api.namespaceoffloading import Placement, placement
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
 
 CONSENT_VARIABLE = "LIQO_STACK_UNOFFLOAD_ON_DESTROY"
+
+# The engine deletes a stack's guards together and the dynamic provider serves each call on a thread of its
+# own. Two threads decoding one of lightkube's msgspec models for the first time together crash the process
+# (a segfault in msgspec, seen with 0.19 to 0.22), so the guards read home one at a time.
+_READING_HOME = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -109,12 +115,13 @@ def _offloadings_at_home(kubeconfig: str) -> tuple[list[Any], list[Any]] | None:
     guard: the kinds are not served (their CRDs gone), or the home does not answer, and then neither can
     what the guard protects be deleted (it is all at home: the CRDs, the VirtualNodes), so the engine's own
     deletes fail there, not here."""
-    client = kube.client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)))
-    try:
-        offloadings = kube.list_if_served(client, NamespaceOffloadingResource, namespace="*")
-        selectors = kube.list_if_served(client, NamespaceOffloadingSelectorResource)
-    except httpx2.TransportError:
-        return None
+    with _READING_HOME:
+        client = kube.client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)))
+        try:
+            offloadings = kube.list_if_served(client, NamespaceOffloadingResource, namespace="*")
+            selectors = kube.list_if_served(client, NamespaceOffloadingSelectorResource)
+        except httpx2.TransportError:
+            return None
     return None if offloadings is None else (offloadings, selectors or [])
 
 

@@ -6,6 +6,8 @@ and `pulumi up`: tests/e2e/test_package_three_teams.py, tests/e2e/test_virtual_n
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,16 +114,49 @@ def test_a_changed_guard_is_updated_never_replaced() -> None:
     assert same.changes is False
 
 
-def test_an_unreachable_home_is_nothing_to_guard(tmp_path: Path) -> None:
+UNREACHABLE_HOME = (
+    "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+    "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}}]\n"
+    "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+)
+GUARD_PROPS = {"kubeconfig": UNREACHABLE_HOME, "what": "removing X", "cluster": "", "stack": STACK}
+
+
+def test_an_unreachable_home_is_nothing_to_guard() -> None:
     """Nothing it protects can be deleted there either: the engine's own deletes fail, not the guard."""
-    kubeconfig = (
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
-    )
-    DestroyGuardProvider().delete(
-        "guard", {"kubeconfig": kubeconfig, "what": "removing X", "cluster": "", "stack": STACK}
-    )
+    DestroyGuardProvider().delete("guard", GUARD_PROPS)
+
+
+# Each child starts from the parent's cold msgspec caches (forked before any decode) and deletes its guards on
+# threads that switch as often as the interpreter allows; without the lock, 1 to 5 of the 40 children crashed
+# in each of 6 runs.
+DELETES_TOGETHER = f"""
+import os, sys, threading
+sys.setswitchinterval(1e-6)
+from liqo_stack.resources.destroy_guard import DestroyGuardProvider
+children = []
+for _ in range(40):
+    pid = os.fork()
+    if pid == 0:
+        start = threading.Barrier(8)
+        def delete() -> None:
+            start.wait()
+            DestroyGuardProvider().delete("guard", {GUARD_PROPS!r})
+        threads = [threading.Thread(target=delete) for _ in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        os._exit(0)
+    children.append(pid)
+statuses = [os.waitpid(pid, 0)[1] for pid in children]
+print(sum(1 for status in statuses if status != 0), "of", len(statuses), "children failed")
+"""
+
+
+def test_guards_deleted_together_do_not_crash_their_provider() -> None:
+    """The engine deletes a stack's guards at once, each on a thread of the dynamic provider's server."""
+    ran = subprocess.run([sys.executable, "-c", DELETES_TOGETHER], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "0 of 40 children failed", ran.stderr[-2000:]
 
 
 @pytest.fixture
