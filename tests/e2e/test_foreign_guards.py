@@ -247,16 +247,18 @@ def test_fifty_concurrent_creates_never_put_more_than_the_grant_in_use(
     client, twin = foreign[FOREIGN], offloaded + TWIN_SUFFIX
     names_ = [f"burst-{n}" for n in range(50)]
 
-    def create(name: str) -> None:
-        probe = {PROBE: "1"}  # an extended resource: limits equal to requests
-        spec = {
-            "nodeName": VIRTUAL_NODES[FOREIGN],
-            "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists"}],
-            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": probe, "limits": probe}}],
-        }
-        home.create(cast(Pod, Pod.from_dict({"metadata": {"name": name, "namespace": offloaded}, "spec": spec})))
-
-    threads = [threading.Thread(target=create, args=(name,)) for name in names_]
+    probe = {PROBE: "1"}  # an extended resource: limits equal to requests
+    spec = {
+        "nodeName": VIRTUAL_NODES[FOREIGN],
+        "tolerations": [{"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists"}],
+        "containers": [{"name": "c", "image": "busybox", "resources": {"requests": probe, "limits": probe}}],
+    }
+    # built before the threads start: two threads decoding a lightkube model for the first time together can
+    # crash the process (see liqo_stack/resources/destroy_guard.py)
+    pods = [
+        cast(Pod, Pod.from_dict({"metadata": {"name": name, "namespace": offloaded}, "spec": spec})) for name in names_
+    ]
+    threads = [threading.Thread(target=home.create, args=(pod,)) for pod in pods]
     for thread in threads:
         thread.start()
     for thread in threads:

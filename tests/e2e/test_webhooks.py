@@ -24,12 +24,15 @@ from tests.support.placement import EXPECTED, SELECTORS, schedulable
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
 
-def create_pod(home: Client, namespace: str, name: str, runtime_class: bool = False) -> dict[str, Any]:
+def pod(namespace: str, name: str, runtime_class: bool = False) -> Pod:
     spec: dict[str, Any] = {"containers": [{"name": "app", "image": "nginx"}]}
     if runtime_class:
         spec["runtimeClassName"] = names.RUNTIME_CLASS_NAME
-    created = home.create(cast(Pod, Pod.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": spec})))
-    return dict(created.to_dict())
+    return cast(Pod, Pod.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": spec}))
+
+
+def create_pod(home: Client, namespace: str, name: str, runtime_class: bool = False) -> dict[str, Any]:
+    return dict(home.create(pod(namespace, name, runtime_class)).to_dict())
 
 
 def offloaded(home: Client, namespace: str) -> bool:
@@ -67,8 +70,11 @@ def test_every_pod_of_a_burst_is_admitted_with_its_constraints(runtime: External
     wait_until(lambda: offloaded(home, namespace), 40, f"{namespace} offloaded")
     metrics = cast(str, runtime.probes_url("controller-manager"))
     before = admissions_timed(metrics)
+    # built before the threads start: two threads decoding a lightkube model for the first time together can
+    # crash the process (see liqo_stack/resources/destroy_guard.py)
+    burst = [pod(namespace, f"burst-{index}") for index in range(40)]
     with ThreadPoolExecutor(max_workers=20) as creators:
-        pods = list(creators.map(lambda index: create_pod(home, namespace, f"burst-{index}"), range(40)))
+        pods = [dict(created.to_dict()) for created in creators.map(home.create, burst)]
     wrong = {pod["metadata"]["name"]: schedulable(pod) for pod in pods}
     assert {name: nodes for name, nodes in wrong.items() if nodes != EXPECTED[("Remote", False, "empty")]} == {}
     # the webhook's own latency histogram saw these admissions (at least: a controller elsewhere may
