@@ -843,32 +843,59 @@ def agent_check_microseconds(samples: int = 20_000) -> float:
     return (time.perf_counter() - started) / samples * 1e6
 
 
-async def bounds_comparison(clusters: Clusters, size: int, rounds: int, states: list[str]) -> dict[str, list[float]]:
+@dataclass
+class BoundsFigures:
+    """Per state of the bounds, each burst's seconds until Running at home, and CPU seconds used meanwhile:
+    by every process (clusters, runtime, this bench) and by the foreign API server alone."""
+
+    seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    foreign_apiserver_cpu: list[float] = field(default_factory=list)
+
+
+async def bounds_comparison(
+    clusters: Clusters, runtime: ExternalRuntime, size: int, rounds: int, states: list[str]
+) -> dict[str, BoundsFigures]:
     """`rounds` offloaded bursts of `size` bare pods in each of the bounds' `states` (BOUNDS), their order
-    reversed every other round; seconds until all are Running at home."""
+    reversed every other round."""
     identity = home_identity(clusters.env)
-    results: dict[str, list[float]] = {state: [] for state in states}
+    results = {state: BoundsFigures() for state in states}
     for round_no in range(rounds):
         for state in states if round_no % 2 == 0 else reversed(states):
             await set_bounds(clusters, identity, state)
             burst = f"bounds-{round_no}-{state}"
+            before = cpu_seconds(clusters.env, runtime)
             seconds = await run_until_running(clusters.home, OFFLOADED, burst, size)
-            results[state].append(seconds)
-            print(f"  {size:>5} offloaded, bounds {state:>3}, round {round_no + 1}: {seconds:7.2f} s", flush=True)
+            after = cpu_seconds(clusters.env, runtime)
+            used = {name: after[name] - before.get(name, 0.0) for name in after}
+            figures = results[state]
+            figures.seconds.append(seconds)
+            figures.cpu.append(sum(used.values()))
+            figures.foreign_apiserver_cpu.append(used.get(f"{FOREIGN} kube-apiserver", 0.0))
+            print(
+                f"  {size:>5} offloaded, bounds {state:>7}, round {round_no + 1}: {seconds:7.2f} s,"
+                f" CPU {figures.cpu[-1]:6.1f} s ({FOREIGN} kube-apiserver {figures.foreign_apiserver_cpu[-1]:5.1f} s)",
+                flush=True,
+            )
             await delete_all(clusters, burst)
     await set_bounds(clusters, identity, "on")  # as the stack left it
     return results
 
 
-def report_bounds(results: dict[str, list[float]], size: int) -> None:
+def report_bounds(results: dict[str, BoundsFigures], size: int) -> None:
     print(f"\n== the foreign side's bounds (issue 59): {size} offloaded pods, time until Running at home")
     print("  on: the nodes policy bound for home and the twin's ResourceQuota of objects; off: neither;")
-    print("  nodes, objects: that one alone")
-    off = statistics.median(results["off"]) if results.get("off") else None
-    for state, seconds in results.items():
-        ratio = f": {state} / off {statistics.median(seconds) / off:.3f}" if off and state != "off" else ""
-        target = " (target <= 1.05)" if state == "on" and ratio else ""
-        print(f"  {state:>7} {spread(seconds)} s{ratio}{target}")
+    print("  nodes, objects: that one alone. CPU: every process's, during the burst (2 cores: the bench is CPU-bound)")
+    off = results.get("off")
+    for state, figures in results.items():
+        line = f"  {state:>7} {spread(figures.seconds)} s, CPU {spread(figures.cpu)} s"
+        line += f", {FOREIGN} kube-apiserver {spread(figures.foreign_apiserver_cpu)} s"
+        if off is not None and state != "off":
+            time_ratio = statistics.median(figures.seconds) / statistics.median(off.seconds)
+            cpu_ratio = statistics.median(figures.cpu) / statistics.median(off.cpu)
+            target = " (target <= 1.05)" if state == "on" else ""
+            line += f"\n          {state} / off: time {time_ratio:.3f}{target}, CPU {cpu_ratio:.3f}"
+        print(line)
     print(f"  the agent's own check, on in both: {agent_check_microseconds():.1f} us per pod")
 
 
@@ -916,7 +943,7 @@ async def measure(env: DevEnvironment, runtime: ExternalRuntime, args: argparse.
         size = max(int(s) for s in args.bursts.split(",") if s)
         print(f"[bench] the foreign side's bounds on and off, {args.compare_bounds} rounds ...", flush=True)
         states = args.bounds_states.split(",")
-        report_bounds(await bounds_comparison(clusters, size, args.compare_bounds, states), size)
+        report_bounds(await bounds_comparison(clusters, runtime, size, args.compare_bounds, states), size)
         if args.compare_bounds_only:
             return
     print("[bench] bursts ...", flush=True)
