@@ -73,7 +73,6 @@ LANES = {
         "test_node_pools",
         "test_on_demand_offloading",
         "test_package_teams",  # an application team's stack beside the shared stack, its platform
-        "test_pod_lifecycle",
         "test_pod_network",
         "test_reflection",
         "test_soak",
