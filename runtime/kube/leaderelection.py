@@ -29,6 +29,10 @@ from runtime.api.leaderelection import JITTER_FACTOR, LeaderElectionTiming
 
 log = logging.getLogger(__name__)
 
+# A release that meets a changed Lease (409) reads it again and retries, as long as it is still this
+# candidate's; a Lease that keeps changing is left to expire.
+RELEASE_ATTEMPTS = 3
+
 
 def default_identity() -> str:
     """hostname_uuid, as controller-runtime: a restarted process is a new candidate."""
@@ -174,17 +178,36 @@ class LeaderElector:
             return
         self.is_leader.clear()
         lease = self._lease
-        spec = lease.spec or LeaseSpec()
-        now = datetime.datetime.now(datetime.UTC)
-        lease.spec = LeaseSpec(
-            holderIdentity=None,
-            leaseDurationSeconds=1,
-            acquireTime=now,
-            renewTime=now,
-            leaseTransitions=spec.leaseTransitions,
+        for _ in range(RELEASE_ATTEMPTS):
+            spec = lease.spec or LeaseSpec()
+            now = datetime.datetime.now(datetime.UTC)
+            lease.spec = LeaseSpec(
+                holderIdentity=None,
+                leaseDurationSeconds=1,
+                acquireTime=now,
+                renewTime=now,
+                leaseTransitions=spec.leaseTransitions,
+            )
+            try:
+                await self.client.replace(lease)
+                log.info("lease %s/%s: %s released leadership", self.namespace, self.name, self.identity)
+                return
+            except ApiError as err:
+                if err.status.code != 409:
+                    log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, err)
+                    return
+            except Exception as err:  # the server is gone: the Lease will expire
+                log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, err)
+                return
+            # Changed since it was read: a renewal that was in flight when the campaign was cancelled, or
+            # another writer. Release the Lease as it is now, if it is still this candidate's.
+            try:
+                lease = await self.client.get(Lease, self.name, namespace=self.namespace)
+            except Exception as err:
+                log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, err)
+                return
+            if (lease.spec or LeaseSpec()).holderIdentity != self.identity:
+                return  # another candidate holds it already
+        log.warning(
+            "lease %s/%s: release failed: changed at each of %d attempts", self.namespace, self.name, RELEASE_ATTEMPTS
         )
-        try:
-            await self.client.replace(lease)
-            log.info("lease %s/%s: %s released leadership", self.namespace, self.name, self.identity)
-        except Exception as err:  # someone else holds it already, or the server is gone: it will expire
-            log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, err)

@@ -115,6 +115,25 @@ def test_release_hands_over_at_once(dev_env: DevEnvironment, home: Client, names
     assert holder(home, namespace) == "second"
 
 
+def test_a_release_that_meets_a_changed_lease_releases_the_lease_as_it_is_now(
+    dev_env: DevEnvironment, home: Client, namespace: str
+) -> None:
+    """The Lease changed after the leader last read it (here: labelled by another writer; in the
+    failover e2e test, a renewal in flight when the campaign was cancelled): the release's replace gets
+    409, and the leader releases the Lease as it is now instead of leaving it to expire."""
+
+    async def scenario() -> None:
+        (first,) = electors(dev_env, namespace, "first")
+        await first.acquire()
+        home.patch(Lease, "component", {"metadata": {"labels": {"touched": "yes"}}}, namespace=namespace)
+        await first.release()
+
+    asyncio.run(scenario())
+    lease = home.get(Lease, "component", namespace=namespace)
+    assert lease.spec is not None and lease.spec.holderIdentity is None
+    assert lease.metadata is not None and (lease.metadata.labels or {}).get("touched") == "yes"
+
+
 def test_a_leader_that_cannot_renew_gives_up_within_the_renew_deadline(
     dev_env: DevEnvironment, home: Client, namespace: str
 ) -> None:
