@@ -346,6 +346,8 @@ class ToxiproxyServer:
             if self.pid() is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)  # our own child, ended: reaped, so no zombie is left in the process table
         self.pid_file.unlink(missing_ok=True)
 
 
