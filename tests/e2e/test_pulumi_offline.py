@@ -6,6 +6,7 @@ run by the `pulumi` CLI through the Python language host (what `pulumi up` in a 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,30 @@ def test_a_changed_value_is_previewed_then_updated_in_place(
     stack.destroy(on_output=print)
     assert_gone(client, unique_name)
     stack.workspace.remove_stack("change")
+
+
+def test_the_liqo_config_written_to_the_settings_file_is_what_the_cli_reads(
+    pulumi_env: PulumiEnvironment, project_dir: Path
+) -> None:
+    """set_liqo_config and liqo_config edit Pulumi.<stack>.yaml directly (no CLI process): the CLI reads the
+    same config, and what the file held besides (another key, a secret, the secrets' salt) stays."""
+    stack = pulumi_env.stack_for_directory(project_dir, "settings-file")
+    try:
+        stack.set_config("team:owner", auto.ConfigValue("infra"))
+        stack.set_config("team:token", auto.ConfigValue("s3cret", secret=True))
+        stack.set_config("liqo:gone", auto.ConfigValue('"soon"'))
+        wanted = {"home": {"clusterId": "home", "labels": {"a": "b"}}, "foreignClusters": [{"clusterId": "f-1"}]}
+        PulumiEnvironment.set_liqo_config(stack, wanted)
+
+        read_by_cli = {key: json.loads(v.value) for key, v in stack.get_all_config().items() if key.startswith("liqo:")}
+        assert read_by_cli == {f"liqo:{key}": value for key, value in wanted.items()}
+        assert PulumiEnvironment.liqo_config(stack) == wanted
+        others = stack.get_all_config()
+        assert (others["team:owner"].value, others["team:token"].value) == ("infra", "s3cret")  # salt kept
+
+        # a secret liqo value (the file holds its ciphertext) is read through the CLI
+        stack.set_config("liqo:runtime", auto.ConfigValue(json.dumps({"mode": "external"}), secret=True))
+        assert PulumiEnvironment.liqo_config(stack) == {**wanted, "runtime": {"mode": "external"}}
+    finally:
+        stack.workspace.remove_stack(stack.name)
+        PulumiEnvironment.settings_file(stack).unlink(missing_ok=True)
