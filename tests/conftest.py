@@ -35,13 +35,6 @@ REPO = Path(__file__).resolve().parents[1]
 # update still writes its end (pulumi's SnapshotManager saves on close either way).
 os.environ.setdefault("PULUMI_SKIP_CHECKPOINTS", "true")
 
-# The suite's Go processes (each cluster's etcd, API server, controller-manager and scheduler, the pulumi
-# CLI and its plugins) collect garbage once their heap has grown 4x, not 1x (Go's default, GOGC=100): the
-# suite is CPU-bound on 2 cores and has memory to spare. e2e/test_virtual_node_lifecycle alone: the Go
-# processes' CPU 154 -> 121 s (the API servers 64 -> 48 s, the pulumi CLI 42 -> 32 s). Processes started
-# by the tests inherit it (kwokctl passes its environment to the components it launches).
-os.environ.setdefault("GOGC", "400")
-
 
 def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     # SIGTERM/SIGHUP (CI cancelling, a closed terminal) get the same orderly teardown as Ctrl-C.
