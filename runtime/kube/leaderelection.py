@@ -178,36 +178,34 @@ class LeaderElector:
             return
         self.is_leader.clear()
         lease = self._lease
-        for _ in range(RELEASE_ATTEMPTS):
-            spec = lease.spec or LeaseSpec()
-            now = datetime.datetime.now(datetime.UTC)
-            lease.spec = LeaseSpec(
-                holderIdentity=None,
-                leaseDurationSeconds=1,
-                acquireTime=now,
-                renewTime=now,
-                leaseTransitions=spec.leaseTransitions,
-            )
-            try:
-                await self.client.replace(lease)
-                log.info("lease %s/%s: %s released leadership", self.namespace, self.name, self.identity)
-                return
-            except ApiError as err:
-                if err.status.code != 409:
-                    log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, err)
+        try:
+            for _ in range(RELEASE_ATTEMPTS):
+                spec = lease.spec or LeaseSpec()
+                now = datetime.datetime.now(datetime.UTC)
+                lease.spec = LeaseSpec(
+                    holderIdentity=None,
+                    leaseDurationSeconds=1,
+                    acquireTime=now,
+                    renewTime=now,
+                    leaseTransitions=spec.leaseTransitions,
+                )
+                try:
+                    await self.client.replace(lease)
+                    log.info("lease %s/%s: %s released leadership", self.namespace, self.name, self.identity)
                     return
-            except Exception as err:  # the server is gone: the Lease will expire
-                log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, err)
-                return
-            # Changed since it was read: a renewal that was in flight when the campaign was cancelled, or
-            # another writer. Release the Lease as it is now, if it is still this candidate's.
-            try:
+                except ApiError as err:
+                    if err.status.code != 409:
+                        raise
+                # Changed since it was read: a renewal in flight when the campaign was cancelled, or another
+                # writer. Release the Lease as it is now, if it is still this candidate's.
                 lease = await self.client.get(Lease, self.name, namespace=self.namespace)
-            except Exception as err:
-                log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, err)
-                return
-            if (lease.spec or LeaseSpec()).holderIdentity != self.identity:
-                return  # another candidate holds it already
-        log.warning(
-            "lease %s/%s: release failed: changed at each of %d attempts", self.namespace, self.name, RELEASE_ATTEMPTS
-        )
+                if (lease.spec or LeaseSpec()).holderIdentity != self.identity:
+                    return  # another candidate holds it already
+            log.warning(
+                "lease %s/%s: release failed: changed at each of %d attempts",
+                self.namespace,
+                self.name,
+                RELEASE_ATTEMPTS,
+            )
+        except Exception as err:  # refused, or the server is gone: the Lease will expire
+            log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, err)
