@@ -157,7 +157,8 @@ class PulumiEnvironment:
 
 
 def _settings(path: Path) -> dict[str, Any]:
-    """A stack settings file's content (empty when the stack has none yet)."""
+    """A stack settings file's content (empty when the stack has none yet). Not the Automation API's
+    `LocalWorkspace.stack_settings`: it drops config values that are not strings, which a save would lose."""
     if not path.exists():
         return {}
     found = yaml.safe_load(path.read_text()) or {}
