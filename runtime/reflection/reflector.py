@@ -212,8 +212,13 @@ class Reflector(TwinFollower):
             and is_owned(remote, peering.home_cluster_id, peering.foreign_cluster_id)
             and not self.kind.foreign_excluded(remote)
         )
+        copy_key = f"{twin}/{name}"
         if not wanted or home is None:
-            if remote is not None and ours and not (remote.get("metadata") or {}).get("deletionTimestamp"):
+            if remote is None:
+                # a copy our apply just made may not be in the store yet: its echo, dropped otherwise,
+                # brings the key back to delete it (else it stays until something else changes it)
+                scope.own_writes.await_echo(copy_key)
+            elif ours and not (remote.get("metadata") or {}).get("deletionTimestamp"):
                 self._count_write("delete")
                 with unless_gone():
                     await peering.foreign.delete(self.kind.resource, name, namespace=twin)
@@ -234,7 +239,6 @@ class Reflector(TwinFollower):
         )
         if remote is not None and up_to_date(desired, remote):
             return
-        copy_key = f"{twin}/{name}"
         stored_version = (remote.get("metadata") or {}).get("resourceVersion") if remote is not None else None
         wanted_hash = desired["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]
         if scope.write_in_flight(copy_key, stored_version) == wanted_hash:

@@ -76,3 +76,45 @@ def test_a_reconcile_before_the_echo_of_its_apply_writes_nothing_more(
             await foreign_client.close()
 
     assert asyncio.run(scenario()) == [1.0, 2.0, 2.0, 3.0, 4.0]
+
+
+def test_a_copy_deleted_at_home_before_its_echo_came_is_deleted_once_the_echo_comes(
+    dev_env: DevEnvironment, home: Client, foreign: dict[str, Client], namespaces: tuple[str, str]
+) -> None:
+    namespace, twin = namespaces
+    home.create(ConfigMap(metadata=ObjectMeta(name="sentinel", namespace=namespace), data={"v": "1"}))
+
+    def copy_of(name: str) -> ConfigMap | None:
+        return get_or_none(foreign["foreign-1"], ConfigMap, name, namespace=twin)
+
+    async def scenario() -> None:
+        home_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("home")))
+        foreign_client = AsyncClient(KubeConfig.from_file(dev_env.kubeconfig("foreign-1")))
+        reflector = Reflector(CONFIGMAPS, Peering(home_client, foreign_client, "home", "foreign-1"))
+        await reflector.start()
+        reflector.follow({namespace: twin})
+        try:
+            await wait_until_async(lambda: copy_of("sentinel"), what="the sentinel reflected")
+            await reflector.queue.wait_idle(30)
+            scope = reflector.scopes[namespace]
+            # the foreign store stops seeing events: the echo of the next apply is late
+            scope.tasks["foreign"].cancel()
+            home.create(ConfigMap(metadata=ObjectMeta(name="doomed", namespace=namespace), data={"v": "1"}))
+            await wait_until_async(lambda: copy_of("doomed"), what="the copy made")
+            await reflector.queue.wait_idle(30)
+            home.delete(ConfigMap, "doomed", namespace=namespace)
+            await wait_until_async(lambda: home_has_no("doomed"), what="deleted at home")
+            await reflector.queue.wait_idle(30)
+            assert copy_of("doomed") is not None  # the store never showed it: nothing to delete yet
+            # the watch resumes from where it stopped: the copy's echo comes, and the copy goes
+            scope.tasks["foreign"] = asyncio.create_task(scope["foreign"].run())
+            await wait_until_async(lambda: copy_of("doomed") is None, what="the late copy deleted")
+        finally:
+            await reflector.stop()
+            await home_client.close()
+            await foreign_client.close()
+
+    def home_has_no(name: str) -> bool:
+        return get_or_none(home, ConfigMap, name, namespace=namespace) is None
+
+    asyncio.run(scenario())
