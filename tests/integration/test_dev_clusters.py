@@ -10,9 +10,11 @@ import time
 from typing import Any, cast
 
 import pytest
+import yaml
 from lightkube import Client
 from lightkube.models.core_v1 import NodeCondition
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.types import PatchType
 
@@ -29,6 +31,19 @@ def test_every_cluster_reports_the_pinned_kubernetes_version(dev_env: DevEnviron
         command = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", kubeconfig, "version", "-o", "json"]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         assert json.loads(out)["serverVersion"]["gitVersion"] == "v1.36.3", cluster_id
+
+
+def test_each_control_plane_runs_single_instance_components(dev_env: DevEnvironment, home: Client) -> None:
+    """No leader election (no Lease renewed every 2 s) and an etcd that does not fsync: a throwaway
+    cluster's one instance of each."""
+    recorded = yaml.safe_load_all((dev_env.kwok_workdir / "clusters" / "home" / "kwok.yaml").read_text())
+    components = next(doc["components"] for doc in recorded if isinstance(doc, dict) and "components" in doc)
+    args = {component["name"]: component.get("args", []) for component in components}
+    assert "--leader-elect=false" in args["kube-scheduler"]
+    assert "--leader-elect=false" in args["kube-controller-manager"]
+    assert "--unsafe-no-fsync=true" in args["etcd"]
+    leases = {lease.metadata.name for lease in home.list(Lease, namespace="kube-system") if lease.metadata}
+    assert not leases & {"kube-scheduler", "kube-controller-manager"}
 
 
 def test_deployment_in_each_foreign_cluster_runs_on_kwok_nodes(foreign: dict[str, Client], unique_name: str) -> None:

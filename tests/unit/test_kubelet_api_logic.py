@@ -109,9 +109,12 @@ def test_dev_clusters_present_a_kubelet_client_certificate_and_serve_kwoks_debug
     assert patches["kube-apiserver"]["kubelet-client-key"] == "/pki/admin.key"
     assert patches["kube-apiserver"]["kubelet-certificate-authority"] == "/pki/ca.crt"
     assert patches["kube-controller-manager"] == {
+        "leader-elect": "false",  # one instance per dev cluster
         "cluster-signing-cert-file": "/pki/ca.crt",
         "cluster-signing-key-file": "/pki/ca.key",
     }
+    assert patches["kube-scheduler"] == {"leader-elect": "false"}
+    assert patches["etcd"] == {"unsafe-no-fsync": "true"}
     kinds = {str(doc["kind"]): doc for doc in docs[1:]}
     assert set(kinds) == {"KwokConfiguration", "ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"}
     assert kinds["ClusterLogs"]["spec"] == {
