@@ -109,7 +109,7 @@ def single_instance_args() -> dict[str, list[dict[str, object]]]:
     controller-manager need no leader election (each renewed a Lease every 2 s, most of an idle API
     server's requests), and etcd no fsync (its data goes with the cluster; a crash of the machine may
     lose it). Three idle clusters used 6.7-6.9 CPU-seconds a minute so, 7.5-7.8 with kwokctl's defaults."""
-    no_election = {"key": "leader-elect", "value": "false"}
+    no_election: dict[str, object] = {"key": "leader-elect", "value": "false"}
     return {
         "etcd": [{"key": "unsafe-no-fsync", "value": "true"}],
         "kube-scheduler": [no_election],
