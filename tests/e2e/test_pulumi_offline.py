@@ -78,6 +78,8 @@ def test_cli_program_round_trip_through_the_language_host(
     stack.set_config("kubeconfigPath", auto.ConfigValue(str(dev_env.kubeconfig("foreign-2"))))
     stack.set_config("name", auto.ConfigValue(unique_name))
     round_trip(stack, foreign["foreign-2"], unique_name)
+    # pulumi's automatic debug logs stay off in the dev environment: none was written by these commands
+    assert (pulumi_env.pulumi_home / "logs").is_file()
 
 
 def test_a_changed_value_is_previewed_then_updated_in_place(
