@@ -114,8 +114,8 @@ def _run_order(item: pytest.Item) -> int:
     """Fast tiers first (a broken unit fails in seconds). Among the e2e modules, those that need the
     clusters without the shared stack run before tests/e2e/conftest.py installs it (on first use,
     once), and those that need a runtime of their own (leader election) right after it is, before
-    every module that shares the runtime: that one then starts once, and is still running for the
-    stack's destroy at the end. Each worker runs its lane in this order."""
+    every module that shares the runtime: that one then starts once. Each worker runs its lane in
+    this order."""
     tier = Path(str(item.path)).relative_to(REPO / "tests").parts[0]
     if tier != "e2e":
         return {"unit": 0, "integration": 1}.get(tier, 2)

@@ -3,13 +3,13 @@
 One stack (`session_stack`) and one runtime serve every module that only reads them or cleans up
 after itself: installing and starting them once is most of what a module used to cost. Between
 modules, the `runtime` fixture puts the shared state back: every offloading removed and waited for,
-the namespaces a module created deleted, components a test killed started again, and, when the
-module ran `pulumi up`, the stack's config restored with `up --refresh`.
+the namespaces a module created deleted, components a test killed started again, and, when a
+module ran `pulumi up`, the stack's config restored with `up --refresh` as the next module starts.
 
 Modules that need the clusters without the shared stack (their own stack, `pulumi destroy`, the
 upgrade from a release) run before it is installed; modules that need a runtime of their own
 (`LEADER_ELECTION = True`: replicas and leader election) run right after it is, before the shared
-runtime first starts, so it is never restarted for them (nor for the destroy at the end).
+runtime first starts, so it is never restarted for them.
 `pytest_collection_modifyitems` in tests/conftest.py orders them that way.
 """
 
@@ -46,6 +46,8 @@ WIDGETS = {"group": "e2e.liqo-stack.dev", "version": "v1", "resource": "widgets"
 RUNTIME_LOG_LINES = 60
 _LOG_OFFSETS = pytest.StashKey[dict[Path, int]]()
 _RUNTIME_SLOT = pytest.StashKey["RuntimeSlot"]()
+# the shared stack's config as installed, and the number of updates in its history since
+_SHARED_STACK_AS_INSTALLED = pytest.StashKey[tuple[dict[str, Any], int]]()
 
 
 def _runtime_logs(item: pytest.Item, setting_up: bool = False) -> list[Path]:
@@ -108,12 +110,12 @@ def session_stack(
     project_dir: Path,
     webhook_port: int,
     session_layout: ClusterLayout,
-    runtime_slot: RuntimeSlot,
-) -> Iterator[auto.Stack]:
+    request: pytest.FixtureRequest,
+) -> auto.Stack:
     """The stack with foreign-1 in region europe and foreign-2 in us-west + staging; their pod
-    ranges are declared, so foreign-2's (the same as foreign-1's) is remapped at home. Destroyed
-    while a runtime runs (`runtime_slot` outlives it): the virtual kubelets hold their VirtualNodes
-    until their Nodes are drained and deleted."""
+    ranges are declared, so foreign-2's (the same as foreign-1's) is remapped at home. Not destroyed:
+    the session's clusters go with it (`dev_env`), and its state with the session's temporary folder
+    (a destroy took two heavy engine runs a session; test_stack destroys a stack of its own)."""
     stack = pulumi_env.stack_for_directory(project_dir, SHARED_STACK)
     config = {
         "home": {
@@ -147,14 +149,8 @@ def session_stack(
     }
     pulumi_env.set_liqo_config(stack, config)
     stack.up(on_output=print)
-    try:
-        yield stack
-    finally:
-        if runtime_slot.current is None:  # the last module had a runtime of its own, now stopped
-            runtime_slot.take(own=False, leader_election=False)
-        stack.destroy(on_output=print)
-        runtime_slot.release()
-        stack.workspace.remove_stack(SHARED_STACK)
+    request.session.stash[_SHARED_STACK_AS_INSTALLED] = (PulumiEnvironment.liqo_config(stack), _updates(stack))
+    return stack
 
 
 def _updates(stack: auto.Stack) -> int:
@@ -163,15 +159,17 @@ def _updates(stack: auto.Stack) -> int:
 
 
 @pytest.fixture(scope="module")
-def installed(session_stack: auto.Stack) -> Iterator[auto.Stack]:
-    """The shared stack, for one module: if the module ran `pulumi up` (a changed config), its
-    config is put back and applied with a refresh (which also undoes hand edits) afterwards."""
-    config = PulumiEnvironment.liqo_config(session_stack)
-    updates = _updates(session_stack)
-    yield session_stack
+def installed(session_stack: auto.Stack, request: pytest.FixtureRequest) -> auto.Stack:
+    """The shared stack as the session installed it, for one module: if an earlier module ran
+    `pulumi up` (a changed config), the config is put back and applied with a refresh (which also
+    undoes hand edits) first. Put back as the next module starts rather than as the one that
+    changed it ends: the last module of a lane then costs no `up` that nothing would use."""
+    config, updates = request.session.stash[_SHARED_STACK_AS_INSTALLED]
     if _updates(session_stack) != updates or PulumiEnvironment.liqo_config(session_stack) != config:
         PulumiEnvironment.set_liqo_config(session_stack, config)
         session_stack.up(on_output=print, refresh=True)
+        request.session.stash[_SHARED_STACK_AS_INSTALLED] = (config, _updates(session_stack))
+    return session_stack
 
 
 class RuntimeSlot:

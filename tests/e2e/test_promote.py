@@ -67,9 +67,10 @@ def stacks(
     try:
         yield dev, staging
     finally:
-        for stack in (staging, dev):
-            stack.destroy(on_output=print)
-            stack.workspace.remove_stack(stack.name)
+        # staging's clusters go with the module (staging_env): its stack is only forgotten
+        staging.workspace.remove_stack(staging.name, force=True)
+        dev.destroy(on_output=print)
+        dev.workspace.remove_stack(dev.name)
 
 
 def promote(pulumi_env: PulumiEnvironment, work_dir: str, *args: str) -> tuple[int, str]:
