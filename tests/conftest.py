@@ -66,7 +66,6 @@ LANES = {
         "test_stack",
         # and, once they are done, with the shared stack:
         "test_failover",
-        "test_kubectl_top",
         "test_links",  # a 2-minute partition, mostly waiting
         "test_namespace_offloading",
         "test_namespace_selectors",
@@ -82,7 +81,7 @@ LANES = {
         "test_webhooks",
     },
 }
-LAST_LANE = "clusters-3"  # test_pulumi_offline first, then test_virtual_node_lifecycle, test_drift, ...
+LAST_LANE = "clusters-3"  # test_pulumi_offline (stacks of its own) first, then the shared stack's in file order
 
 
 def lane_of(nodeid: str) -> str:
