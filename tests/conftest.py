@@ -51,39 +51,34 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
 # An e2e module named in no lane is in the last one.
 LANES = {
     "clusters-1": {
+        "test_cluster_mode",
+        "test_own_program",
         "test_package",
         "test_package_three_teams",  # three stacks of its own: foreign side, platform, application team
         "test_policies",
         "test_promote",
         "test_runtime_image",
         "test_two_homes",  # a second home cluster of its own making
+        "test_upgrade",
     },
     "clusters-2": {
+        "test_package_typescript",
+        "test_stack",
+        # and, once they are done, with the shared stack:
         "test_failover",
-        "test_kubectl_top",
         "test_links",  # a 2-minute partition, mostly waiting
         "test_namespace_offloading",
         "test_namespace_selectors",
+        "test_node_pools",
+        "test_on_demand_offloading",
+        "test_package_teams",  # an application team's stack beside the shared stack, its platform
         "test_pod_network",
-        "test_preview",
         "test_reflection",
+        "test_soak",
         "test_storage",
         "test_tokens_and_events",
         "test_virtual_node",
         "test_webhooks",
-    },
-    "clusters-4": {
-        "test_cluster_mode",
-        "test_own_program",
-        "test_package_typescript",
-        "test_pulumi_offline",
-        "test_stack",
-        "test_upgrade",
-        # and, once they are done, with the shared stack:
-        "test_node_pools",
-        "test_on_demand_offloading",
-        "test_package_teams",  # an application team's stack beside the shared stack, its platform
-        "test_soak",
     },
 }
 LAST_LANE = "clusters-3"  # test_pulumi_offline (stacks of its own) first, then the shared stack's in file order
