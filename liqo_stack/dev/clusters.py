@@ -22,7 +22,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -664,7 +664,7 @@ class DevEnvironment:
         as a control plane that restarts does."""
         cluster_dir = self.kwok_workdir / "clusters" / cluster_id
         pids = {c: int((cluster_dir / "pids" / f"{c}.pid").read_text().strip()) for c in CONTROL_PLANE}
-        commands = self._component_commands(cluster_id)
+        commands = self.component_commands(cluster_id, CONTROL_PLANE)
         for pid in pids.values():  # killed, not shut down: a graceful API server drains for a minute
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -694,11 +694,11 @@ class DevEnvironment:
                         raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
                     time.sleep(0.2)
 
-    def _component_commands(self, cluster_id: str) -> dict[str, list[str]]:
-        """The command line of each control-plane component, as kwokctl recorded it in kwok.yaml."""
+    def component_commands(self, cluster_id: str, names: Collection[str]) -> dict[str, list[str]]:
+        """The command line of each named component, as kwokctl recorded it in kwok.yaml."""
         recorded = yaml.safe_load_all((self.kwok_workdir / "clusters" / cluster_id / "kwok.yaml").read_text())
         components = next(doc["components"] for doc in recorded if isinstance(doc, dict) and "components" in doc)
-        return {c["name"]: [c["binary"], *c.get("args", [])] for c in components if c["name"] in CONTROL_PLANE}
+        return {c["name"]: [c["binary"], *c.get("args", [])] for c in components if c["name"] in names}
 
     @staticmethod
     def _relaunch(cluster_dir: Path, component: str, command: list[str]) -> int:

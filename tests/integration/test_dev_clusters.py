@@ -10,7 +10,6 @@ import time
 from typing import Any, cast
 
 import pytest
-import yaml
 from lightkube import Client
 from lightkube.models.core_v1 import NodeCondition
 from lightkube.models.meta_v1 import ObjectMeta
@@ -36,9 +35,7 @@ def test_every_cluster_reports_the_pinned_kubernetes_version(dev_env: DevEnviron
 def test_each_control_plane_runs_single_instance_components(dev_env: DevEnvironment, home: Client) -> None:
     """No leader election (no Lease renewed every 2 s) and an etcd that does not fsync: a throwaway
     cluster's one instance of each."""
-    recorded = yaml.safe_load_all((dev_env.kwok_workdir / "clusters" / "home" / "kwok.yaml").read_text())
-    components = next(doc["components"] for doc in recorded if isinstance(doc, dict) and "components" in doc)
-    args = {component["name"]: component.get("args", []) for component in components}
+    args = dev_env.component_commands("home", ("etcd", "kube-scheduler", "kube-controller-manager"))
     assert "--leader-elect=false" in args["kube-scheduler"]
     assert "--leader-elect=false" in args["kube-controller-manager"]
     assert "--unsafe-no-fsync=true" in args["etcd"]
