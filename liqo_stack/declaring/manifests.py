@@ -575,6 +575,9 @@ FOREIGN_AGENT_RULES: list[Manifest] = [
         "resources": ["namespacemaps", "shadowpods", "resourceadvertisements"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
+    # the ShadowPods and pods of a twin it deletes, at once (runtime/controllers/namespacemap.py)
+    {"apiGroups": [_GROUP], "resources": ["shadowpods"], "verbs": ["deletecollection"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["deletecollection"]},
     # the grant of each home (runtime/controllers/granting.py): read, never written by the agent
     {"apiGroups": [_GROUP], "resources": ["quotas"], "verbs": ["get", "list", "watch"]},
     # the ResourceQuota of objects it keeps in each twin (runtime/controllers/namespacemap.py)

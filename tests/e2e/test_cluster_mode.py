@@ -238,6 +238,15 @@ def allowed(home: Client, account: str, verb: str, resource: str, name: str, gro
     return bool(answer.status.allowed)
 
 
+def test_the_foreign_agent_may_empty_a_twin_it_deletes(cluster_stack: auto.Stack, foreign: dict[str, Client]) -> None:
+    """The agent's ServiceAccount in each foreign cluster may delete a namespace's ShadowPods and pods
+    at once, as it does in a twin it deletes (runtime/controllers/namespacemap.py), and no other kind so."""
+    for client in foreign.values():
+        assert allowed(client, names.FOREIGN_AGENT, "deletecollection", "shadowpods", "", names.GROUP)
+        assert allowed(client, names.FOREIGN_AGENT, "deletecollection", "pods", "")
+        assert not allowed(client, names.FOREIGN_AGENT, "deletecollection", "secrets", "")
+
+
 def test_peerings_per_process_all_runs_one_virtual_kubelet_deployment_holding_each_peerings_rights(
     cluster_stack: auto.Stack, home: Client, foreign: dict[str, Client]
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, cast
 
@@ -84,14 +85,32 @@ def own_namespace(runtime: ExternalRuntime, home: Client, unique_name: str) -> I
 
 
 # -- item 1: unoffloading ends remote pods as a drain would --------------------------------------
+def twin_pods_deleted_by_the_agent(client: Client, twin: str) -> None:
+    """A twin's pods go as its namespace does, deleted by the foreign agent at once: gone before
+    the namespace controller, which waits 5 s after a namespace's deletion before it deletes what is
+    in it (namespaceDeletionGracePeriod, kube-controller-manager), has begun."""
+    leaving: Any = wait_until(
+        lambda: (n := cast(Any, get_or_none(client, Namespace, twin))) and n.metadata.deletionTimestamp and n,
+        30,
+        f"twin {twin} being deleted",
+    )
+    wait_until(lambda: not list(client.list(Pod, namespace=twin)), 30, f"no pod left in twin {twin}")
+    # the timestamp has whole seconds: the namespace controller begins at least 5 s after it
+    since = datetime.now(UTC) - leaving.metadata.deletionTimestamp
+    assert since < timedelta(seconds=5), f"the pods of {twin} went {since} after it was deleted: not by the agent"
+
+
 def test_unoffloading_deletes_controlled_pods_so_they_run_locally_and_fails_bare_ones(
-    own_namespace: str, home: Client
+    own_namespace: str, home: Client, foreign: dict[str, Client]
 ) -> None:
     ns = own_namespace
     offloaded = {p.metadata.name for p in deploy_running(home, ns, "drained", 3)}
     bare = running_pod(home, ns, "solo")
     assert bare.spec.nodeName in VIRTUAL_NODES.values()
 
+    home.delete(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace=ns)
+    for client in foreign.values():
+        twin_pods_deleted_by_the_agent(client, ns + TWIN_SUFFIX)
     unoffload(home, ns)
 
     def rescheduled_locally() -> list[Any] | None:
