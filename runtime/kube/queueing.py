@@ -200,11 +200,12 @@ class WorkQueue:
             self.metrics.queue_workers.labels(self.name, self.metrics.cluster).set(workers)
 
     async def shutdown(self, drain_timeout: float = 10.0) -> None:
-        """Let queued work finish (up to `drain_timeout`), then stop the workers and pending retries."""
+        """Let queued work finish (up to `drain_timeout`), then stop the workers and pending retries.
+        A queue whose workers never started (a stand-by replica's) has nobody to drain it: it stops at once."""
         for handle in self._delayed.values():
             handle.cancel()
         self._delayed.clear()
-        if self._queued or self._processing:
+        if self._started and (self._queued or self._processing):
             try:
                 await asyncio.wait_for(self._wait_drained(), drain_timeout)
             except TimeoutError:

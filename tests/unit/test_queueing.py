@@ -119,6 +119,28 @@ def test_shutdown_drains_queued_work() -> None:
     assert asyncio.run(scenario()) == ["a", "b", "c"]
 
 
+def test_a_queue_never_started_stops_at_once_with_its_keys_unreconciled() -> None:
+    """A stand-by replica fills its queues and never starts their workers: its shutdown has nothing
+    to wait for (it waited out the drain timeout, and the process was killed before it ended)."""
+
+    async def scenario() -> tuple[list[str], float]:
+        done: list[str] = []
+
+        async def reconcile(key: str) -> None:
+            done.append(key)
+
+        queue = WorkQueue(reconcile, workers=1)
+        for key in "abc":
+            queue.add(key)
+        started = asyncio.get_running_loop().time()
+        await queue.shutdown(drain_timeout=30)
+        return done, asyncio.get_running_loop().time() - started
+
+    done, took = asyncio.run(scenario())
+    assert done == []
+    assert took < 5, "it waited for a drain nobody would do"
+
+
 def test_a_queue_needs_a_worker() -> None:
     async def reconcile(key: str) -> None:
         return None
