@@ -71,7 +71,7 @@ def kwokctl_config(
     kubelet-serving certificates with the cluster CA. With `pod_logs` (a folder) kwok serves the kubelet
     debugging API of its fake pods: logs replayed (and followed) from files there, exec running a
     real local shell, attach, and port-forward to a `cat` (an echo)."""
-    extra_args = single_instance_args()
+    extra_args = component_args()
     extra_args["kube-apiserver"] = [{"key": "service-cluster-ip-range", "value": service_cidr}]
     if pki_dir is not None:
         extra_args["kube-apiserver"] += [
@@ -104,17 +104,25 @@ def kwokctl_config(
     return config
 
 
-def single_instance_args() -> dict[str, list[dict[str, object]]]:
+def component_args() -> dict[str, list[dict[str, object]]]:
     """A dev cluster runs one of each component on one throwaway machine: the scheduler and the
     controller-manager need no leader election (each renewed a Lease every 2 s, most of an idle API
     server's requests), and etcd no fsync (its data goes with the cluster; a crash of the machine may
-    lose it). Three idle clusters used 6.7-6.9 CPU-seconds a minute so, 7.5-7.8 with kwokctl's defaults."""
+    lose it). Three idle clusters used 6.7-6.9 CPU-seconds a minute so, 7.5-7.8 with kwokctl's defaults.
+    The node lifecycle controller looks at the Nodes as often as Kubernetes' does (NODE_MONITOR_PERIOD)."""
     no_election: dict[str, object] = {"key": "leader-elect", "value": "false"}
     return {
         "etcd": [{"key": "unsafe-no-fsync", "value": "true"}],
         "kube-scheduler": [no_election],
-        "kube-controller-manager": [no_election],
+        "kube-controller-manager": [no_election, NODE_MONITOR_PERIOD],
     }
+
+
+# How often the node lifecycle controller reads the Nodes' Ready conditions and sets or lifts their
+# not-ready and unreachable taints: Kubernetes' default, where kwokctl's (25 s, its heartbeat factor 5)
+# left a virtual node Ready again tainted for up to 25 s (no pod scheduled to it meanwhile), and one
+# gone NotReady untainted as long (its pods' tolerationSeconds counted from then).
+NODE_MONITOR_PERIOD: dict[str, object] = {"key": "node-monitor-period", "value": "5s", "override": True}
 
 
 # Status patches kwok's fake kubelets keep in flight, for all fake nodes together (kwok's default: 4).

@@ -34,10 +34,13 @@ def test_every_cluster_reports_the_pinned_kubernetes_version(dev_env: DevEnviron
 
 def test_each_control_plane_runs_single_instance_components(dev_env: DevEnvironment, home: Client) -> None:
     """No leader election (no Lease renewed every 2 s) and an etcd that does not fsync: a throwaway
-    cluster's one instance of each."""
+    cluster's one instance of each. Its node lifecycle controller looks at the Nodes every 5 s, as
+    Kubernetes' does by default (kwokctl's override of 25 s is replaced, not followed)."""
     args = dev_env.component_commands("home", ("etcd", "kube-scheduler", "kube-controller-manager"))
     assert "--leader-elect=false" in args["kube-scheduler"]
     assert "--leader-elect=false" in args["kube-controller-manager"]
+    assert "--node-monitor-period=5s" in args["kube-controller-manager"]
+    assert not any(arg.startswith("--node-monitor-period=25") for arg in args["kube-controller-manager"])
     assert "--unsafe-no-fsync=true" in args["etcd"]
     leases = {lease.metadata.name for lease in home.list(Lease, namespace="kube-system") if lease.metadata}
     assert not leases & {"kube-scheduler", "kube-controller-manager"}

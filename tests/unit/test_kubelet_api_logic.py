@@ -110,6 +110,7 @@ def test_dev_clusters_present_a_kubelet_client_certificate_and_serve_kwoks_debug
     assert patches["kube-apiserver"]["kubelet-certificate-authority"] == "/pki/ca.crt"
     assert patches["kube-controller-manager"] == {
         "leader-elect": "false",  # one instance per dev cluster
+        "node-monitor-period": "5s",  # Kubernetes' default, not kwokctl's 25 s
         "cluster-signing-cert-file": "/pki/ca.crt",
         "cluster-signing-key-file": "/pki/ca.key",
     }
