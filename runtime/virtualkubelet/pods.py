@@ -168,7 +168,11 @@ class PodOffloader(TwinFollower):
         }
 
     def requeue(self, scope: TwinScope) -> None:
+        """The namespace's home pods, and what the twin holds: a ShadowPod or remote pod whose home pod
+        went while this process was away (or before it followed the twin) has no home pod to bring
+        its key, and would be left there."""
         self._requeue_namespace(scope.namespace)
+        super().requeue(scope)
 
     # -- which namespaces are offloaded here ---------------------------------------------------
     def placement(self, namespace: str) -> tuple[Placement, str | None]:

@@ -23,6 +23,7 @@ from tests.support.kube import (
     VIRTUAL_NODES,
     all_running,
     deploy_running,
+    get_or_none,
     home_pods,
     home_view,
     metric_samples,
@@ -195,6 +196,36 @@ def test_a_jobs_pods_complete_and_are_never_run_again(offloaded: str, home: Clie
         wait_until(partial(replaced, foreign[cluster_id], twin, name, old_uids[cluster_id]), 60, f"{name} back")
     assert all(remote_pod(foreign[c], twin, name) is None for name, c in placed.items())
     assert {cast(Any, p).metadata.name for p in home_pods(home, offloaded, "batch")} == set(placed)
+
+
+def test_a_pod_deleted_at_home_while_its_virtual_kubelet_is_down_goes_from_the_foreign_cluster_once_it_is_back(
+    offloaded: str, runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
+) -> None:
+    """Nothing at home names the pod any more when the kubelet comes back: its ShadowPod and remote pod,
+    found in the twin, go all the same."""
+    client, twin, name = foreign["foreign-1"], f"{offloaded}-home", "gone-while-away"
+    body = {
+        "metadata": {"name": name, "namespace": offloaded},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": VIRTUAL_NODES["foreign-1"]},
+            "containers": [{"name": "c", "image": "x"}],
+        },
+    }
+    home.create(cast(Pod, Pod.from_dict(body)))
+    wait_until(partial(phase_is, home, offloaded, name, "Running"), 60, f"{name} Running")
+    runtime.kill("kubelet-foreign-1")
+    try:
+        home.delete(Pod, name, namespace=offloaded, grace_period=0)  # gone at once: no kubelet to release it
+        assert get_or_none(client, ShadowPodResource, name, twin) is not None, "still there while the kubelet is down"
+    finally:
+        runtime.start("kubelet-foreign-1")
+    wait_until(
+        lambda: (
+            get_or_none(client, ShadowPodResource, name, twin) is None and get_or_none(client, Pod, name, twin) is None
+        ),
+        60,
+        f"{name}'s ShadowPod and remote pod deleted",
+    )
 
 
 def test_a_restarted_virtual_kubelet_keeps_every_remote_pod(
