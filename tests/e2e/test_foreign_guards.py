@@ -782,6 +782,12 @@ def test_a_homes_pods_run_only_on_the_nodes_it_may_use_whoever_writes_them(
         for name in at_home:
             home.delete(Pod, name, namespace=offloaded, grace_period=0)
         wait_until(lambda: runtime.ready(SHARED_KUBELET) and node_ready(home, virtual), 90, "the virtual kubelet back")
+        # gone from the twin too (the next tests read what runs there: a new floor names a pod it refuses)
+        wait_until(
+            lambda: not any(get_or_none(client, Pod, name, twin) for name in (*at_home, *shadows)),
+            60,
+            "the test's pods gone from the twin",
+        )
 
 
 def on_node(node: str) -> dict[str, Any]:
