@@ -52,7 +52,6 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
 LANES = {
     "clusters-1": {
         "test_cluster_mode",
-        "test_own_program",
         "test_package",
         "test_package_three_teams",  # three stacks of its own: foreign side, platform, application team
         "test_policies",
@@ -60,10 +59,10 @@ LANES = {
         "test_runtime_image",
         "test_stack",
         "test_two_homes",  # a second home cluster of its own making
-        "test_upgrade",
     },
     "clusters-2": {
         "test_package_typescript",
+        "test_upgrade",
         # and, once they are done, with the shared stack:
         "test_failover",
         "test_links",  # a 2-minute partition, mostly waiting
@@ -81,7 +80,7 @@ LANES = {
         "test_webhooks",
     },
 }
-LAST_LANE = "clusters-3"  # test_pulumi_offline (stacks of its own) first, then the shared stack's in file order
+LAST_LANE = "clusters-3"  # test_own_program, test_pulumi_offline (stacks of their own) first, then the shared stack's
 
 
 def lane_of(nodeid: str) -> str:
