@@ -360,6 +360,8 @@ class NamespaceMapController:
         still terminating it looks again only 5 s later: with the pods gone before it starts, one
         pass empties the twin (about 5 s to go instead of 10)."""
         try:
+            if await anext(aiter(self.client.list(ShadowPodResource, namespace=twin, chunk_size=1)), None) is None:
+                return  # no pod to hurry: the twin goes in one pass as it is
             await self.client.deletecollection(ShadowPodResource, namespace=twin)
             await self.client.deletecollection(Pod, namespace=twin)
         except ApiError as err:  # the namespace controller deletes them anyway, only later
