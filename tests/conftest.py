@@ -59,10 +59,10 @@ LANES = {
         "test_runtime_image",
         "test_stack",
         "test_two_homes",  # a second home cluster of its own making
+        "test_upgrade",
     },
     "clusters-2": {
         "test_package_typescript",
-        "test_upgrade",
         # and, once they are done, with the shared stack:
         "test_failover",
         "test_links",  # a 2-minute partition, mostly waiting
