@@ -280,11 +280,15 @@ def test_remote_pods_consume_and_the_node_shrinks(offloaded: str, home: Client, 
 
 
 # -- an unreachable foreign cluster -------------------------------------------------------------
+# what the node lifecycle controller puts on a NotReady node, and lifts once it is Ready again
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
 def tolerating(name: str, namespace: str, replicas: int, seconds: int) -> Deployment:
     manifest = example_deployment(name, namespace, replicas).to_dict()
     manifest["spec"]["template"]["spec"]["tolerations"] = [
         {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
-        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        for key in NOT_READY_TAINTS
     ]
     return cast(Deployment, Deployment.from_dict(manifest))
 
@@ -485,6 +489,11 @@ def test_revoked_rbac_turns_the_node_not_ready_with_a_reason_that_says_so(
     finally:
         cluster.create(restored)
     wait_until(lambda: node_ready(home, node_name), 30, "liqo-foreign-2 Ready again with its RBAC back")
+    wait_until(
+        lambda: not {key for key, _, _ in taints_of(home, "foreign-2")} & set(NOT_READY_TAINTS),
+        30,
+        "liqo-foreign-2 schedulable again: its not-ready taint lifted",
+    )
 
 
 # -- a peering removed ------------------------------------------------------------------------------
