@@ -11,8 +11,9 @@ is never adopted, changed or deleted: the mapping fails with a message saying wh
 requested (or whose NamespaceMap is gone) are deleted, only while they are still this agent's twin
 of that home (their labels, read again just before, and unchanged up to the delete): a twin an
 admin or a stack has claimed since is left, and only the home's RoleBinding there goes. The agent
-deletes the ShadowPods and pods of a twin it deletes itself, at once, rather than leave them to the
-namespace controller, which begins 5 s later and takes a second pass for pods still terminating.
+deletes the ShadowPods and pods of a twin it deletes (one that has any) itself, at once, rather than
+leave them to the namespace controller, which begins 5 s later and takes a second pass for pods
+still terminating.
 Their mapping stays in the status as Terminating until the namespace is gone. State lives in the
 API server alone.
 
