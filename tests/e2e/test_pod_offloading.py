@@ -201,31 +201,28 @@ def test_a_jobs_pods_complete_and_are_never_run_again(offloaded: str, home: Clie
 def test_a_pod_deleted_at_home_while_its_virtual_kubelet_is_down_goes_from_the_foreign_cluster_once_it_is_back(
     offloaded: str, runtime: ExternalRuntime, home: Client, foreign: dict[str, Client]
 ) -> None:
-    """Nothing at home names the pod any more when the kubelet comes back: its ShadowPod and remote pod,
-    found in the twin, go all the same."""
-    client, twin, name = foreign["foreign-1"], f"{offloaded}-home", "gone-while-away"
-    body = {
-        "metadata": {"name": name, "namespace": offloaded},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": VIRTUAL_NODES["foreign-1"]},
-            "containers": [{"name": "c", "image": "x"}],
-        },
-    }
-    home.create(cast(Pod, Pod.from_dict(body)))
-    wait_until(partial(phase_is, home, offloaded, name, "Running"), 60, f"{name} Running")
-    runtime.kill("kubelet-foreign-1")
+    """Nothing at home names the pods any more when the kubelet comes back: their ShadowPods and remote
+    pods, found in the twins, go all the same."""
+    twin = f"{offloaded}-home"
+    pods = pod_on_each_virtual_node(home, offloaded, "gone-while-away", "c")
+    for cluster_id in VIRTUAL_NODES:
+        runtime.kill(f"kubelet-{cluster_id}")
     try:
-        home.delete(Pod, name, namespace=offloaded, grace_period=0)  # gone at once: no kubelet to release it
-        assert get_or_none(client, ShadowPodResource, name, twin) is not None, "still there while the kubelet is down"
+        for cluster_id, name in pods.items():
+            home.delete(Pod, name, namespace=offloaded, grace_period=0)  # gone at once: no kubelet to release it
+            assert get_or_none(foreign[cluster_id], ShadowPodResource, name, twin), "still there, the kubelet down"
     finally:
-        runtime.start("kubelet-foreign-1")
-    wait_until(
-        lambda: (
-            get_or_none(client, ShadowPodResource, name, twin) is None and get_or_none(client, Pod, name, twin) is None
-        ),
-        60,
-        f"{name}'s ShadowPod and remote pod deleted",
-    )
+        for cluster_id in VIRTUAL_NODES:
+            runtime.start(f"kubelet-{cluster_id}")
+
+    def gone() -> bool:
+        return all(
+            get_or_none(foreign[cluster_id], ShadowPodResource, name, twin) is None
+            and get_or_none(foreign[cluster_id], Pod, name, twin) is None
+            for cluster_id, name in pods.items()
+        )
+
+    wait_until(gone, 60, "their ShadowPods and remote pods deleted")
 
 
 def test_a_restarted_virtual_kubelet_keeps_every_remote_pod(
