@@ -13,9 +13,8 @@ of that home (their labels, read again just before, and unchanged up to the dele
 admin or a stack has claimed since is left, and only the home's RoleBinding there goes. The agent
 deletes the ShadowPods and pods of a twin it deletes (one that has any) itself, at once, rather than
 leave them to the namespace controller, which begins 5 s later and takes a second pass for pods
-still terminating.
-Their mapping stays in the status as Terminating until the namespace is gone. State lives in the
-API server alone.
+still terminating. Their mapping stays in the status as Terminating until the namespace is gone.
+State lives in the API server alone.
 
 Each twin carries the pod-security floor the foreign side declared for its home: the Pod Security
 Admission labels of the home's tenant namespace (`baseline` for each one it lacks), so this API
