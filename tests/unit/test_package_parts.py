@@ -163,6 +163,11 @@ def test_an_offloaded_namespace_alone_declares_its_namespace_and_offloading_thro
     spec = objects["NamespaceOffloading"].inputs["spec"]
     assert spec["clusterSelector"]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "region"
     assert objects["Namespace"].inputs["metadata"]["name"] == "apps"
+    # created once the home's controller took it up (the namespace then labelled for the pod webhook), so
+    # the pods of a Deployment that depends on it are never admitted as local ones
+    annotations = objects["NamespaceOffloading"].inputs["metadata"]["annotations"]
+    assert annotations["pulumi.com/waitFor"] == "jsonpath={.status.offloadingPhase}"
+    assert annotations["pulumi.com/timeoutSeconds"] == "120"
 
 
 BAD: list[tuple[str, Callable[[Path], tuple[Any, dict[str, Any]]], str]] = [

@@ -33,7 +33,7 @@ from liqo_stack.declaring import config as stack_config
 from liqo_stack.declaring import manifests
 from liqo_stack.declaring.components import ForeignAgent, HomeControlPlane
 from liqo_stack.declaring.components import Peering as PeeringParts
-from liqo_stack.declaring.components.cluster import Cluster, provider
+from liqo_stack.declaring.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, annotated, provider
 from liqo_stack.declaring.components.destroy_guard import DestroyGuard, stack_identity
 from liqo_stack.declaring.components.home import HomePlaneDependencies
 from liqo_stack.declaring.components.offloading import offloading_spec
@@ -307,6 +307,11 @@ class ForeignSide(_Component):
         }
 
 
+# How long an OffloadedNamespace waits for the home's controller-manager (the platform's runtime) to take up
+# its offloading before `pulumi up` fails, saying what it waited for.
+OFFLOADING_WAIT_SECONDS = 120
+
+
 class OffloadedNamespace(_Component):
     """`liqo-stack:index:OffloadedNamespace`: one namespace offloaded (a NamespaceOffloading at home), given
     only a provider of the home cluster (`providers.<home cluster id>`). The namespace is ensured and never
@@ -330,9 +335,15 @@ class OffloadedNamespace(_Component):
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": settings.name}},
             pulumi.ResourceOptions(parent=self, retain_on_delete=True),  # the team's: never deleted here
         )
+        # Created once the home's controller has taken it up (its phase written): by then the namespace is
+        # labelled for the pod webhook, so the team's pods made after it (a Deployment depending on this
+        # component) are offloaded per its strategy, never admitted as local ones in the meantime.
         home.object(
             f"offloading-{settings.name}",
-            manifests.namespace_offloading(settings.name, offloading_spec(settings.offloading()), stack_identity()),
+            annotated(
+                manifests.namespace_offloading(settings.name, offloading_spec(settings.offloading()), stack_identity()),
+                {WAIT_FOR: "jsonpath={.status.offloadingPhase}", TIMEOUT_SECONDS: str(OFFLOADING_WAIT_SECONDS)},
+            ),
             pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
         )
         return {
