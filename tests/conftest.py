@@ -22,6 +22,7 @@ from lightkube import Client
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment, default_pod_cidr, foreign_cluster_id
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
+from tests.support.stack_results import read_results_when_asked
 
 # The two foreign clusters share one pod range, as independently installed clusters often do: the
 # stack must remap one of them so that no two pods share an IP at home (docs/reflection.md).
@@ -34,6 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 # checkpoints keep the state of a command that crashes midway, which no test does: a failed or refused
 # update still writes its end (pulumi's SnapshotManager saves on close either way).
 os.environ.setdefault("PULUMI_SKIP_CHECKPOINTS", "true")
+# ... and each `up`, `refresh` and `destroy` reads its outputs and summary back only when a test asks for them
+# (three CLI processes fewer each: tests/support/stack_results.py)
+read_results_when_asked()
 
 
 def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
