@@ -159,16 +159,19 @@ def _updates(stack: auto.Stack) -> int:
 
 
 @pytest.fixture(scope="module")
-def installed(session_stack: auto.Stack, request: pytest.FixtureRequest) -> auto.Stack:
+def installed(session_stack: auto.Stack, home: Client, request: pytest.FixtureRequest) -> auto.Stack:
     """The shared stack as the session installed it, for one module: if an earlier module ran
     `pulumi up` (a changed config), the config is put back and applied with a refresh (which also
     undoes hand edits) first. Put back as the next module starts rather than as the one that
-    changed it ends: the last module of a lane then costs no `up` that nothing would use."""
+    changed it ends: the last module of a lane then costs no `up` that nothing would use.
+    Likewise the module before left its namespaces unoffloading (`runtime`): they are gone before this
+    one starts, and that `up` ran meanwhile."""
     config, updates = request.session.stash[_SHARED_STACK_AS_INSTALLED]
     if _updates(session_stack) != updates or PulumiEnvironment.liqo_config(session_stack) != config:
         PulumiEnvironment.set_liqo_config(session_stack, config)
         session_stack.up(on_output=print, refresh=True)
         request.session.stash[_SHARED_STACK_AS_INSTALLED] = (config, _updates(session_stack))
+    unoffload_all(home)
     return session_stack
 
 
@@ -214,9 +217,12 @@ class RuntimeSlot:
         wait_served(self.dev_env.client("home"), self.current)
         return self.current
 
-    def release(self) -> None:
+    def release(self, unoffload: bool = True) -> None:
+        """Stop the current runtime; first unoffload everything (`unoffload`), while the controllers still
+        run: they hold the finalizers. Not at the session's end, when the clusters go too."""
         if self.current is not None:
-            unoffload_all(self.dev_env.client("home"))  # while the controllers still run: they hold finalizers
+            if unoffload:
+                unoffload_all(self.dev_env.client("home"))
             self.current.stop_all()
         self.current = None
 
@@ -234,8 +240,8 @@ def wait_served(home: Client, runtime: ExternalRuntime) -> None:
     wait_until(lambda: all(map(served, runtime.foreign_ids)), 90, "the virtual nodes served by this runtime")
 
 
-def unoffload_all(home: Client) -> None:
-    """Every NamespaceOffloading deleted, and waited for until its finalizer (the twins gone) let go."""
+def unoffload_all(home: Client, wait: bool = True) -> None:
+    """Every NamespaceOffloading deleted, and (`wait`) waited for until its finalizer (the twins gone) let go."""
 
     def offloadings() -> list[Any] | None:
         """None while a restarted API server still says its custom resources are (re)initializing."""
@@ -253,6 +259,8 @@ def unoffload_all(home: Client) -> None:
         home.delete(NamespaceOffloadingSelectorResource, selector.metadata.name)
     for offloading in served[0]:
         home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
+    if not wait:
+        return
     wait_until(lambda: offloadings() == [], 60, "all unoffloaded")
     wait_until(lambda: not _listed_or_none(home, NamespaceOffloadingSelectorResource), 60, "the selectors deleted")
 
@@ -275,7 +283,7 @@ def runtime_slot(
     try:
         yield slot
     finally:
-        slot.release()
+        slot.release(unoffload=False)
 
 
 def namespace_names(home: Client) -> list[str]:
@@ -304,8 +312,9 @@ def runtime(
     finally:
         if own and not has_own_stack(request.module):
             runtime_slot.release()
-        else:  # a module's own stack stops its runtime after its destroy, which needs the runtime
-            unoffload_all(home)
+        else:  # a module's own stack stops its runtime after its destroy, which needs the runtime; the shared
+            # runtime goes on and finishes unoffloading while the next module sets up
+            unoffload_all(home, wait=has_own_stack(request.module))
         for name in set(namespace_names(home)) - namespaces_before:  # what the module created goes (not waited for)
             home.delete(Namespace, name)
 
