@@ -6,7 +6,11 @@ Two layers on no base image (nothing is pulled from a registry):
    cached outside the repo, keyed by the recipe, so a rebuild only redoes layer 2;
 2. the runtime: the project's wheel without the install-time side (`liqo_stack`, Pulumi, click) and
    the runtime's dependencies as binary wheels from PyPI, compiled to bytecode at build time, since
-   a read-only root filesystem leaves Python nowhere to write it.
+   a read-only root filesystem leaves Python nowhere to write it. The dependencies, once installed,
+   are cached beside the base, keyed by their pins and the platform (their own dependencies stay at
+   the versions first resolved: delete `deps-*` in the cache to resolve again), so a rebuild after a
+   change of the code installs only the project's wheel (about 5 s instead of 40 on a pip that asks
+   PyPI for each).
 
 umoci assembles the OCI layout, skopeo writes the output (`oci-archive:FILE` or `oci:DIR`).
 Needs root (debootstrap, chroot) and the Debian packages debootstrap, umoci and skopeo.
@@ -72,6 +76,7 @@ class BuiltImage:
     rootfs_bytes: int  # unpacked
     seconds: float
     base_cached: bool
+    dependencies_cached: bool
 
 
 def project_version(project_dir: Path) -> str:
@@ -171,8 +176,32 @@ def wheel_platforms(machine: str) -> list[str]:
     ]
 
 
-def install_runtime(project_dir: Path, rootfs: Path, work: Path, progress: Progress) -> Path:
-    """Layer 2 under `rootfs`/opt/liqo-stack (rootfs: a hard-linked copy of the base, for chroot)."""
+def runtime_dependencies(cache: Path, requirements: list[str], progress: Progress) -> tuple[Path, bool]:
+    """The runtime's dependencies installed for the image's Python (`pip install --target`), and whether
+    they were already cached; shared by concurrent builds as the base is."""
+    binary = [
+        *("--only-binary=:all:", "--python-version", PYTHON, "--implementation", "cp"),
+        *(arg for tag in wheel_platforms(platform.machine()) for arg in ("--platform", tag)),
+        *("--no-compile", "--disable-pip-version-check"),
+    ]
+    key = hashlib.sha256(json.dumps([requirements, binary]).encode()).hexdigest()[:12]
+    folder = cache / f"deps-{key}"
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / f"{folder.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / "complete").is_file():
+            return folder / "lib", True
+        shutil.rmtree(folder, ignore_errors=True)  # an install cut off midway
+        progress(f"runtime: installing {', '.join(requirements)} (binary wheels for Python {PYTHON}) ...")
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(folder / "lib"), *binary]
+        _run([*pip, *requirements], "pip install of the runtime's dependencies")
+        (folder / "complete").touch()
+        return folder / "lib", False
+
+
+def install_runtime(project_dir: Path, rootfs: Path, work: Path, cache: Path, progress: Progress) -> tuple[Path, bool]:
+    """Layer 2 under `rootfs`/opt/liqo-stack (rootfs: a hard-linked copy of the base, for chroot), and
+    whether its dependencies were cached."""
     wheels = work / "wheels"
     progress("runtime: building the project's wheel ...")
     # From a copy: a build in the checkout would write build/ and *.egg-info beside the sources in use.
@@ -188,16 +217,14 @@ def install_runtime(project_dir: Path, rootfs: Path, work: Path, progress: Progr
     )
     (wheel,) = wheels.glob("*.whl")
     lib = rootfs / INSTALL_DIR.lstrip("/") / "lib"
-    binary = [
-        *("--only-binary=:all:", "--python-version", PYTHON, "--implementation", "cp"),
-        *(arg for tag in wheel_platforms(platform.machine()) for arg in ("--platform", tag)),
-        *("--no-compile", "--disable-pip-version-check"),
-    ]
-    requirements = runtime_requirements(project_dir)
-    progress(f"runtime: installing {', '.join(requirements)} (binary wheels for Python {PYTHON}) ...")
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(lib), *binary]
-    _run([*pip, *requirements], "pip install of the runtime's dependencies")
-    _run([*pip, "--no-deps", str(wheel)], "pip install of the project's wheel")
+    dependencies, cached = runtime_dependencies(cache, runtime_requirements(project_dir), progress)
+    if cached:
+        progress(f"runtime: dependencies cached ({dependencies.parent})")
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    # hard links, as the base: instant; compileall below adds files beside them and changes none
+    _run(["cp", "-al", str(dependencies), str(lib)], "copying the cached dependencies")
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
+    _run([*pip, "--target", str(lib), "--no-deps", str(wheel)], "pip install of the project's wheel")
     # The install-time side stays out: the image runs `python -m runtime` only.
     shutil.rmtree(lib / "liqo_stack", ignore_errors=True)
     shutil.rmtree(lib / "bin", ignore_errors=True)
@@ -207,7 +234,7 @@ def install_runtime(project_dir: Path, rootfs: Path, work: Path, progress: Progr
         ["chroot", str(rootfs), "python3", "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", inside],
         "compileall in the image",
     )
-    return rootfs / INSTALL_DIR.lstrip("/")
+    return rootfs / INSTALL_DIR.lstrip("/"), cached
 
 
 def _tree_bytes(root: Path) -> int:
@@ -244,7 +271,7 @@ def build(
         work = Path(tmp)
         rootfs = work / "rootfs"
         _run(["cp", "-al", str(base), str(rootfs)], "copying the base root")  # hard links: instant
-        app = install_runtime(project_dir, rootfs, work, progress)
+        app, dependencies_cached = install_runtime(project_dir, rootfs, work, cache, progress)
         layout = work / "layout"
         image = f"{layout}:{tag}"
         progress("image: assembling the OCI layout (umoci) ...")
@@ -294,4 +321,5 @@ def build(
         manifest_digest = index["manifests"][0]["digest"]
         manifest = json.loads((layout / "blobs" / Path(*manifest_digest.split(":"))).read_text())
         compressed = manifest["config"]["size"] + sum(layer["size"] for layer in manifest["layers"])
-    return BuiltImage(output, reference, digest, compressed, rootfs_bytes, time.monotonic() - started, base_cached)
+    seconds = time.monotonic() - started
+    return BuiltImage(output, reference, digest, compressed, rootfs_bytes, seconds, base_cached, dependencies_cached)

@@ -60,7 +60,8 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("image") / "layout"
     built = image.build(f"oci:{folder}", project_dir=PROJECT)
     print(
-        f"image built in {built.seconds:.0f}s (base cached: {built.base_cached}): "
+        f"image built in {built.seconds:.0f}s (base cached: {built.base_cached}, "
+        f"dependencies cached: {built.dependencies_cached}): "
         f"{built.compressed_bytes / 2**20:.1f} MiB compressed, {built.rootfs_bytes / 2**20:.1f} MiB unpacked, "
         f"{built.digest}"
     )

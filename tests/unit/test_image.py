@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from liqo_stack.operating import image
 from liqo_stack.operating.image import (
     ImageBuildError,
     parse_output,
@@ -47,3 +48,29 @@ def test_wheels_for_every_glibc_up_to_the_images() -> None:
     assert tags[0] == "manylinux_2_36_x86_64"
     assert {"manylinux_2_17_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64"} <= set(tags)
     assert "manylinux_2_38_x86_64" not in tags
+
+
+def test_the_dependencies_are_installed_once_per_set_of_pins_and_a_cut_off_install_is_redone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip stands in (it would ask PyPI): each install it is asked for makes the target folder."""
+    installs: list[list[str]] = []
+
+    def pip(command: list[str], what: str, **kwargs: object) -> str:
+        installs.append([arg for arg in command if "==" in arg])
+        Path(command[command.index("--target") + 1], "lightkube").mkdir(parents=True)
+        return ""
+
+    monkeypatch.setattr(image, "_run", pip)
+    pins = ["lightkube==1.0.1", "pydantic==2.14.3"]
+    first, cached = image.runtime_dependencies(tmp_path, pins, lambda line: None)
+    assert (first / "lightkube").is_dir() and not cached
+    again, cached = image.runtime_dependencies(tmp_path, pins, lambda line: None)
+    assert (again, cached) == (first, True)
+    assert installs == [pins], "installed once"
+
+    other, cached = image.runtime_dependencies(tmp_path, ["lightkube==1.0.2"], lambda line: None)
+    assert other != first and not cached, "other pins, another set"
+    (other.parent / "complete").unlink()  # as if the build had been killed midway
+    _, cached = image.runtime_dependencies(tmp_path, ["lightkube==1.0.2"], lambda line: None)
+    assert not cached and installs[-1] == ["lightkube==1.0.2"] and len(installs) == 3

@@ -37,7 +37,8 @@ def build(output: str) -> None:
         raise click.ClickException(str(err)) from None
     megabytes = 1024 * 1024
     click.echo(
-        f"built {built.reference} in {built.seconds:.0f}s (base {'cached' if built.base_cached else 'built'}): "
+        f"built {built.reference} in {built.seconds:.0f}s (base {'cached' if built.base_cached else 'built'}, "
+        f"dependencies {'cached' if built.dependencies_cached else 'installed'}): "
         f"{built.compressed_bytes / megabytes:.1f} MiB compressed, {built.rootfs_bytes / megabytes:.1f} MiB unpacked"
     )
     click.echo(f"output {built.output}")
