@@ -85,10 +85,16 @@ def round_trip(conn: socket.socket, payload: bytes = b"ping") -> float:
     return time.monotonic() - started
 
 
+def unhindered(conn: socket.socket) -> bool:
+    """No latency on the link: the best of three round trips under 50 ms (a 50 ms toxic each way makes every
+    one at least 100 ms; one trip alone can take longer on a loaded machine)."""
+    return min(round_trip(conn) for _ in range(3)) < 0.05
+
+
 def test_latency_partition_and_heal_through_a_link(link: LinkNetwork, echo_server: str) -> None:
     address = link.up({"echo": echo_server}, "none")["echo"]
     conn = connect(address)
-    assert round_trip(conn) < 0.05  # the proxy alone adds next to nothing
+    assert unhindered(conn)  # the proxy alone adds next to nothing
 
     link.add_toxics("echo", latency(50))
     assert min(round_trip(conn) for _ in range(5)) >= 0.100  # 50 ms each way, on an open connection
@@ -100,7 +106,7 @@ def test_latency_partition_and_heal_through_a_link(link: LinkNetwork, echo_serve
     assert min(trips) >= 0.080 and statistics.mean(trips) >= 0.090, trips
     link.set_profile("none")
     conn.settimeout(READ_TIMEOUT)
-    assert round_trip(conn) < 0.05
+    assert unhindered(conn)
 
     # blackhole: silence both ways on open and new connections; nothing is closed
     link.partition("echo")
@@ -113,7 +119,7 @@ def test_latency_partition_and_heal_through_a_link(link: LinkNetwork, echo_serve
     # the bytes sent meanwhile were dropped: Toxiproxy closes what lived through the partition
     assert conn.recv(4096) == b"" and fresh.recv(4096) == b""
     conn = connect(address)
-    assert round_trip(conn) < 0.05
+    assert unhindered(conn)
 
     # refuse: the API server looks down; open connections closed, new ones refused
     link.partition("echo", mode="refuse")
@@ -122,11 +128,11 @@ def test_latency_partition_and_heal_through_a_link(link: LinkNetwork, echo_serve
         connect(address)
     link.heal("echo")
     conn = connect(address)
-    assert round_trip(conn) < 0.05
+    assert unhindered(conn)
 
     link.cut_connections("echo")
     assert conn.recv(4096) == b""
-    assert round_trip(connect(address)) < 0.05
+    assert unhindered(connect(address))
 
     pid = link.server.pid()
     link.down()
