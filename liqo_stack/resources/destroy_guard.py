@@ -16,15 +16,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2
-import yaml
-from lightkube import KubeConfig
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from liqo_stack import kube
-from runtime.api import names
-from runtime.api.namespaceoffloading import Placement, placement
-from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
+# What reads the home cluster (lightkube, httpx2, YAML, the runtime's API models) is imported by the functions
+# that do, which run on a delete only: the engine starts this provider at every command of a stack with guards,
+# with that import on the command's path (0.27 of its 0.38 s).
 
 CONSENT_VARIABLE = "LIQO_STACK_UNOFFLOAD_ON_DESTROY"
 
@@ -52,6 +48,9 @@ def _as_dict(item: Any) -> dict[str, Any]:
 def offloaded_of(offloadings: Iterable[Any], selectors: Iterable[Any] = ()) -> list[Offloaded]:
     """The offloadings listed at home (lightkube objects or dicts), those already being deleted left out;
     `selectors`: the NamespaceOffloadingSelectors, whose stack is that of the offloadings they made."""
+    from runtime.api import names
+    from runtime.api.namespaceoffloading import Placement, placement
+
     selector_stacks = {}
     for selector in map(_as_dict, selectors):
         metadata = selector.get("metadata") or {}
@@ -115,6 +114,13 @@ def _offloadings_at_home(kubeconfig: str) -> tuple[list[Any], list[Any]] | None:
     guard: the kinds are not served (their CRDs gone), or the home does not answer, and then neither can
     what the guard protects be deleted (it is all at home: the CRDs, the VirtualNodes), so the engine's own
     deletes fail there, not here."""
+    import httpx2
+    import yaml
+    from lightkube import KubeConfig
+
+    from liqo_stack import kube
+    from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource
+
     with _READING_HOME:
         client = kube.client(KubeConfig.from_dict(yaml.safe_load(kubeconfig)))
         try:
