@@ -243,31 +243,34 @@ def wait_served(home: Client, runtime: ExternalRuntime) -> None:
 def unoffload_all(home: Client, wait: bool = True) -> None:
     """Every NamespaceOffloading deleted, and (`wait`) waited for until its finalizer (the twins gone) let go."""
 
-    def offloadings() -> list[Any] | None:
-        """None while a restarted API server still says its custom resources are (re)initializing."""
-        try:  # not served: the CRD went with a destroyed stack, so nothing is offloaded
-            return list_if_served(home, NamespaceOffloadingResource, namespace="*") or []
+    def listed(kind: Any, namespace: str | None = None) -> list[Any] | None:
+        """Every object of `kind`; none before its CRD is installed (or after a destroy); None while the API
+        server still says its custom resources are (re)initializing (restarted, or their CRDs just made)."""
+        try:
+            return list_if_served(home, kind, namespace) or []
         except ApiError as err:
             if err.status.code == 429:
                 return None
             raise
 
-    served = wait_until(lambda: (found := offloadings()) is not None and (found,), 60, "custom resources served")
+    def offloadings() -> list[Any] | None:
+        return listed(NamespaceOffloadingResource, namespace="*")
+
+    def both() -> tuple[list[Any], list[Any]] | None:
+        found, selectors = offloadings(), listed(NamespaceOffloadingSelectorResource)
+        return None if found is None or selectors is None else (found, selectors)
+
+    served = wait_until(lambda: (found := both()) is not None and (found,), 60, "custom resources served")
+    offloaded, selectors = served[0]
     # first the selectors, which would offload their namespaces again (their finalizers wait for the offloadings)
-    selectors = _listed_or_none(home, NamespaceOffloadingSelectorResource)
     for selector in selectors:
         home.delete(NamespaceOffloadingSelectorResource, selector.metadata.name)
-    for offloading in served[0]:
+    for offloading in offloaded:
         home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
     if not wait:
         return
     wait_until(lambda: offloadings() == [], 60, "all unoffloaded")
-    wait_until(lambda: not _listed_or_none(home, NamespaceOffloadingSelectorResource), 60, "the selectors deleted")
-
-
-def _listed_or_none(home: Client, kind: Any) -> list[Any]:
-    """Every object of a cluster-scoped kind; none before its CRD is installed (or after a destroy)."""
-    return list_if_served(home, kind) or []
+    wait_until(lambda: listed(NamespaceOffloadingSelectorResource) == [], 60, "the selectors deleted")
 
 
 @pytest.fixture(scope="session")
