@@ -93,16 +93,22 @@ class WorkQueue:
         self._report_depth()
 
     def add_after(self, key: str, delay: float) -> None:
-        if key in self._delayed:
-            return
+        """`key` added in `delay` seconds, or sooner if it already waits for an earlier time: a retry in 30 s
+        must not hold back a look in 1 s asked for since (a refused twin's offloading being deleted)."""
         loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        planned = self._delayed.get(key)
+        if planned is not None:
+            if planned.when() <= when:
+                return
+            planned.cancel()
         self._idle.clear()
 
         def fire() -> None:
             self._delayed.pop(key, None)
             self.add(key)
 
-        self._delayed[key] = loop.call_later(delay, fire)
+        self._delayed[key] = loop.call_at(when, fire)
 
     def backoff(self, key: str) -> float:
         failures = self._failures.get(key, 0)

@@ -255,3 +255,26 @@ def test_keys_added_first_go_two_for_one_and_never_starve_the_others() -> None:
     adds = [(f"status-{i}", False) for i in range(3)] + [(f"new-{i}", True) for i in range(5)]
     order = ["new-0", "new-1", "status-0", "new-2", "new-3", "status-1", "new-4", "status-2"]
     assert reconcile_order(adds) == order
+
+
+def test_a_key_waiting_to_be_retried_later_is_reconciled_at_the_earliest_time_asked() -> None:
+    """A refused twin's offloading, retried in 30 s, then deleted: the controller asks to look again in a
+    moment, and must not wait out the 30 s (unoffloading such a namespace took 30 s instead of 6)."""
+
+    async def scenario() -> Counter[str]:
+        seen: Counter[str] = Counter()
+
+        async def reconcile(key: str) -> None:
+            seen[key] += 1
+
+        queue = WorkQueue(reconcile, workers=1)
+        queue.start()
+        queue.add_after("refused", 30)
+        queue.add_after("refused", 0.2)  # sooner: it wins
+        queue.add_after("polled", 0.2)
+        queue.add_after("polled", 30)  # later: the earlier look stays, and no second one is left waiting
+        await queue.wait_idle(timeout=10)  # idle: nothing scheduled for 30 s from now
+        await queue.shutdown()
+        return seen
+
+    assert asyncio.run(scenario()) == Counter({"refused": 1, "polled": 1})
