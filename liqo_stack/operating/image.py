@@ -125,22 +125,31 @@ def _base_key() -> str:
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
-def base_rootfs(cache: Path, mirror: str, progress: Progress) -> tuple[Path, bool]:
-    """The cached Debian root (layer 1) and whether it was already there. Two builds at once (two
-    checkouts, a test beside a user) share it: the second waits for the first's."""
-    folder = cache / f"base-{SUITE}-{_base_key()}"
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / f"{folder.name}.lock").open("w") as lock:
+def _made_once(folder: Path, make: Callable[[Path], None]) -> bool:
+    """`folder` made by `make` unless a build already completed it; whether it had. Two builds at once (two
+    checkouts, a test beside a user) share it: the second waits for the first's. One cut off midway is
+    made again."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with (folder.parent / f"{folder.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (folder / "complete").is_file():
-            return folder / "rootfs", True
-        return _debootstrap(folder, mirror, progress), False
+            return True
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        started = time.monotonic()
+        make(folder)
+        (folder / "complete").write_text(f"{time.monotonic() - started:.0f}s\n")
+        return False
 
 
-def _debootstrap(folder: Path, mirror: str, progress: Progress) -> Path:
+def base_rootfs(cache: Path, mirror: str, progress: Progress) -> tuple[Path, bool]:
+    """The cached Debian root (layer 1) and whether it was already there."""
+    folder = cache / f"base-{SUITE}-{_base_key()}"
+    return folder / "rootfs", _made_once(folder, lambda made: _debootstrap(made, mirror, progress))
+
+
+def _debootstrap(folder: Path, mirror: str, progress: Progress) -> None:
     rootfs = folder / "rootfs"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
     progress(f"base: debootstrap --variant=minbase {SUITE} with {', '.join(BASE_PACKAGES)} from {mirror} ...")
     started = time.monotonic()
     _run(
@@ -163,9 +172,7 @@ def _debootstrap(folder: Path, mirror: str, progress: Progress) -> Path:
     python = rootfs / "usr/bin/python"
     if not python.exists():
         python.symlink_to("python3")  # the entrypoint is `python -m runtime`
-    (folder / "complete").write_text(f"{time.monotonic() - started:.0f}s\n")
     progress(f"base: done in {time.monotonic() - started:.0f}s, cached in {folder}")
-    return rootfs
 
 
 def wheel_platforms(machine: str) -> list[str]:
@@ -186,17 +193,13 @@ def runtime_dependencies(cache: Path, requirements: list[str], progress: Progres
     ]
     key = hashlib.sha256(json.dumps([requirements, binary]).encode()).hexdigest()[:12]
     folder = cache / f"deps-{key}"
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / f"{folder.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (folder / "complete").is_file():
-            return folder / "lib", True
-        shutil.rmtree(folder, ignore_errors=True)  # an install cut off midway
+
+    def install(made: Path) -> None:
         progress(f"runtime: installing {', '.join(requirements)} (binary wheels for Python {PYTHON}) ...")
-        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(folder / "lib"), *binary]
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(made / "lib"), *binary]
         _run([*pip, *requirements], "pip install of the runtime's dependencies")
-        (folder / "complete").touch()
-        return folder / "lib", False
+
+    return folder / "lib", _made_once(folder, install)
 
 
 def install_runtime(project_dir: Path, rootfs: Path, work: Path, cache: Path, progress: Progress) -> tuple[Path, bool]:
