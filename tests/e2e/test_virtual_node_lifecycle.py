@@ -34,6 +34,7 @@ from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
+from runtime.api.nodeaccess import NOT_READY_TAINT, UNREACHABLE_TAINT
 from runtime.api.plan import shared_resources
 from runtime.api.resources import ResourceAdvertisementResource, VirtualNodeResource
 from runtime.virtualkubelet.pods import BACKOFF_REASON
@@ -281,7 +282,7 @@ def test_remote_pods_consume_and_the_node_shrinks(offloaded: str, home: Client, 
 
 # -- an unreachable foreign cluster -------------------------------------------------------------
 # what the node lifecycle controller puts on a NotReady node, and lifts once it is Ready again
-NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+NOT_READY_TAINTS = (NOT_READY_TAINT, UNREACHABLE_TAINT)
 
 
 def tolerating(name: str, namespace: str, replicas: int, seconds: int) -> Deployment:
