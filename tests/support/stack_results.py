@@ -54,12 +54,12 @@ class DeferredOutputs(dict[str, auto.OutputValue]):
 
     def __init__(self, deferred: _Deferred) -> None:
         super().__init__()
-        self._deferred = deferred
+        self._unread: _Deferred | None = deferred
 
     def _filled(self) -> DeferredOutputs:
-        if self._deferred is not None:
-            deferred, self._deferred = self._deferred, None  # type: ignore[assignment]
-            self.update(deferred.value())
+        if self._unread is not None:
+            self.update(self._unread.value())
+            self._unread = None
         return self
 
     def __getitem__(self, key: str) -> auto.OutputValue:
