@@ -8,17 +8,15 @@ virtual nodes) are never touched by it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime
-import fcntl
 import ipaddress
 import math
 import os
 import shlex
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import threading
 import time
@@ -33,7 +31,7 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from liqo_stack.dev import paths
+from liqo_stack.dev import paths, ports
 from liqo_stack.dev.links import LinkNetwork, upstream_of
 from liqo_stack.dev.metricsserver import MetricsServer
 from liqo_stack.dev.progress import Heartbeat
@@ -53,12 +51,21 @@ KWOK_RESOURCE_METRICS_PATH = "/metrics/nodes/{nodeName}/metrics/resource"
 USAGE_CPU_ANNOTATION = "kwok.x-k8s.io/usage-cpu"
 USAGE_MEMORY_ANNOTATION = "kwok.x-k8s.io/usage-memory"
 KWOK_USAGE_KINDS = {"ClusterResourceUsage": "clusterresourceusages", "Metric": "metrics"}  # kind -> plural
+# every port kwokctl's binary runtime would otherwise pick itself (its Options)
+KWOKCTL_PORT_OPTIONS = (
+    "etcdPort", "etcdPeerPort", "kubeApiserverPort", "kubeControllerManagerPort", "kubeSchedulerPort",
+    "kwokControllerPort",
+)  # fmt: skip
 
 Progress = Callable[[str], None]
 
 
 def kwokctl_config(
-    pod_cidr: str, service_cidr: str, pki_dir: Path | None = None, pod_logs: Path | None = None
+    pod_cidr: str,
+    service_cidr: str,
+    pki_dir: Path | None = None,
+    pod_logs: Path | None = None,
+    component_ports: Mapping[str, int] | None = None,
 ) -> list[dict[str, object]]:
     """kwokctl's binary runtime binds every component to 0.0.0.0 and lets kwok manage *all* Nodes;
     we serve on loopback only, and kwok must leave the virtual nodes to our runtime. Each cluster
@@ -70,7 +77,9 @@ def kwokctl_config(
     it against the cluster's client CA), and verifies theirs: the controller-manager signs
     kubelet-serving certificates with the cluster CA. With `pod_logs` (a folder) kwok serves the kubelet
     debugging API of its fake pods: logs replayed (and followed) from files there, exec running a
-    real local shell, attach, and port-forward to a `cat` (an echo)."""
+    real local shell, attach, and port-forward to a `cat` (an echo). `component_ports` (the options named
+    in KWOKCTL_PORT_OPTIONS) are the ports its components listen on, handed out by liqo_stack.dev.ports
+    rather than picked by kwokctl."""
     extra_args = component_args()
     extra_args["kube-apiserver"] = [{"key": "service-cluster-ip-range", "value": service_cidr}]
     if pki_dir is not None:
@@ -94,7 +103,7 @@ def kwokctl_config(
         {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
-            "options": {"bindAddress": "127.0.0.1", "enableCRDs": list(KWOK_USAGE_KINDS)},
+            "options": {"bindAddress": "127.0.0.1", "enableCRDs": list(KWOK_USAGE_KINDS), **(component_ports or {})},
             "componentsPatches": [{"name": name, "extraArgs": args} for name, args in extra_args.items()],
         }
     ]
@@ -382,7 +391,7 @@ class DevEnvironment:
         if foreign_ids is None:
             foreign_ids = [c for c in self.existing_clusters() if c.startswith("foreign-")]
         upstreams = {cluster_id: self.api_server_address(cluster_id) for cluster_id in foreign_ids}
-        with _ports_locked():  # the proxies' ports, picked free, are bound before a cluster can pick them
+        with ports.locked():  # the proxies' ports, picked free, are bound before a cluster can pick them
             return self.links.up(upstreams, profile)
 
     def client(self, cluster_id: str, **kwargs: object) -> Client:
@@ -480,6 +489,7 @@ class DevEnvironment:
             layout.service_cidr(cluster_id),
             pki_dir=self.pki_dir(cluster_id),
             pod_logs=self.pod_logs(cluster_id),
+            component_ports=dict(zip(KWOKCTL_PORT_OPTIONS, ports.hand_out(len(KWOKCTL_PORT_OPTIONS)), strict=True)),
         )
         config.write_text(yaml.safe_dump_all(docs))
         return config
@@ -572,41 +582,50 @@ class DevEnvironment:
 
     # -- public verbs ----------------------------------------------------------------------
     def up(self, layout: ClusterLayout, progress: Progress = print) -> list[str]:
-        """Start whatever of the layout is not running; return the cluster ids."""
+        """Start whatever of the layout is not running, the clusters side by side; return the cluster ids."""
         self.check_binaries()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         existing = set(self.existing_clusters())
         ids = layout.cluster_ids()
-        for cluster_id in ids:
-            started = time.monotonic()
-            if cluster_id in existing and self._is_ready(cluster_id):
-                progress(f"{cluster_id}: already running")
-            else:
-                if cluster_id in existing:
-                    progress(f"{cluster_id}: stopped, starting ...")
-                    with Heartbeat(progress, f"{cluster_id}: starting the control plane"), _ports_locked():
-                        self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
-                else:
-                    progress(
-                        f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ..."
-                    )
-                    with Heartbeat(progress, f"{cluster_id}: creating the control plane"), _ports_locked():
-                        self._create_cluster(cluster_id, layout)
-                progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
-            self._write_kubeconfig(cluster_id)
-            self._register_nodes(cluster_id, layout)
-            with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
-                self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
-            self._apply_kwok_usage(cluster_id)
-            port = self.metrics_server(cluster_id).ensure(self.client(cluster_id))
-            progress(f"{cluster_id}: metrics-server (kubectl top) on 127.0.0.1:{port}")
-            shape = layout.node
-            progress(
-                f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "
-                f"pods {layout.pod_cidr(cluster_id)}, services {layout.service_cidr(cluster_id)}"
-            )
+        progress = _one_line_at_a_time(progress)
+        # Each cluster's start mostly waits (its API server's start, its nodes): three take about as long
+        # as one. Each has its own ports (liqo_stack.dev.ports), kubeconfig and kwokctl workdir.
+        with concurrent.futures.ThreadPoolExecutor(len(ids), thread_name_prefix="cluster-up") as pool:
+            starts = [
+                pool.submit(self._cluster_up, cluster_id, layout, cluster_id in existing, progress)
+                for cluster_id in ids
+            ]
+            for start in starts:
+                start.result()  # the first failure, once every start has ended
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
         return ids
+
+    def _cluster_up(self, cluster_id: str, layout: ClusterLayout, exists: bool, progress: Progress) -> None:
+        started = time.monotonic()
+        if exists and self._is_ready(cluster_id):
+            progress(f"{cluster_id}: already running")
+        else:
+            if exists:
+                progress(f"{cluster_id}: stopped, starting ...")
+                with Heartbeat(progress, f"{cluster_id}: starting the control plane"):
+                    self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
+            else:
+                progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
+                with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
+                    self._create_cluster(cluster_id, layout)
+            progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
+        self._write_kubeconfig(cluster_id)
+        self._register_nodes(cluster_id, layout)
+        with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
+            self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
+        self._apply_kwok_usage(cluster_id)
+        port = self.metrics_server(cluster_id).ensure(self.client(cluster_id))
+        progress(f"{cluster_id}: metrics-server (kubectl top) on 127.0.0.1:{port}")
+        shape = layout.node
+        progress(
+            f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "
+            f"pods {layout.pod_cidr(cluster_id)}, services {layout.service_cidr(cluster_id)}"
+        )
 
     def delete(self, cluster_id: str, progress: Progress = print) -> None:
         """Delete one dev cluster (a second home a test added); the others run on."""
@@ -679,14 +698,14 @@ class DevEnvironment:
         deadline = time.monotonic() + timeout
         while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        holds = {component: _PortHold(_secure_port(command)) for component, command in commands.items()}
+        holds = {component: ports.PortHold(ports.secure_port(command)) for component, command in commands.items()}
         try:
             yield
         finally:
             # The machine's port lock from releasing the ports until the API server serves: a cluster
             # created meanwhile (kwokctl picks ports free at that moment) could otherwise take a port
             # between its release and the relaunched component binding it, seen on a loaded machine.
-            with _ports_locked():
+            with ports.locked():
                 relaunched = {}
                 for component, command in commands.items():
                     holds[component].release()
@@ -730,67 +749,15 @@ class DevEnvironment:
         return lines
 
 
-@contextlib.contextmanager
-def _ports_locked() -> Iterator[None]:
-    """kwokctl picks ports that are free when it writes a cluster's config and binds them only when
-    the components start: two clusters created at once on one machine (a demo beside a test session)
-    can pick the same port. Holding one lock from picking to listening serialises that window."""
-    lock = paths.port_lock()
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _one_line_at_a_time(progress: Progress) -> Progress:
+    """`progress` called by several threads: no two lines interleave (print writes a line in two parts)."""
+    lock = threading.Lock()
 
+    def report(line: str) -> None:
+        with lock:
+            progress(line)
 
-def _secure_port(command: list[str]) -> int | None:
-    for i, arg in enumerate(command):
-        if arg.startswith("--secure-port="):
-            return int(arg.split("=", 1)[1])
-        if arg == "--secure-port" and i + 1 < len(command):
-            return int(command[i + 1])
-    return None
-
-
-class _PortHold:
-    """Keeps a stopped component's port from being taken meanwhile: kwokctl picks ports that are
-    free at the time, so a cluster created during the outage (another test session on the same
-    machine) could take it and the component could not come back. Connections are reset at once,
-    as a port nobody listens on refuses them."""
-
-    def __init__(self, port: int | None) -> None:
-        self._sock: socket.socket | None = None
-        if port is None:
-            return
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the killed server's TIME_WAITs
-        try:
-            sock.bind(("127.0.0.1", port))
-            sock.listen(16)
-        except OSError:
-            sock.close()  # taken already: nothing to keep
-            return
-        self._sock = sock
-        threading.Thread(target=self._refuse, args=(sock,), name=f"hold-{port}", daemon=True).start()
-
-    @staticmethod
-    def _refuse(sock: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return  # released
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no TIME_WAIT
-            conn.close()
-
-    def release(self) -> None:
-        if self._sock is not None:
-            with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
-            self._sock.close()
-            self._sock = None
+    return report
 
 
 def _last_line(log: Path) -> str:

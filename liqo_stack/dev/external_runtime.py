@@ -35,7 +35,7 @@ import httpx2
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.apps_v1 import Deployment
 
-from liqo_stack.dev import paths
+from liqo_stack.dev import paths, ports
 from runtime.api import names
 
 SHARED_KUBELET = "virtual-kubelet"  # the component of the one process serving every foreign cluster
@@ -50,24 +50,13 @@ class RuntimeDied(RuntimeError):
     """A component's process ended while it should run; the message names it, its log and its last lines."""
 
 
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """Something listens on `port` (a bind with SO_REUSEADDR fails only then, as the servers use it)."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 def free_ports_from(start: int, count: int, taken: set[int]) -> list[int]:
     """`count` ports from `start` up that nothing listens on and are not in `taken`: runtimes started
     side by side on one machine (the dev env, a bench, the tests) never collide on the kubelet port."""
     found: list[int] = []
     port = start
     while len(found) < count:
-        if port not in taken and not port_in_use(port):
+        if port not in taken and ports.is_free(port):
             found.append(port)
         port += 1
     return found

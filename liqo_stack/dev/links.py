@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -33,6 +32,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from liqo_stack.dev import ports
 
 SERVER_BINARY = "toxiproxy-server"
 HOST = "127.0.0.1"  # the API and every proxy: nothing of the dev env listens beyond loopback
@@ -240,22 +241,6 @@ class ToxiproxyClient:
 # -- the server process ---------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind it
-        try:
-            probe.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
 class ToxiproxyServer:
     """One `toxiproxy-server` process on 127.0.0.1, its pid and log in `folder`."""
 
@@ -310,7 +295,7 @@ class ToxiproxyServer:
                 "scripts/test.sh builds the optional pins)"
             )
         self.folder.mkdir(parents=True, exist_ok=True)
-        port = port if port and port_is_free(port) else free_port()
+        port = port if port and ports.is_free(port, HOST) else ports.any_free(HOST)
         with self.log.open("ab") as log:
             process = subprocess.Popen(
                 [str(self.binary), "-host", HOST, "-port", str(port)],
@@ -429,7 +414,7 @@ class LinkNetwork:
         wanted = {**{c: proxy["upstream"] for c, proxy in state["proxies"].items()}, **upstreams}
         for cluster_id, upstream in wanted.items():
             recorded = state["proxies"].get(cluster_id)
-            listen = recorded["listen"] if recorded else f"{HOST}:{free_port()}"
+            listen = recorded["listen"] if recorded else f"{HOST}:{ports.any_free(HOST)}"
             if cluster_id not in existing:
                 client.create_proxy(cluster_id, listen, upstream)
             elif existing[cluster_id]["upstream"] != upstream or existing[cluster_id]["listen"] != listen:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -30,6 +29,8 @@ from typing import Any, cast
 from lightkube import Client
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Service
+
+from liqo_stack.dev import ports
 
 NAME = "metrics-server"
 NAMESPACE = "kube-system"
@@ -115,7 +116,7 @@ class MetricsServer:
         """Running and registered (again, after a restart of the cluster): return its port."""
         port = self._port_if_running()
         if port is None:
-            port = _free_port()
+            port = ports.any_free()
             self.log.parent.mkdir(parents=True, exist_ok=True)
             self.pid_file.parent.mkdir(parents=True, exist_ok=True)
             with self.log.open("ab") as log:
@@ -159,9 +160,3 @@ class MetricsServer:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         self.pid_file.unlink(missing_ok=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

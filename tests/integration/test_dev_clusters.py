@@ -5,11 +5,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import subprocess
 import time
 from typing import Any, cast
 
 import pytest
+import yaml
 from lightkube import Client
 from lightkube.models.core_v1 import NodeCondition
 from lightkube.models.meta_v1 import ObjectMeta
@@ -17,7 +19,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.types import PatchType
 
-from liqo_stack.dev.clusters import KWOK_NODE_ANNOTATION, ClusterLayout, DevEnvironment, env_name
+from liqo_stack.dev.clusters import KWOK_NODE_ANNOTATION, KWOKCTL_PORT_OPTIONS, ClusterLayout, DevEnvironment, env_name
 from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
 from tests.support.kube import node_ready, wait_until
 
@@ -44,6 +46,24 @@ def test_each_control_plane_runs_single_instance_components(dev_env: DevEnvironm
     assert "--unsafe-no-fsync=true" in args["etcd"]
     leases = {lease.metadata.name for lease in home.list(Lease, namespace="kube-system") if lease.metadata}
     assert not leases & {"kube-scheduler", "kube-controller-manager"}
+
+
+def test_each_clusters_components_listen_on_ports_handed_out_to_it_alone(
+    dev_env: DevEnvironment, foreign_ids: list[str]
+) -> None:
+    """The clusters start side by side: each component listens where liqo_stack.dev.ports said, not
+    on a port kwokctl picked (two kwokctls started at once pick the same ones)."""
+    handed_out: dict[str, set[int]] = {}
+    for cluster_id in ["home", *foreign_ids]:
+        config = yaml.safe_load_all((dev_env.state_dir / f"kwokctl-{cluster_id}.yaml").read_text())
+        options = next(doc["options"] for doc in config if doc.get("kind") == "KwokctlConfiguration")
+        handed_out[cluster_id] = {options[name] for name in KWOKCTL_PORT_OPTIONS}
+        assert len(handed_out[cluster_id]) == len(KWOKCTL_PORT_OPTIONS), cluster_id
+        recorded = (dev_env.kwok_workdir / "clusters" / cluster_id / "kwok.yaml").read_text()
+        listening = {int(port) for port in re.findall(r"(?:127\.0\.0\.1:|--secure-port=)(\d+)", recorded)}
+        assert listening == handed_out[cluster_id], cluster_id
+        assert dev_env.api_server_address(cluster_id) == f"127.0.0.1:{options['kubeApiserverPort']}"
+    assert sum(len(p) for p in handed_out.values()) == len(set().union(*handed_out.values())), "no port shared"
 
 
 def test_deployment_in_each_foreign_cluster_runs_on_kwok_nodes(foreign: dict[str, Client], unique_name: str) -> None:
@@ -193,8 +213,8 @@ def test_up_again_keeps_the_running_control_planes(dev_env: DevEnvironment, sess
     messages: list[str] = []
     dev_env.up(session_layout, progress=messages.append)
     assert sorted(dev_env.processes()) == before
-    running = [m for m in messages if "already running" in m]
-    assert running == [f"{c}: already running" for c in session_layout.cluster_ids()]
+    running = [m for m in messages if "already running" in m]  # in any order: the clusters are looked at side by side
+    assert sorted(running) == sorted(f"{c}: already running" for c in session_layout.cluster_ids())
 
 
 def test_a_control_plane_stopped_twice_serves_again_each_time(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import urllib.request
 from collections.abc import Callable
@@ -14,16 +13,13 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ServiceAccount
 
+from liqo_stack.dev.ports import any_free
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from liqo_stack.kube import get_or_none as get_or_none  # re-exported: the tests import it from here
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+free_port = any_free  # a port nothing listens on, for a server the test starts
 
 
 def _unanswered(error: Exception) -> bool:

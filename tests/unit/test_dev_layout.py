@@ -9,6 +9,7 @@ import pytest
 from liqo_stack.dev.clusters import (
     KWOK_NODE_ANNOTATION,
     KWOK_POD_STATUS_PARALLELISM,
+    KWOKCTL_PORT_OPTIONS,
     ClusterLayout,
     DevEnvironment,
     DevEnvironmentError,
@@ -99,6 +100,10 @@ def test_kwokctl_config_sets_the_cluster_ranges_and_keeps_kwok_off_virtual_nodes
     assert patches["kwok-controller"]["manage-all-nodes"] == "false"
     # kwok's usage kinds as objects (kwokctl drops them from --config without its own metrics-server)
     assert config["options"] == {"bindAddress": "127.0.0.1", "enableCRDs": ["ClusterResourceUsage", "Metric"]}
+    # the components' ports, when handed out, are kwokctl's options: it picks none itself
+    handed = dict(zip(KWOKCTL_PORT_OPTIONS, range(32000, 32006), strict=True))
+    (with_ports, _) = kwokctl_config("10.101.0.0/16", "10.201.0.0/16", component_ports=handed)
+    assert with_ports["options"] == {**config["options"], **handed}
     # kwok's own options: more pod status patches in flight, and its defaults kept (it defaults none
     # once given a KwokConfiguration): the debugging handlers serve `kubectl logs` and `exec`
     assert kwok["kind"] == "KwokConfiguration"

@@ -1,0 +1,136 @@
+"""Ports of the dev clusters' components on one machine, where several environments may start at once
+(a demo beside a test session, three test workers).
+
+kwokctl picks a port by scanning down from 32767 for one free at that moment, and its components bind
+it seconds later: two clusters created at once pick the same ports. So the ports are handed out here,
+under one lock per machine and remembered for a while, and kwokctl is given them: cluster creations
+then run side by side, and the lock is held for milliseconds instead of a whole creation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+from liqo_stack.dev import paths
+
+# Below Linux's ephemeral range (32768-60999 by default), as kwokctl's own choice: a listener's port
+# there could be taken meanwhile as the source port of an outgoing connection.
+LOOPBACK = "127.0.0.1"
+HIGHEST_PORT = 32767
+LOWEST_PORT = 10000
+# A port handed out is bound within seconds; one not bound by then was abandoned (a creation that
+# failed) and may be handed out again.
+HANDED_OUT_FOR_SECONDS = 600.0
+
+
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """The machine's port lock: held from picking a port until it is taken (handing ports out, binding a
+    proxy's, relaunching a component on its old one)."""
+    lock = paths.port_lock()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def hand_out(count: int) -> list[int]:
+    """`count` ports free now and handed out to no one else in the last ten minutes on this machine."""
+    record = paths.port_lock().with_name("ports-handed-out.json")
+    with locked():
+        now = time.time()
+        try:
+            handed: dict[str, float] = json.loads(record.read_text())
+        except (OSError, ValueError):
+            handed = {}
+        recent = {int(port) for port, at in handed.items() if now - at < HANDED_OUT_FOR_SECONDS}
+        chosen: list[int] = []
+        for port in range(HIGHEST_PORT, LOWEST_PORT, -1):
+            if port not in recent and is_free(port):
+                chosen.append(port)
+                if len(chosen) == count:
+                    break
+        else:
+            raise OSError(f"fewer than {count} free ports between {LOWEST_PORT} and {HIGHEST_PORT}")
+        kept = {str(port): handed[str(port)] for port in recent}
+        kept.update({str(port): now for port in chosen})
+        record.write_text(json.dumps(kept))
+        return chosen
+
+
+def is_free(port: int, host: str = LOOPBACK) -> bool:
+    """Nothing listens on `port`: a bind with SO_REUSEADDR, as the servers bind (Go's listeners set it),
+    fails only then, not for a closed connection's TIME_WAIT."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def any_free(host: str = LOOPBACK) -> int:
+    """A port the kernel finds free now (its ephemeral range), for a listener bound right after."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def secure_port(command: list[str]) -> int | None:
+    """The `--secure-port` of a component's command line."""
+    for i, arg in enumerate(command):
+        if arg.startswith("--secure-port="):
+            return int(arg.split("=", 1)[1])
+        if arg == "--secure-port" and i + 1 < len(command):
+            return int(command[i + 1])
+    return None
+
+
+class PortHold:
+    """Keeps a stopped component's port from being taken meanwhile: a cluster created during the outage
+    (another test session on the same machine, an older kwokctl picking ports itself) could take it and
+    the component could not come back. Connections are reset at once, as a port nobody listens on
+    refuses them."""
+
+    def __init__(self, port: int | None) -> None:
+        self._sock: socket.socket | None = None
+        if port is None:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the killed server's TIME_WAITs
+        try:
+            sock.bind((LOOPBACK, port))
+            sock.listen(16)
+        except OSError:
+            sock.close()  # taken already: nothing to keep
+            return
+        self._sock = sock
+        threading.Thread(target=self._refuse, args=(sock,), name=f"hold-{port}", daemon=True).start()
+
+    @staticmethod
+    def _refuse(sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return  # released
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no TIME_WAIT
+            conn.close()
+
+    def release(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.close()
+            self._sock = None

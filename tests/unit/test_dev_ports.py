@@ -1,0 +1,62 @@
+"""Ports handed out to the dev clusters' components: free, never twice within ten minutes, so that
+clusters created at once on one machine never pick the same one (liqo_stack/dev/ports.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from liqo_stack.dev import paths, ports
+
+
+@pytest.fixture
+def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A cache of its own: the machine's record of handed-out ports is left alone."""
+    monkeypatch.setenv("LIQO_STACK_CACHE", str(tmp_path))
+    yield paths.port_lock().with_name("ports-handed-out.json")
+
+
+def _handed_out_at(record: Path, handed: dict[int, float]) -> None:
+    record.write_text(json.dumps({str(port): at for port, at in handed.items()}))
+
+
+def test_two_clusters_asking_one_after_the_other_get_disjoint_free_ports(record: Path) -> None:
+    first, second = ports.hand_out(6), ports.hand_out(6)
+    assert len(set(first)) == 6 and len(set(second)) == 6
+    assert not set(first) & set(second)
+    assert all(ports.LOWEST_PORT <= port <= ports.HIGHEST_PORT for port in first + second)
+    assert set(json.loads(record.read_text())) == {str(port) for port in first + second}
+
+
+def test_a_port_something_listens_on_is_skipped(record: Path) -> None:
+    with socket.socket() as listener:
+        listening = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_free(p))
+        listener.bind((ports.LOOPBACK, listening))
+        listener.listen()
+        # every port above it handed out just now: the next candidate is the one in use
+        _handed_out_at(record, {port: time.time() for port in range(listening + 1, ports.HIGHEST_PORT + 1)})
+        (chosen,) = ports.hand_out(1)
+    assert chosen < listening
+
+
+def test_a_port_handed_out_more_than_ten_minutes_ago_is_handed_out_again(record: Path) -> None:
+    abandoned = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_free(p))
+    now = time.time()
+    handed = {port: now for port in range(abandoned + 1, ports.HIGHEST_PORT + 1)}
+    handed[abandoned] = now - ports.HANDED_OUT_FOR_SECONDS - 1  # a creation that failed long ago
+    _handed_out_at(record, handed)
+    assert ports.hand_out(1) == [abandoned]
+    kept = json.loads(record.read_text())
+    assert kept[str(abandoned)] >= now  # handed out again: remembered from now
+    assert len(kept) == len(handed)
+
+
+def test_an_unreadable_record_is_started_afresh(record: Path) -> None:
+    record.write_text("{not json")
+    chosen = ports.hand_out(2)
+    assert set(json.loads(record.read_text())) == {str(port) for port in chosen}
