@@ -582,50 +582,54 @@ class DevEnvironment:
 
     # -- public verbs ----------------------------------------------------------------------
     def up(self, layout: ClusterLayout, progress: Progress = print) -> list[str]:
-        """Start whatever of the layout is not running, the clusters side by side; return the cluster ids."""
+        """Start whatever of the layout is not running, the control planes side by side; return the cluster ids."""
         self.check_binaries()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         existing = set(self.existing_clusters())
         ids = layout.cluster_ids()
         progress = _one_line_at_a_time(progress)
-        # Each cluster's start mostly waits (its API server's start, its nodes): three take about as long
-        # as one. Each has its own ports (liqo_stack.dev.ports), kubeconfig and kwokctl workdir.
-        with concurrent.futures.ThreadPoolExecutor(len(ids), thread_name_prefix="cluster-up") as pool:
+        # A control plane's start mostly waits (its API server's start): three take about as long as one.
+        # Each has its own ports (liqo_stack.dev.ports) and kwokctl workdir. Only kwokctl runs in the
+        # threads: msgspec, under lightkube, crashed the process when two threads decoded a kind at once.
+        running = [cluster_id for cluster_id in ids if cluster_id in existing and self._is_ready(cluster_id)]
+        for cluster_id in running:
+            progress(f"{cluster_id}: already running")
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(ids)), thread_name_prefix="control-plane") as pool:
             starts = [
-                pool.submit(self._cluster_up, cluster_id, layout, cluster_id in existing, progress)
+                pool.submit(self._control_plane_up, cluster_id, layout, cluster_id in existing, progress)
                 for cluster_id in ids
+                if cluster_id not in running
             ]
             for start in starts:
                 start.result()  # the first failure, once every start has ended
+        for cluster_id in ids:
+            self._write_kubeconfig(cluster_id)
+            self._register_nodes(cluster_id, layout)
+            with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
+                self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
+            self._apply_kwok_usage(cluster_id)
+            port = self.metrics_server(cluster_id).ensure(self.client(cluster_id))
+            progress(f"{cluster_id}: metrics-server (kubectl top) on 127.0.0.1:{port}")
+            shape = layout.node
+            progress(
+                f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "
+                f"pods {layout.pod_cidr(cluster_id)}, services {layout.service_cidr(cluster_id)}"
+            )
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
         return ids
 
-    def _cluster_up(self, cluster_id: str, layout: ClusterLayout, exists: bool, progress: Progress) -> None:
+    def _control_plane_up(self, cluster_id: str, layout: ClusterLayout, exists: bool, progress: Progress) -> None:
+        """Create the cluster, or start it again if stopped (kwokctl only: see `up`)."""
         started = time.monotonic()
-        if exists and self._is_ready(cluster_id):
-            progress(f"{cluster_id}: already running")
+        if exists:
+            progress(f"{cluster_id}: stopped, starting ...")
+            with Heartbeat(progress, f"{cluster_id}: starting the control plane"):
+                self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
         else:
-            if exists:
-                progress(f"{cluster_id}: stopped, starting ...")
-                with Heartbeat(progress, f"{cluster_id}: starting the control plane"):
-                    self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
-            else:
-                progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
-                with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
-                    self._create_cluster(cluster_id, layout)
-            progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
-        self._write_kubeconfig(cluster_id)
-        self._register_nodes(cluster_id, layout)
-        with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
-            self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
-        self._apply_kwok_usage(cluster_id)
-        port = self.metrics_server(cluster_id).ensure(self.client(cluster_id))
-        progress(f"{cluster_id}: metrics-server (kubectl top) on 127.0.0.1:{port}")
-        shape = layout.node
-        progress(
-            f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "
-            f"pods {layout.pod_cidr(cluster_id)}, services {layout.service_cidr(cluster_id)}"
-        )
+            progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
+            with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
+                self._create_cluster(cluster_id, layout)
+        progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
 
     def delete(self, cluster_id: str, progress: Progress = print) -> None:
         """Delete one dev cluster (a second home a test added); the others run on."""
