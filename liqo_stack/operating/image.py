@@ -18,11 +18,13 @@ Needs root (debootstrap, chroot) and the Debian packages debootstrap, umoci and 
 
 from __future__ import annotations
 
+import compileall
 import fcntl
 import hashlib
 import json
 import os
 import platform
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -191,15 +193,33 @@ def runtime_dependencies(cache: Path, requirements: list[str], progress: Progres
         *(arg for tag in wheel_platforms(platform.machine()) for arg in ("--platform", tag)),
         *("--no-compile", "--disable-pip-version-check"),
     ]
-    key = hashlib.sha256(json.dumps([requirements, binary]).encode()).hexdigest()[:12]
+    compiled = compiles_for_the_image()
+    key = hashlib.sha256(json.dumps([requirements, binary, compiled]).encode()).hexdigest()[:12]
     folder = cache / f"deps-{key}"
 
     def install(made: Path) -> None:
         progress(f"runtime: installing {', '.join(requirements)} (binary wheels for Python {PYTHON}) ...")
         pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(made / "lib"), *binary]
         _run([*pip, *requirements], "pip install of the runtime's dependencies")
+        if compiled:  # once with them, not at every build (10-20 s of each, most of its compileall)
+            progress("runtime: compiling the dependencies to bytecode ...")
+            _compile(made / "lib", f"{INSTALL_DIR}/lib")
 
     return folder / "lib", _made_once(folder, install)
+
+
+def compiles_for_the_image() -> bool:
+    """This Python writes the bytecode the image's reads: one magic number per minor version, and hash-based
+    .pyc files name no timestamp, so the dependencies are compiled here, once, as they are cached."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}" == PYTHON
+
+
+def _compile(folder: Path, image_path: str) -> None:
+    """Bytecode beside each source under `folder`, as the image's Python would write it at `image_path` (the
+    path its tracebacks name); checked against nothing at import: the root filesystem is read-only."""
+    invalidation = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    if not compileall.compile_dir(str(folder), ddir=image_path, quiet=1, invalidation_mode=invalidation):
+        raise ImageBuildError(f"compileall of {folder} failed: a source above does not compile")
 
 
 def install_runtime(project_dir: Path, rootfs: Path, work: Path, cache: Path, progress: Progress) -> tuple[Path, bool]:
@@ -232,7 +252,8 @@ def install_runtime(project_dir: Path, rootfs: Path, work: Path, cache: Path, pr
     shutil.rmtree(lib / "liqo_stack", ignore_errors=True)
     shutil.rmtree(lib / "bin", ignore_errors=True)
     progress("runtime: compiling to bytecode (the root filesystem is read-only at run time) ...")
-    inside = f"{INSTALL_DIR}/lib"
+    # the dependencies came compiled from the cache where this Python could (runtime_dependencies)
+    inside = f"{INSTALL_DIR}/lib/runtime" if compiles_for_the_image() else f"{INSTALL_DIR}/lib"
     _run(
         ["chroot", str(rootfs), "python3", "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", inside],
         "compileall in the image",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import marshal
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,26 @@ def test_the_dependencies_are_installed_once_per_set_of_pins_and_a_cut_off_insta
     (other.parent / "complete").unlink()  # as if the build had been killed midway
     _, cached = image.runtime_dependencies(tmp_path, ["lightkube==1.0.2"], lambda line: None)
     assert not cached and installs[-1] == ["lightkube==1.0.2"] and len(installs) == 3
+
+
+@pytest.mark.skipif(not image.compiles_for_the_image(), reason=f"this Python is not the image's {image.PYTHON}")
+def test_the_dependencies_are_cached_compiled_as_the_image_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once, with the install: hash-based .pyc files (the root filesystem is read-only, no timestamp to
+    check) naming the sources where the image has them."""
+
+    def pip(command: list[str], what: str, **kwargs: object) -> str:
+        package = Path(command[command.index("--target") + 1], "lightkube")
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("def answer():\n    raise RuntimeError('from the image')\n")
+        return ""
+
+    monkeypatch.setattr(image, "_run", pip)
+    lib, _ = image.runtime_dependencies(tmp_path, ["lightkube==1.0.1"], lambda line: None)
+    (compiled,) = (lib / "lightkube" / "__pycache__").glob("__init__.cpython-*.pyc")
+    data = compiled.read_bytes()
+    assert data[:4] == importlib.util.MAGIC_NUMBER
+    assert int.from_bytes(data[4:8], "little") == 0b01, "hash-based, never checked against its source"
+    code = marshal.loads(data[16:])
+    assert code.co_filename == f"{image.INSTALL_DIR}/lib/lightkube/__init__.py"
