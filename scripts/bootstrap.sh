@@ -32,7 +32,7 @@ fi
 echo "bootstrap: installing Python packages (pinned in pyproject.toml)" >&2
 pip_status=0
 if [ -x "$uv_dir/bin/uv" ]; then
-  # one line per package installed, and uv's summary; errors pass unfiltered on stderr. Compiled as pip
+  # one line per package installed and uv's summary, its errors among them, on stderr. Compiled as pip
   # does: PYTHONDONTWRITEBYTECODE (set on some machines) would otherwise leave every process to
   # compile pulumi, grpc and pydantic again at each import.
   "$uv_dir/bin/uv" pip install --compile-bytecode --python .venv/bin/python -e '.[dev]' 2>&1 \

@@ -623,7 +623,8 @@ class DevEnvironment:
         started = time.monotonic()
         if exists:
             progress(f"{cluster_id}: stopped, starting ...")
-            with Heartbeat(progress, f"{cluster_id}: starting the control plane"):
+            # under the port lock, as before: its ports, handed out long ago, are free until it binds them
+            with Heartbeat(progress, f"{cluster_id}: starting the control plane"), ports.locked():
                 self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
         else:
             progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
