@@ -13,8 +13,6 @@ import contextlib
 import fcntl
 import json
 import socket
-import struct
-import threading
 import time
 from collections.abc import Iterator
 
@@ -69,10 +67,10 @@ def hand_out(count: int) -> list[int]:
 
 
 def is_free(port: int, host: str = LOOPBACK) -> bool:
-    """Nothing listens on `port`: a bind with SO_REUSEADDR, as the servers bind (Go's listeners set it),
-    fails only then, not for a closed connection's TIME_WAIT."""
+    """Nothing holds `port`: a bind without SO_REUSEADDR fails for a listener, for a PortHold (bound,
+    not listening, which a bind with it would pass) and for a closed connection's TIME_WAIT, which
+    only makes this stricter than the servers' own binds."""
     with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
@@ -99,9 +97,12 @@ def secure_port(command: list[str]) -> int | None:
 
 class PortHold:
     """Keeps a stopped component's port from being taken meanwhile: a cluster created during the outage
-    (another test session on the same machine, an older kwokctl picking ports itself) could take it and
-    the component could not come back. Connections are reset at once, as a port nobody listens on
-    refuses them."""
+    (another test session on the same machine) could take it and the component could not come back.
+    The port is bound and not listened on, so connections to it are refused, as by a port nobody
+    listens on, and `is_free` (so `hand_out`) passes it by. A listener that accepted and reset each
+    connection, as before, is not the same to Kubernetes' clients: client-go retries a GET that meets
+    a reset ten times, a second apart, so pulumi-kubernetes took 19 s instead of none to find the cluster
+    unreachable."""
 
     def __init__(self, port: int | None) -> None:
         self._sock: socket.socket | None = None
@@ -111,26 +112,12 @@ class PortHold:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the killed server's TIME_WAITs
         try:
             sock.bind((LOOPBACK, port))
-            sock.listen(16)
         except OSError:
             sock.close()  # taken already: nothing to keep
             return
         self._sock = sock
-        threading.Thread(target=self._refuse, args=(sock,), name=f"hold-{port}", daemon=True).start()
-
-    @staticmethod
-    def _refuse(sock: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return  # released
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, no TIME_WAIT
-            conn.close()
 
     def release(self) -> None:
         if self._sock is not None:
-            with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
             self._sock.close()
             self._sock = None

@@ -6,6 +6,7 @@ every Pulumi run here uses exactly the engine we built; nothing is fetched at ru
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -108,7 +109,7 @@ class PulumiEnvironment:
         return installed
 
     def command(self) -> auto.PulumiCommand:
-        return auto.PulumiCommand(root=str(self.bin_dir.parent), skip_version_check=False)
+        return _pulumi_command(self.bin_dir.parent)
 
     @property
     def scratch_dir(self) -> Path:
@@ -166,6 +167,13 @@ class PulumiEnvironment:
         return auto.create_or_select_stack(
             stack_name=stack, work_dir=str(work_dir), opts=self.workspace_options(work_dir)
         )
+
+
+@functools.cache
+def _pulumi_command(root: Path) -> auto.PulumiCommand:
+    """One per pinned toolchain and process: each checks the CLI's version against the SDK's minimum by
+    running `pulumi version` (0.16 CPU-seconds), which the tests' 40-odd stacks each paid before."""
+    return auto.PulumiCommand(root=str(root), skip_version_check=False)
 
 
 def _settings(path: Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import ipaddress
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 from typing import Any, cast
@@ -19,6 +20,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.types import PatchType
 
+from liqo_stack.dev import ports
 from liqo_stack.dev.clusters import KWOK_NODE_ANNOTATION, KWOKCTL_PORT_OPTIONS, ClusterLayout, DevEnvironment, env_name
 from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
 from tests.support.kube import node_ready, wait_until
@@ -221,8 +223,14 @@ def test_a_control_plane_stopped_twice_serves_again_each_time(
     dev_env: DevEnvironment, foreign: dict[str, Client]
 ) -> None:
     """The second stop kills components this process relaunched (its children): their main thread
-    turns zombie while other threads still hold the ports, which the relaunch must wait out."""
+    turns zombie while other threads still hold the ports, which the relaunch must wait out. While
+    stopped, its port refuses connections, as a port nobody listens on does (a reset after accepting
+    one is retried by Kubernetes' clients for 10 s and more), and is not handed out to a new cluster."""
+    server = yaml.safe_load(dev_env.kubeconfig("foreign-2").read_text())["clusters"][0]["cluster"]["server"]
+    port = int(server.rsplit(":", 1)[1])
     for _ in range(2):
         with dev_env.api_server_stopped("foreign-2"):
-            pass
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((ports.LOOPBACK, port), timeout=5).close()
+            assert not ports.is_free(port)
         assert foreign["foreign-2"].get(Namespace, "default").metadata is not None
