@@ -31,6 +31,7 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from liqo_stack.kube import list_if_served
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource, VirtualNodeResource
+from runtime.kube import unless_gone
 from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready, offload, wait_phase, wait_until
 
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
@@ -264,9 +265,11 @@ def unoffload_all(home: Client, wait: bool = True) -> None:
     offloaded, selectors = served[0]
     # first the selectors, which would offload their namespaces again (their finalizers wait for the offloadings)
     for selector in selectors:
-        home.delete(NamespaceOffloadingSelectorResource, selector.metadata.name)
-    for offloading in offloaded:
-        home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
+        with unless_gone():
+            home.delete(NamespaceOffloadingSelectorResource, selector.metadata.name)
+    for offloading in offloaded:  # one a selector made may be gone with it by now
+        with unless_gone():
+            home.delete(NamespaceOffloadingResource, offloading.metadata.name, namespace=offloading.metadata.namespace)
     if not wait:
         return
     wait_until(lambda: offloadings() == [], 60, "all unoffloaded")

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.utils.quantity import parse_quantity
 
 from liqo_stack.dev.clusters import USAGE_CPU_ANNOTATION, USAGE_MEMORY_ANNOTATION, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
@@ -26,6 +29,10 @@ USAGE = {"foreign-1": ("250m", "100Mi"), "foreign-2": ("120m", "64Mi")}
 # two scrapes of kwok by the foreign metrics-server, then two of the virtual kubelet by the home one
 # (10s resolution each), on a loaded machine
 TOP_TIMEOUT = 150
+# What `kubectl top` reads. The waits poll it through the API, and run kubectl once it answers: a
+# kubectl process costs about 0.1 CPU-second, and two per poll for a minute slowed the other lanes.
+PodMetrics = create_namespaced_resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods")
+NodeMetrics = create_global_resource("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes")
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +40,20 @@ def pods(offloaded: str, home: Client) -> dict[str, str]:
     """One pod on each virtual node with its foreign usage set: cluster id -> pod name."""
     usage = {c: {USAGE_CPU_ANNOTATION: cpu, USAGE_MEMORY_ANNOTATION: memory} for c, (cpu, memory) in USAGE.items()}
     return pod_on_each_virtual_node(home, offloaded, "busy", CONTAINER, usage)
+
+
+def memory_used(client: Client, kind: Any, name: str, namespace: str | None = None) -> Any:
+    """The memory a pod's containers (or a node) use by its cluster's metrics API; None while it has none."""
+    try:
+        found: Any = client.get(kind, name, namespace=namespace) if namespace else client.get(kind, name)
+    except ApiError as err:
+        if err.status.code == 404:
+            return None
+        raise
+    if kind is NodeMetrics:
+        return parse_quantity(found["usage"]["memory"])
+    containers = found.get("containers") or []
+    return sum(parse_quantity(c["usage"]["memory"]) for c in containers) if containers else None
 
 
 def top(kubeconfig: Path, *args: str) -> list[str] | None:
@@ -43,12 +64,20 @@ def top(kubeconfig: Path, *args: str) -> list[str] | None:
 
 @pytest.mark.parametrize("cluster_id", CLUSTERS)
 def test_kubectl_top_pod_at_home_shows_the_foreign_usage(
-    dev_env: DevEnvironment, pods: dict[str, str], offloaded: str, cluster_id: str
+    dev_env: DevEnvironment,
+    home: Client,
+    foreign: dict[str, Client],
+    pods: dict[str, str],
+    offloaded: str,
+    cluster_id: str,
 ) -> None:
     name, (cpu, memory) = pods[cluster_id], USAGE[cluster_id]
     seen: dict[str, object] = {}
 
     def same() -> list[str] | None:
+        used = memory_used(home, PodMetrics, name, offloaded)
+        if used is None or used != memory_used(foreign[cluster_id], PodMetrics, name, f"{offloaded}-home"):
+            return None
         at_home = top(dev_env.kubeconfig("home"), "pod", "-n", offloaded, name)
         direct = top(dev_env.kubeconfig(cluster_id), "pod", "-n", f"{offloaded}-home", name)
         seen.update(home=at_home, foreign=direct)
@@ -61,13 +90,18 @@ def test_kubectl_top_pod_at_home_shows_the_foreign_usage(
 
 @pytest.mark.parametrize("cluster_id", CLUSTERS)
 def test_kubectl_top_node_of_a_virtual_node_sums_its_pods(
-    dev_env: DevEnvironment, pods: dict[str, str], offloaded: str, cluster_id: str
+    dev_env: DevEnvironment, home: Client, pods: dict[str, str], offloaded: str, cluster_id: str
 ) -> None:
-    home = dev_env.kubeconfig("home")
+    config = dev_env.kubeconfig("home")
     node = VIRTUAL_NODES[cluster_id]
 
     def matching() -> list[str] | None:
-        pod, line = top(home, "pod", "-n", offloaded, pods[cluster_id]), top(home, "node", node)
+        if (
+            memory_used(home, NodeMetrics, node) is None
+            or memory_used(home, PodMetrics, pods[cluster_id], offloaded) is None
+        ):
+            return None
+        pod, line = top(config, "pod", "-n", offloaded, pods[cluster_id]), top(config, "node", node)
         # NAME CPU(cores) CPU% MEMORY(bytes) MEMORY%: the node's only pod is this one
         return line if pod is not None and line is not None and [line[1], line[3]] == pod[1:3] else None
 
