@@ -54,7 +54,7 @@ def hand_out(count: int) -> list[int]:
         recent = {int(port) for port, at in handed.items() if now - at < HANDED_OUT_FOR_SECONDS}
         chosen: list[int] = []
         for port in range(HIGHEST_PORT, LOWEST_PORT, -1):
-            if port not in recent and is_free(port):
+            if port not in recent and is_unbound(port):
                 chosen.append(port)
                 if len(chosen) == count:
                     break
@@ -67,9 +67,21 @@ def hand_out(count: int) -> list[int]:
 
 
 def is_free(port: int, host: str = LOOPBACK) -> bool:
-    """Nothing holds `port`: a bind without SO_REUSEADDR fails for a listener, for a PortHold (bound,
-    not listening, which a bind with it would pass) and for a closed connection's TIME_WAIT, which
-    only makes this stricter than the servers' own binds."""
+    """Nothing listens on `port`: a bind with SO_REUSEADDR, as the servers bind (Go's listeners set it),
+    fails only then, not for a closed connection's TIME_WAIT (nor for a PortHold)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def is_unbound(port: int, host: str = LOOPBACK) -> bool:
+    """Nothing holds `port` at all: a bind without SO_REUSEADDR fails for a listener, for a PortHold
+    (bound, not listening) and for a closed connection's TIME_WAIT. Stricter than `is_free`, for ports
+    handed out to clusters, which must not take a stopped API server's."""
     with socket.socket() as probe:
         try:
             probe.bind((host, port))
@@ -99,7 +111,7 @@ class PortHold:
     """Keeps a stopped component's port from being taken meanwhile: a cluster created during the outage
     (another test session on the same machine) could take it and the component could not come back.
     The port is bound and not listened on, so connections to it are refused, as by a port nobody
-    listens on, and `is_free` (so `hand_out`) passes it by. A listener that accepted and reset each
+    listens on, and `hand_out` passes it by (`is_unbound`). A listener that accepted and reset each
     connection, as before, is not the same to Kubernetes' clients: client-go retries a GET that meets
     a reset ten times, a second apart, so pulumi-kubernetes took 19 s instead of none to find the cluster
     unreachable."""

@@ -232,5 +232,5 @@ def test_a_control_plane_stopped_twice_serves_again_each_time(
         with dev_env.api_server_stopped("foreign-2"):
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection((ports.LOOPBACK, port), timeout=5).close()
-            assert not ports.is_free(port)
+            assert not ports.is_unbound(port)
         assert foreign["foreign-2"].get(Namespace, "default").metadata is not None

@@ -60,3 +60,19 @@ def test_an_unreadable_record_is_started_afresh(record: Path) -> None:
     record.write_text("{not json")
     chosen = ports.hand_out(2)
     assert set(json.loads(record.read_text())) == {str(port) for port in chosen}
+
+
+def test_a_held_port_refuses_connections_and_is_not_handed_out(record: Path) -> None:
+    """A stopped API server's port (PortHold): refused as a port nobody listens on, which Kubernetes'
+    clients give up on at once (a reset is retried), and passed by when ports are handed out."""
+    held = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_unbound(p))
+    hold = ports.PortHold(held)
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((ports.LOOPBACK, held), timeout=5).close()
+        _handed_out_at(record, {port: time.time() for port in range(held + 1, ports.HIGHEST_PORT + 1)})
+        (chosen,) = ports.hand_out(1)
+        assert chosen < held
+    finally:
+        hold.release()
+    assert ports.is_unbound(held)  # released: free for the component's relaunch
