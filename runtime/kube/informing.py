@@ -34,7 +34,7 @@ from lightkube.core.selector import build_selector
 
 from runtime.kube.client import watch_lines
 from runtime.kube.errors import status_code_of
-from runtime.kube.liveness import WATCH_READ_IDLE_SECONDS
+from runtime.kube.liveness import WATCH_READ_IDLE_SECONDS, Reachability
 from runtime.kube.packing import Packer
 from runtime.kube.serving import EngineMetrics
 from runtime.kube.transport import AiohttpTransport
@@ -330,7 +330,18 @@ class Informer:
                 failures += 1
                 delay = min(self.retry_delay * failures, 30.0)
                 log.warning("watch of %s failed (%s); retry %d in %.0fs", self.resource.__name__, err, failures, delay)
-                await asyncio.sleep(delay)
+                if await self._back_off(delay, unreachable=isinstance(err, httpx2.TransportError)):
+                    log.info("watch of %s: its API server answers again; retrying now", self.resource.__name__)
+                    failures = 0  # a server just back (its storage initializing) is retried from 1 s again
+
+    async def _back_off(self, delay: float, unreachable: bool) -> bool:
+        """Sleep `delay`; after a failure to reach the server, only until it answers another request
+        (liveness.Reachability; True then)."""
+        reachability = getattr(getattr(self.client, "transport", None), "reachability", None)
+        if not unreachable or not isinstance(reachability, Reachability):
+            await asyncio.sleep(delay)
+            return False
+        return await reachability.answer_within(delay)
 
 
 async def call_when_synced(informers: Iterable[Informer], callback: Callable[[], None]) -> None:

@@ -19,10 +19,16 @@ what the others cannot:
   from its resourceVersion over HTTP/2, quiet or dead alike.
 
 Every one-shot request also has a deadline of its own (runtime/kube/client.py).
+
+Once the API server answers again, what could not reach it retries at once rather than at the end of
+its backoff (`Reachability`): an informer that failed nine times in an outage would otherwise wait up
+to 30 s more after the server is back.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 from typing import Any
 
@@ -73,3 +79,33 @@ def live_socket(addr_info: tuple[Any, ...]) -> socket.socket:
     sock.setblocking(False)
     apply_socket_options(sock)
     return sock
+
+
+class Reachability:
+    """Whether an API server answered a client's last one-shot request (a health check, a Lease renewal,
+    any read or write). An informer whose watch could not reach the server waits for its next answer
+    rather than its whole backoff. Only one-shot requests count: their failures are the server's, while
+    a watch may fail on its connection alone, and one that woke the others by failing would spin."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self._answer: asyncio.Event | None = None  # made by the first waiter, set at the next answer
+
+    def failed(self) -> None:
+        self.down = True
+
+    def answered(self) -> None:
+        if self.down:
+            self.down = False
+            if self._answer is not None:
+                self._answer.set()
+                self._answer = None
+
+    async def answer_within(self, seconds: float) -> bool:
+        """Wait until the server answers after a failure (True), or `seconds` (False)."""
+        if self._answer is None:
+            self._answer = asyncio.Event()
+        answer = self._answer
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(answer.wait(), seconds)
+        return answer.is_set()

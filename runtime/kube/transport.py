@@ -26,7 +26,7 @@ import yarl
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.client_reqrep import ConnectionKey
 
-from runtime.kube.liveness import live_socket
+from runtime.kube.liveness import Reachability, live_socket
 
 # A client `bounded` to another cluster's API server (a peering's foreign client: a foreign cluster
 # serves many homes) shares at most this many connections among its one-shot requests (and lists),
@@ -89,6 +89,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self._streams: aiohttp.ClientSession | None = None  # watches over HTTP/1.1
         self._loop: asyncio.AbstractEventLoop | None = None
         self.request_hooks: list[RequestHook] = []
+        self.reachability = Reachability()  # of the API server, by the one-shot requests' outcome
         self.own_watches = 0  # watches holding a connection of their own now (informing.py's budget)
 
     def _session_here(self, streaming: bool = False) -> aiohttp.ClientSession:
@@ -148,15 +149,23 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         aiohttp's own errors pass through."""
         for hook in self.request_hooks:
             hook(method, path)
-        return await self._session_here(streaming).request(
-            method,
-            yarl.URL(url, encoded=True),
-            headers=headers,
-            data=body,
-            skip_auto_headers=_SKIPPED_AUTO_HEADERS,
-            allow_redirects=False,
-            timeout=timeout,
-        )
+        try:
+            response = await self._session_here(streaming).request(
+                method,
+                yarl.URL(url, encoded=True),
+                headers=headers,
+                data=body,
+                skip_auto_headers=_SKIPPED_AUTO_HEADERS,
+                allow_redirects=False,
+                timeout=timeout,
+            )
+        except (aiohttp.ClientConnectionError, OSError, TimeoutError):
+            if not streaming:
+                self.reachability.failed()
+            raise
+        if not streaming:
+            self.reachability.answered()
+        return response
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         body = await request.aread()

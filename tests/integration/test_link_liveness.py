@@ -10,6 +10,7 @@ busy watch's read deadline, sees it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -34,6 +35,9 @@ pytestmark = pytest.mark.clusters
 log = logging.getLogger(__name__)
 # generous: the checks find a dead connection within DEAD_CONNECTION_SECONDS, the watch then retries
 RECOVERY_TIMEOUT = 2 * DEAD_CONNECTION_SECONDS
+# the informer's linear backoff step in the outage test (the runtime's: 1 s), long enough to tell a retry
+# at the server's first answer from one at the end of the backoff
+BACKOFF_STEP_SECONDS = 10.0
 MADE_HERE = {"made-by": "test-link-liveness"}  # not the namespace's own kube-root-ca.crt
 
 
@@ -159,3 +163,51 @@ def watch_connections(client: RuntimeClient) -> int:
     """The client's HTTP/1.1 connections streaming a watch now (a busy watch's)."""
     streams = client.transport._streams
     return 0 if streams is None else len(streams.connector._acquired)  # type: ignore[union-attr]
+
+
+def test_a_watch_that_could_not_reach_its_server_retries_as_soon_as_the_server_answers_again(
+    dev_env: DevEnvironment, foreign: dict[str, Client], unique_name: str
+) -> None:
+    """foreign-2's API server stopped: the informer's watch fails, and its backoff (10 s, then 20 s here)
+    would keep it away until well after the server is back. A one-shot request it answers again (in
+    the runtime, a health check every few seconds; here a read every half second) ends that wait
+    (runtime/kube/liveness.py, Reachability): the watch is back within seconds of the restart."""
+    cluster = foreign["foreign-2"]
+    cluster.create(Namespace(metadata=ObjectMeta(name=unique_name)))
+    config = KubeConfig.from_file(dev_env.kubeconfig("foreign-2")).get()
+    assert config is not None
+    client = async_client(config, field_manager="liveness-test")
+    outage = dev_env.api_server_stopped("foreign-2")
+
+    async def read_every_half_second() -> None:
+        while True:
+            with contextlib.suppress(Exception):  # refused while the server is away
+                await client.get(Namespace, unique_name)
+            await asyncio.sleep(0.5)
+
+    async def scenario() -> float:
+        recorder = Recorder(client, unique_name)
+        recorder.informer.retry_delay = BACKOFF_STEP_SECONDS
+        tasks = [asyncio.create_task(recorder.informer.run()), asyncio.create_task(read_every_half_second())]
+        try:
+            await asyncio.wait_for(recorder.informer.synced.wait(), 30)
+            await asyncio.to_thread(outage.__enter__)
+            await asyncio.sleep(BACKOFF_STEP_SECONDS + 2)  # failed twice: now waiting 20 s
+            await asyncio.to_thread(outage.__exit__, None, None, None)  # back, and serving every kind
+            back = time.monotonic()
+            create_configmap(cluster, unique_name, "after")
+            await wait_until_async(lambda: recorder.saw("after"), timeout=60, what="the event after the restart")
+            return time.monotonic() - back
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await client.close()
+
+    try:
+        took = asyncio.run(scenario())
+    finally:
+        cluster.delete(Namespace, unique_name)
+    log.info("the watch saw a ConfigMap %.1f s after its API server served again", took)
+    # without the wake-up it retries 3 x BACKOFF_STEP_SECONDS after the stop, about 10 s after this point
+    assert took < 7, f"the watch came back {took:.1f} s after its API server"
