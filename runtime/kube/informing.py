@@ -154,6 +154,7 @@ class Informer:
         self.resource_version: str | None = None
         self.synced = asyncio.Event()
         self.relists = 0
+        self.failures = 0  # in a row: the watch's backoff is retry_delay times as many seconds (30 at most)
         self._handlers: list[Handler] = []
 
     def add_handler(self, handler: Handler) -> None:
@@ -305,7 +306,7 @@ class Informer:
             self._set_busy(False)  # its connection's place in the budget goes back
 
     async def _run(self) -> None:
-        failures = 0
+        self.failures = 0
         while True:
             try:
                 if self.resource_version is None:
@@ -313,7 +314,7 @@ class Informer:
                 else:
                     self.synced.set()
                 await self._watch()
-                failures = 0
+                self.failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as err:
@@ -327,12 +328,14 @@ class Informer:
                 if self.absent_ok and absent and not self.synced.is_set():
                     log.warning("%s cannot be listed (%s): none, until it can", self.resource.__name__, err)
                     self.synced.set()
-                failures += 1
-                delay = min(self.retry_delay * failures, 30.0)
-                log.warning("watch of %s failed (%s); retry %d in %.0fs", self.resource.__name__, err, failures, delay)
+                self.failures += 1
+                delay = min(self.retry_delay * self.failures, 30.0)
+                log.warning(
+                    "watch of %s failed (%s); retry %d in %.0fs", self.resource.__name__, err, self.failures, delay
+                )
                 if await self._back_off(delay, unreachable=isinstance(err, httpx2.TransportError)):
                     log.info("watch of %s: its API server answers again; retrying now", self.resource.__name__)
-                    failures = 0  # a server just back (its storage initializing) is retried from 1 s again
+                    self.failures = 0  # a server just back (its storage initializing) is retried from 1 s again
 
     async def _back_off(self, delay: float, unreachable: bool) -> bool:
         """Sleep `delay`; after a failure to reach the server, only until it answers another request

@@ -179,7 +179,7 @@ def test_a_watch_that_could_not_reach_its_server_retries_as_soon_as_the_server_a
     client = async_client(config, field_manager="liveness-test")
     outage = dev_env.api_server_stopped("foreign-2")
 
-    async def read_every_half_second() -> None:
+    async def read_every_half_second() -> None:  # a cadence, as the runtime's health checks keep one
         while True:
             with contextlib.suppress(Exception):  # refused while the server is away
                 await client.get(Namespace, unique_name)
@@ -192,7 +192,9 @@ def test_a_watch_that_could_not_reach_its_server_retries_as_soon_as_the_server_a
         try:
             await asyncio.wait_for(recorder.informer.synced.wait(), 30)
             await asyncio.to_thread(outage.__enter__)
-            await asyncio.sleep(BACKOFF_STEP_SECONDS + 2)  # failed twice: now waiting 20 s
+            await wait_until_async(  # failed twice (the broken watch, then a refused one): now waiting 20 s
+                lambda: recorder.informer.failures >= 2, timeout=BACKOFF_STEP_SECONDS + 30, what="two failed watches"
+            )
             await asyncio.to_thread(outage.__exit__, None, None, None)  # back, and serving every kind
             back = time.monotonic()
             create_configmap(cluster, unique_name, "after")

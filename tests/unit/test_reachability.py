@@ -15,7 +15,7 @@ def test_an_answer_after_a_failure_ends_the_wait_at_once() -> None:
         reachability.failed()
         started = time.monotonic()
         waiting = asyncio.create_task(reachability.answer_within(30))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # the waiter's first step: it waits now
         reachability.answered()
         return await waiting, time.monotonic() - started
 
@@ -28,7 +28,7 @@ def test_answers_while_the_server_answers_all_along_wake_no_one() -> None:
         reachability = Reachability()
         waiting = asyncio.create_task(reachability.answer_within(0.3))
         for _ in range(5):  # the other requests of a healthy client: no failure before them
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0)
             reachability.answered()
         return await waiting
 
@@ -40,11 +40,11 @@ def test_only_the_first_answer_after_a_failure_counts() -> None:
         reachability = Reachability()
         reachability.failed()
         first = asyncio.create_task(reachability.answer_within(5))
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0)
         reachability.answered()
         woken = await first
         later = asyncio.create_task(reachability.answer_within(0.3))  # up again: nothing to wait for
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0)
         reachability.answered()
         return woken, await later
 
