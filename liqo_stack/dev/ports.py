@@ -69,20 +69,20 @@ def hand_out(count: int) -> list[int]:
 def is_free(port: int, host: str = LOOPBACK) -> bool:
     """Nothing listens on `port`: a bind with SO_REUSEADDR, as the servers bind (Go's listeners set it),
     fails only then, not for a closed connection's TIME_WAIT (nor for a PortHold)."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
+    return _binds(port, host, reuse_address=True)
 
 
 def is_unbound(port: int, host: str = LOOPBACK) -> bool:
     """Nothing holds `port` at all: a bind without SO_REUSEADDR fails for a listener, for a PortHold
     (bound, not listening) and for a closed connection's TIME_WAIT. Stricter than `is_free`, for ports
     handed out to clusters, which must not take a stopped API server's."""
+    return _binds(port, host, reuse_address=False)
+
+
+def _binds(port: int, host: str, *, reuse_address: bool) -> bool:
     with socket.socket() as probe:
+        if reuse_address:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
