@@ -40,6 +40,11 @@ from runtime.api import format_duration
 HOME_CLUSTER_ID = "home"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages only Nodes with this = "fake"
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")  # what etcd and kwok outlive
+CONTROLLERS = ("kube-controller-manager", "kube-scheduler")  # the control plane but its API server
+# kube-controller-manager gives its API server 10 s to turn healthy, then exits for good
+# (WaitForAPIServer in its CreateControllerContext), a moment after it starts: one still running
+# this long after its start has passed that check.
+CONTROLLER_MANAGER_GIVES_UP_AFTER = 15.0
 REQUIRED_BINARIES = (
     "kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "metrics-server"
 )  # fmt: skip
@@ -604,6 +609,7 @@ class DevEnvironment:
                 start.result()  # the first failure, once every start has ended
         for cluster_id in ids:
             self._write_kubeconfig(cluster_id)
+            self._start_exited_controllers(cluster_id, progress)
             self._register_nodes(cluster_id, layout)
             with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
                 self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
@@ -711,13 +717,11 @@ class DevEnvironment:
             # created meanwhile (kwokctl picks ports free at that moment) could otherwise take a port
             # between its release and the relaunched component binding it, seen on a loaded machine.
             with ports.locked():
-                relaunched = {}
-                for component, command in commands.items():
-                    holds[component].release()
-                    relaunched[component] = self._relaunch(cluster_dir, component, command)
+                holds["kube-apiserver"].release()
+                api_server = self._relaunch(cluster_dir, "kube-apiserver", commands["kube-apiserver"])
                 deadline = time.monotonic() + timeout
                 while not (self._is_ready(cluster_id) and self._serves_every_kind(cluster_id)):
-                    if not _alive(relaunched["kube-apiserver"]):  # e.g. its port taken: waiting cannot help
+                    if not _alive(api_server):  # e.g. its port taken: waiting cannot help
                         log = cluster_dir / "logs" / "kube-apiserver.log"
                         raise DevEnvironmentError(
                             f"{cluster_id}: kube-apiserver exited as it started again: {_last_line(log)} (see {log})"
@@ -725,6 +729,49 @@ class DevEnvironment:
                     if time.monotonic() > deadline:
                         raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
                     time.sleep(0.2)
+                # only now: the controller-manager exits for good unless its API server is healthy
+                # within 10 s of its start, which a loaded machine's restarting API server was not
+                for component in CONTROLLERS:
+                    holds[component].release()
+                    self._relaunch(cluster_dir, component, commands[component])
+
+    def _start_exited_controllers(self, cluster_id: str, progress: Progress, timeout: float = 120) -> None:
+        """Start again the controller-manager or scheduler if it exited, and wait until each has
+        outlived its start-up check. kwokctl starts them with the API server, and the controller-manager
+        exits for good unless the API server is healthy within 10 s: on a loaded machine (nine clusters
+        starting at once) it was not, and the cluster ran on without controllers, its Deployments
+        without pods and its foreground deletions never done. Started again once the API server is
+        ready, it passes that check at once."""
+        cluster_dir = self.kwok_workdir / "clusters" / cluster_id
+        relaunched: set[str] = set()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._is_ready(cluster_id):
+                pids = {component: _recorded_pid(cluster_dir, component) for component in CONTROLLERS}
+                exited = [component for component, pid in pids.items() if pid is None or not _alive(pid)]
+                for component in exited:
+                    log = cluster_dir / "logs" / f"{component}.log"
+                    if component in relaunched:
+                        raise DevEnvironmentError(
+                            f"{cluster_id}: {component} exited again as it started: {_last_line(log)} (see {log})"
+                        )
+                    progress(f"{cluster_id}: {component} had exited ({_last_line(log)}); starting it again")
+                    command = self.component_commands(cluster_id, (component,))[component]
+                    self._relaunch(cluster_dir, component, command)
+                    relaunched.add(component)
+                in_check = [
+                    component
+                    for component, pid in pids.items()
+                    if component not in relaunched and pid is not None and _age(pid) < CONTROLLER_MANAGER_GIVES_UP_AFTER
+                ]
+                if not exited and not in_check:
+                    return
+            if time.monotonic() > deadline:
+                raise DevEnvironmentError(
+                    f"{cluster_id}: its API server was not ready in {timeout:.0f}s to start its controllers "
+                    f"again (logs in {cluster_dir / 'logs'}); `liqo-stack dev down` resets the clusters"
+                )
+            time.sleep(0.5)
 
     def component_commands(self, cluster_id: str, names: Collection[str]) -> dict[str, list[str]]:
         """The command line of each named component, as kwokctl recorded it in kwok.yaml."""
@@ -770,6 +817,24 @@ def _last_line(log: Path) -> str:
         lines = log.read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else "(empty log)"
     return "(no log)"
+
+
+def _recorded_pid(cluster_dir: Path, component: str) -> int | None:
+    """The PID that kwokctl (or `_relaunch`) recorded for the component."""
+    try:
+        return int((cluster_dir / "pids" / f"{component}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _age(pid: int) -> float:
+    """Seconds since the process started (0 if it is gone)."""
+    try:
+        started_ticks = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return uptime - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _alive(pid: int) -> bool:

@@ -6,6 +6,7 @@ import ipaddress
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -217,6 +218,26 @@ def test_up_again_keeps_the_running_control_planes(dev_env: DevEnvironment, sess
     assert sorted(dev_env.processes()) == before
     running = [m for m in messages if "already running" in m]  # in any order: the clusters are looked at side by side
     assert sorted(running) == sorted(f"{c}: already running" for c in session_layout.cluster_ids())
+
+
+def test_up_again_starts_a_controller_manager_that_had_exited(
+    dev_env: DevEnvironment, session_layout: ClusterLayout, foreign: dict[str, Client], unique_name: str
+) -> None:
+    """kube-controller-manager exits for good when its API server is not healthy within 10 s of its
+    start, which a loaded machine's was not: the cluster then made no pod for a Deployment. `up`
+    finds it gone and starts it again."""
+    pid_file = dev_env.kwok_workdir / "clusters" / "foreign-2" / "pids" / "kube-controller-manager.pid"
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    wait_until(lambda: not any(p == int(pid_file.read_text()) for p in dev_env.processes()), timeout=30)
+    messages: list[str] = []
+    dev_env.up(session_layout, progress=messages.append)
+    assert any(m.startswith("foreign-2: kube-controller-manager had exited") for m in messages), messages
+    client = foreign["foreign-2"]
+    apply_deployment(client, example_deployment(unique_name, unique_name, replicas=2))
+    try:
+        assert len(wait_pods_running(client, unique_name, {"app": unique_name}, count=2, timeout=90)) == 2
+    finally:
+        client.delete(Namespace, unique_name)
 
 
 def test_a_control_plane_stopped_twice_serves_again_each_time(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from liqo_stack.dev.clusters import (
     DevEnvironment,
     DevEnvironmentError,
     NodeShape,
+    _age,
     env_name,
     fake_node_manifest,
     kwokctl_config,
@@ -122,3 +125,16 @@ def test_dev_cli_refuses_a_bad_range_naming_the_flag() -> None:
     assert "--pod-cidr" in result.output and "e.g. foreign-1=10.101.0.0/16" in result.output
     result = CliRunner().invoke(main, ["dev", "up", "--foreign", "1", "--service-cidr", "foreign-7=10.9.0.0/16"])
     assert result.exit_code == 2 and "foreign-7" in result.output
+
+
+def test_a_process_age_counts_from_its_start() -> None:
+    """How `up` tells a controller-manager still within its API server check (younger than 15 s)."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert 0 <= _age(child.pid) < 5
+        # this process started before its child, by at least the time the import of pytest took
+        assert _age(os.getpid()) > _age(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert _age(child.pid) == 0.0, "a process that is gone has no age"
