@@ -42,9 +42,9 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwokctl's kwok-controller manages
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")  # what etcd and kwok outlive
 CONTROLLERS = ("kube-controller-manager", "kube-scheduler")  # the control plane but its API server
 # kube-controller-manager gives its API server 10 s to turn healthy, then exits for good
-# (WaitForAPIServer in its CreateControllerContext), a moment after it starts: one still running
-# this long after its start has passed that check.
-CONTROLLER_MANAGER_GIVES_UP_AFTER = 15.0
+# (WaitForAPIServer in its CreateControllerContext, which begins a moment after its start): one still
+# running this long after its start has passed that check.
+CONTROLLER_MANAGER_GIVES_UP_AFTER = 12.0
 REQUIRED_BINARIES = (
     "kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "metrics-server"
 )  # fmt: skip
@@ -609,7 +609,6 @@ class DevEnvironment:
                 start.result()  # the first failure, once every start has ended
         for cluster_id in ids:
             self._write_kubeconfig(cluster_id)
-            self._start_exited_controllers(cluster_id, progress)
             self._register_nodes(cluster_id, layout)
             with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
                 self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
@@ -621,6 +620,8 @@ class DevEnvironment:
                 f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "
                 f"pods {layout.pod_cidr(cluster_id)}, services {layout.service_cidr(cluster_id)}"
             )
+        for cluster_id in ids:  # last: the older its controller-manager, the less there is to wait
+            self._start_exited_controllers(cluster_id, progress)
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
         return ids
 
