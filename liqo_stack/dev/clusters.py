@@ -718,23 +718,34 @@ class DevEnvironment:
             # created meanwhile (kwokctl picks ports free at that moment) could otherwise take a port
             # between its release and the relaunched component binding it, seen on a loaded machine.
             with ports.locked():
-                holds["kube-apiserver"].release()
-                api_server = self._relaunch(cluster_dir, "kube-apiserver", commands["kube-apiserver"])
-                deadline = time.monotonic() + timeout
-                while not (self._is_ready(cluster_id) and self._serves_every_kind(cluster_id)):
-                    if not _alive(api_server):  # e.g. its port taken: waiting cannot help
-                        log = cluster_dir / "logs" / "kube-apiserver.log"
-                        raise DevEnvironmentError(
-                            f"{cluster_id}: kube-apiserver exited as it started again: {_last_line(log)} (see {log})"
-                        )
-                    if time.monotonic() > deadline:
-                        raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
-                    time.sleep(0.2)
-                # only now: the controller-manager exits for good unless its API server is healthy
-                # within 10 s of its start, which a loaded machine's restarting API server was not
-                for component in CONTROLLERS:
-                    holds[component].release()
-                    self._relaunch(cluster_dir, component, commands[component])
+                try:
+                    self._start_control_plane_again(cluster_id, commands, holds, timeout)
+                finally:  # also where the API server did not come back: nothing keeps the ports
+                    for hold in holds.values():
+                        hold.release()
+
+    def _start_control_plane_again(
+        self, cluster_id: str, commands: dict[str, list[str]], holds: dict[str, ports.PortHold], timeout: float
+    ) -> None:
+        """The API server first; the controllers once it serves: the controller-manager exits for good
+        unless its API server is healthy within 10 s of its start, which a restarting API server on a
+        loaded machine may not be."""
+        cluster_dir = self.kwok_workdir / "clusters" / cluster_id
+        holds["kube-apiserver"].release()
+        api_server = self._relaunch(cluster_dir, "kube-apiserver", commands["kube-apiserver"])
+        deadline = time.monotonic() + timeout
+        while not (self._is_ready(cluster_id) and self._serves_every_kind(cluster_id)):
+            if not _alive(api_server):  # e.g. its port taken: waiting cannot help
+                log = cluster_dir / "logs" / "kube-apiserver.log"
+                raise DevEnvironmentError(
+                    f"{cluster_id}: kube-apiserver exited as it started again: {_last_line(log)} (see {log})"
+                )
+            if time.monotonic() > deadline:
+                raise DevEnvironmentError(f"{cluster_id}: kube-apiserver did not come back in {timeout:.0f}s")
+            time.sleep(0.2)
+        for component in CONTROLLERS:
+            holds[component].release()
+            self._relaunch(cluster_dir, component, commands[component])
 
     def _start_exited_controllers(self, cluster_id: str, progress: Progress, timeout: float = 120) -> None:
         """Start again the controller-manager or scheduler if it exited, and wait until each has
