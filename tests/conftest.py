@@ -63,15 +63,12 @@ LANES = {
         "test_runtime_image",
         "test_stack",
         "test_two_homes",  # a second home cluster of its own making
+        "test_upgrade",
     },
     "clusters-2": {
         "test_package_typescript",
-        "test_upgrade",
         # and, once they are done, with the shared stack:
-        "test_custom_resources",
-        "test_docs_tour",
         "test_failover",
-        "test_kubectl_top",
         "test_links",  # a 2-minute partition, mostly waiting
         "test_namespace_offloading",
         "test_namespace_selectors",
