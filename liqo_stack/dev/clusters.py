@@ -621,7 +621,8 @@ class DevEnvironment:
                 f"pods {layout.pod_cidr(cluster_id)}, services {layout.service_cidr(cluster_id)}"
             )
         for cluster_id in ids:  # last: the older its controller-manager, the less there is to wait
-            self._start_exited_controllers(cluster_id, progress)
+            with Heartbeat(progress, f"{cluster_id}: waiting for its API server to start its controllers"):
+                self._start_exited_controllers(cluster_id, progress)
         self._write_merged_kubeconfig([c for c in self.existing_clusters() if self.kubeconfig(c).exists()])
         return ids
 
@@ -702,13 +703,13 @@ class DevEnvironment:
         become unreachable. The controller-manager and scheduler go and come back with the API server,
         as a control plane that restarts does."""
         cluster_dir = self.kwok_workdir / "clusters" / cluster_id
-        pids = {c: int((cluster_dir / "pids" / f"{c}.pid").read_text().strip()) for c in CONTROL_PLANE}
+        pids = [pid for c in CONTROL_PLANE if (pid := _recorded_pid(cluster_dir, c)) is not None]
         commands = self.component_commands(cluster_id, CONTROL_PLANE)
-        for pid in pids.values():  # killed, not shut down: a graceful API server drains for a minute
+        for pid in pids:  # killed, not shut down: a graceful API server drains for a minute
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + timeout
-        while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
         holds = {component: ports.PortHold(ports.secure_port(command)) for component, command in commands.items()}
         try:

@@ -128,7 +128,8 @@ def test_dev_cli_refuses_a_bad_range_naming_the_flag() -> None:
 
 
 def test_a_process_age_counts_from_its_start() -> None:
-    """How `up` tells a controller-manager still within its API server check (younger than 15 s)."""
+    """How `up` tells a controller-manager still within its API server check (younger than
+    CONTROLLER_MANAGER_GIVES_UP_AFTER)."""
     child = subprocess.Popen(["sleep", "30"])
     try:
         assert 0 <= _age(child.pid) < 5
