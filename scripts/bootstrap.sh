@@ -44,6 +44,10 @@ else
     | sed -n -e 's/^\(Collecting\|Successfully installed\) /bootstrap:   \1 /p' >&2 || pip_status=$?
 fi
 if [ "$pip_status" -eq 0 ]; then
+  # The editable install leaves the checkout's own modules uncompiled; where PYTHONDONTWRITEBYTECODE is set,
+  # every Pulumi program, CLI and runtime process then compiled liqo_stack and runtime again
+  # (docs/performance.md, "Bytecode"). Stale files are harmless: Python checks each against its source.
+  .venv/bin/python -m compileall -q -j 0 liqo_stack runtime tests >/dev/null || true
   echo "bootstrap: Python packages ready in $((SECONDS - started))s; waiting for the Go binaries" >&2
 else
   echo "bootstrap: pip install failed (exit $pip_status); waiting for the Go build to stop" >&2

@@ -58,7 +58,6 @@ LANES = {
         "test_cluster_mode",
         "test_package",
         "test_package_three_teams",  # three stacks of its own: foreign side, platform, application team
-        "test_policies",
         "test_promote",
         "test_runtime_image",
         "test_stack",
@@ -75,6 +74,9 @@ LANES = {
         "test_node_pools",
         "test_on_demand_offloading",
         "test_package_teams",  # an application team's stack beside the shared stack, its platform
+        "test_peering_isolation",
+        "test_policies",
+        "test_preview",
         "test_pod_network",
         "test_reflection",
         "test_soak",
