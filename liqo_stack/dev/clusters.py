@@ -32,6 +32,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from liqo_stack.dev import paths, ports
+from liqo_stack.dev.components import component_env
 from liqo_stack.dev.links import LinkNetwork, upstream_of
 from liqo_stack.dev.metricsserver import MetricsServer
 from liqo_stack.dev.progress import Heartbeat
@@ -404,7 +405,7 @@ class DevEnvironment:
 
     # -- kwokctl ---------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = component_env()
         env["KWOK_WORKDIR"] = str(self.kwok_workdir)
         env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
         return env
@@ -796,7 +797,13 @@ class DevEnvironment:
     def _relaunch(cluster_dir: Path, component: str, command: list[str]) -> int:
         with (cluster_dir / "logs" / f"{component}.log").open("ab") as log:
             process = subprocess.Popen(
-                command, cwd=cluster_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                command,
+                cwd=cluster_dir,
+                env=component_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
             )
         (cluster_dir / "pids" / f"{component}.pid").write_text(str(process.pid))
         return process.pid

@@ -31,6 +31,7 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Service
 
 from liqo_stack.dev import ports
+from liqo_stack.dev.components import component_env
 
 NAME = "metrics-server"
 NAMESPACE = "kube-system"
@@ -123,6 +124,7 @@ class MetricsServer:
                 process = subprocess.Popen(
                     command(self.binary, self.kubeconfig, self.pki, port),
                     cwd=self.cluster_dir,  # it writes nothing there: its certificates are given
+                    env=component_env(),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,

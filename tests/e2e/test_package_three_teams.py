@@ -27,7 +27,7 @@ from liqo_stack.dev.pulumi_offline import PulumiEnvironment
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 from tests.e2e.conftest import RuntimeSlot, wait_served
-from tests.e2e.test_package_typescript import typescript_project
+from tests.e2e.test_package_typescript import typescript_project, typescript_stack
 from tests.support.kube import all_running, free_port, get_or_none, offload, unoffload, wait_phase, wait_until
 from tests.support.packages import ROOT, assert_no_change, project_from_example, resources_of
 
@@ -81,8 +81,8 @@ def teams(
             "webhookPort": auto.ConfigValue(str(webhook)),
         }
     )
-    app = pulumi_env.stack_for_directory(
-        typescript_project(_mkdir(folder / "app"), pulumi_env, EXAMPLES / "package-app-typescript"), "team"
+    app = typescript_stack(
+        pulumi_env, typescript_project(_mkdir(folder / "app"), pulumi_env, EXAMPLES / "package-app-typescript"), "team"
     )
     app.set_all_config(
         {

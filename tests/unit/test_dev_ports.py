@@ -16,8 +16,12 @@ from liqo_stack.dev import paths, ports
 
 @pytest.fixture
 def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A cache of its own: the machine's record of handed-out ports is left alone."""
+    """A cache of its own: the machine's record of handed-out ports is left alone. And a window of ports of
+    its own, far below those handed out to clusters from the top: the test workers' clusters, starting
+    beside these tests, neither take the ports a test picks nor leave them in TIME_WAIT."""
     monkeypatch.setenv("LIQO_STACK_CACHE", str(tmp_path))
+    monkeypatch.setattr(ports, "HIGHEST_PORT", 15199)
+    monkeypatch.setattr(ports, "LOWEST_PORT", 15000)
     yield paths.port_lock().with_name("ports-handed-out.json")
 
 
@@ -35,7 +39,7 @@ def test_two_clusters_asking_one_after_the_other_get_disjoint_free_ports(record:
 
 def test_a_port_something_listens_on_is_skipped(record: Path) -> None:
     with socket.socket() as listener:
-        listening = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_free(p))
+        listening = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_unbound(p))
         listener.bind((ports.LOOPBACK, listening))
         listener.listen()
         # every port above it handed out just now: the next candidate is the one in use
@@ -45,7 +49,7 @@ def test_a_port_something_listens_on_is_skipped(record: Path) -> None:
 
 
 def test_a_port_handed_out_more_than_ten_minutes_ago_is_handed_out_again(record: Path) -> None:
-    abandoned = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_free(p))
+    abandoned = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_unbound(p))
     now = time.time()
     handed = {port: now for port in range(abandoned + 1, ports.HIGHEST_PORT + 1)}
     handed[abandoned] = now - ports.HANDED_OUT_FOR_SECONDS - 1  # a creation that failed long ago
@@ -76,3 +80,13 @@ def test_a_held_port_refuses_connections_and_is_not_handed_out(record: Path) -> 
     finally:
         hold.release()
     assert ports.is_unbound(held)  # released: free for the component's relaunch
+
+
+def test_a_listeners_port_is_handed_out_outside_the_kernels_ephemeral_range(record: Path) -> None:
+    """A port for a listener bound later (a runtime's webhook after a `pulumi up`): one the kernel never
+    gives an outgoing connection as its source port meanwhile, and remembered like the clusters' ports."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    first, second = ports.any_free(), ports.any_free()
+    assert first != second
+    assert all(not low <= port <= high and ports.LOWEST_PORT <= port <= ports.HIGHEST_PORT for port in (first, second))
+    assert set(json.loads(record.read_text())) == {str(first), str(second)}
