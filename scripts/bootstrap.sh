@@ -46,7 +46,7 @@ fi
 if [ "$pip_status" -eq 0 ]; then
   # The editable install leaves the checkout's own modules uncompiled; where PYTHONDONTWRITEBYTECODE is set,
   # every Pulumi program, CLI and runtime process then compiled liqo_stack and runtime again
-  # (docs/performance.md, "Bytecode"). Stale files are harmless: Python checks each against its source.
+  # (docs/performance.md, the tenth session). Stale files are harmless: Python checks each against its source.
   .venv/bin/python -m compileall -q -j 0 liqo_stack runtime tests >/dev/null || true
   echo "bootstrap: Python packages ready in $((SECONDS - started))s; waiting for the Go binaries" >&2
 else
