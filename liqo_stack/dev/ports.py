@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -28,18 +29,36 @@ LOWEST_PORT = 10000
 HANDED_OUT_FOR_SECONDS = 600.0
 
 
+# flock locks belong to an open file: a second `locked()` inside the first, in the same process (ports handed
+# out while the links' proxies are bound under the lock), would wait for itself. So the process holds the file
+# lock once, and its threads take turns through this one.
+_PROCESS_HOLD = threading.RLock()
+_depth = 0
+
+
 @contextlib.contextmanager
 def locked() -> Iterator[None]:
     """The machine's port lock: held from picking a port until it is taken (handing ports out, binding a
-    proxy's, relaunching a component on its old one)."""
-    lock = paths.port_lock()
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    proxy's, relaunching a component on its old one). Re-entrant within a process."""
+    global _depth
+    with _PROCESS_HOLD:
+        if _depth:
+            _depth += 1
+            try:
+                yield
+            finally:
+                _depth -= 1
+            return
+        lock = paths.port_lock()
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            _depth = 1
+            try:
+                yield
+            finally:
+                _depth = 0
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def hand_out(count: int) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,3 +91,21 @@ def test_a_listeners_port_is_handed_out_outside_the_kernels_ephemeral_range(reco
     assert first != second
     assert all(not low <= port <= high and ports.LOWEST_PORT <= port <= ports.HIGHEST_PORT for port in (first, second))
     assert set(json.loads(record.read_text())) == {str(first), str(second)}
+
+
+def test_ports_are_handed_out_under_the_lock_already_held(record: Path) -> None:
+    """The links' proxies are bound under the lock, and their ports handed out there: the process does not
+    wait for itself (a thread gives up after 10 s and fails the test instead of hanging it)."""
+    handed: list[int] = []
+
+    def nested() -> None:
+        with ports.locked(), ports.locked():
+            handed.extend(ports.hand_out(1))
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "a port handed out under the lock waited for the lock"
+    assert len(handed) == 1
+    with ports.locked():  # released after all: the next taker gets it
+        assert ports.hand_out(1) != handed
