@@ -295,7 +295,7 @@ class ToxiproxyServer:
                 "scripts/test.sh builds the optional pins)"
             )
         self.folder.mkdir(parents=True, exist_ok=True)
-        port = port if port and ports.is_free(port, HOST) else ports.any_free()
+        port = port if port and ports.is_free(port, HOST) else ports.any_free(HOST)
         with self.log.open("ab") as log:
             process = subprocess.Popen(
                 [str(self.binary), "-host", HOST, "-port", str(port)],
@@ -414,7 +414,7 @@ class LinkNetwork:
         wanted = {**{c: proxy["upstream"] for c, proxy in state["proxies"].items()}, **upstreams}
         for cluster_id, upstream in wanted.items():
             recorded = state["proxies"].get(cluster_id)
-            listen = recorded["listen"] if recorded else f"{HOST}:{ports.any_free()}"
+            listen = recorded["listen"] if recorded else f"{HOST}:{ports.any_free(HOST)}"
             if cluster_id not in existing:
                 client.create_proxy(cluster_id, listen, upstream)
             elif existing[cluster_id]["upstream"] != upstream or existing[cluster_id]["listen"] != listen:

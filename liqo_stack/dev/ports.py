@@ -109,12 +109,11 @@ def _binds(port: int, host: str, *, reuse_address: bool) -> bool:
     return True
 
 
-def any_free() -> int:
-    """A port for a listener of the dev env or the tests (a runtime's webhook, metrics-server, a proxy), on
-    loopback: handed out as the clusters' are. The kernel's own choice (a bind to port 0) is in its ephemeral
-    range, where an outgoing connection could take it as its source port before the listener binds it: a
-    runtime's webhook port, bound 20 s after it was picked (a `pulumi up` between), was found in use so."""
-    return hand_out(1)[0]
+def any_free(host: str = LOOPBACK) -> int:
+    """A port the kernel finds free now (its ephemeral range), for a listener bound right after."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def secure_port(command: list[str]) -> int | None:

@@ -83,16 +83,6 @@ def test_a_held_port_refuses_connections_and_is_not_handed_out(record: Path) -> 
     assert ports.is_unbound(held)  # released: free for the component's relaunch
 
 
-def test_a_listeners_port_is_handed_out_outside_the_kernels_ephemeral_range(record: Path) -> None:
-    """A port for a listener bound later (a runtime's webhook after a `pulumi up`): one the kernel never
-    gives an outgoing connection as its source port meanwhile, and remembered like the clusters' ports."""
-    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    first, second = ports.any_free(), ports.any_free()
-    assert first != second
-    assert all(not low <= port <= high and ports.LOWEST_PORT <= port <= ports.HIGHEST_PORT for port in (first, second))
-    assert set(json.loads(record.read_text())) == {str(first), str(second)}
-
-
 def test_ports_are_handed_out_under_the_lock_already_held(record: Path) -> None:
     """The links' proxies are bound under the lock, and their ports handed out there: the process does not
     wait for itself (a thread gives up after 10 s and fails the test instead of hanging it)."""
