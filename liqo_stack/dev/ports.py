@@ -29,9 +29,9 @@ LOWEST_PORT = 10000
 HANDED_OUT_FOR_SECONDS = 600.0
 
 
-# flock locks belong to an open file: a second `locked()` inside the first, in the same process (ports handed
-# out while the links' proxies are bound under the lock), would wait for itself. So the process holds the file
-# lock once, and its threads take turns through this one.
+# flock locks belong to an open file: a second `locked()` inside the first, in the same process (`hand_out`
+# called by code already under the lock, as `start_links` once did), would wait for itself and hold up every
+# other process's. So the process holds the file lock once, and its threads take turns through this one.
 _PROCESS_HOLD = threading.RLock()
 _depth = 0
 

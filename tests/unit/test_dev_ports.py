@@ -84,8 +84,9 @@ def test_a_held_port_refuses_connections_and_is_not_handed_out(record: Path) -> 
 
 
 def test_ports_are_handed_out_under_the_lock_already_held(record: Path) -> None:
-    """The links' proxies are bound under the lock, and their ports handed out there: the process does not
-    wait for itself (a thread gives up after 10 s and fails the test instead of hanging it)."""
+    """Ports handed out by code already under the lock (a fresh-clone run once hung so, every worker waiting
+    for one that waited for itself): the process does not wait for itself (a thread gives up after 10 s and
+    fails the test instead of hanging it)."""
     handed: list[int] = []
 
     def nested() -> None:
