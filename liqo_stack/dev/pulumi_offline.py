@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -120,12 +121,36 @@ class PulumiEnvironment:
 
     def workspace_options(self, work_dir: Path | None = None) -> auto.LocalWorkspaceOptions:
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        env_vars = {**self.env_vars(), "TMPDIR": str(self.scratch_dir)}
+        if work_dir is not None and _runs_python3_from_path(work_dir) and "PULUMI_PYTHON_CMD" not in os.environ:
+            env_vars["PULUMI_PYTHON_CMD"] = str(self.python_command())
         return auto.LocalWorkspaceOptions(
             work_dir=str(work_dir) if work_dir else None,
             pulumi_home=str(self.pulumi_home),
-            env_vars={**self.env_vars(), "TMPDIR": str(self.scratch_dir)},
+            env_vars=env_vars,
             pulumi_command=self.command(),
         )
+
+    def python_command(self) -> Path:
+        """The `python3` the language host runs (PULUMI_PYTHON_CMD) in this environment's workspaces: its
+        package listing, `python -m pip list -v --format json` before each engine operation, is answered
+        by installed_distributions.py (0.2 CPU-seconds, pip's 1.0-1.2); anything else runs as the
+        `python3` on PATH it would have run. A shell script: it starts in a millisecond."""
+        listing = Path(__file__).with_name("installed_distributions.py")
+        text = (
+            "#!/bin/sh\n"
+            "# written by liqo_stack/dev/pulumi_offline.py (PulumiEnvironment.python_command)\n"
+            f'if [ "$*" = "{_PIP_LIST}" ]; then exec python3 {shlex.quote(str(listing))}; fi\n'
+            'exec python3 "$@"\n'
+        )
+        script = self.state_dir / "bin" / "python3-for-pulumi"
+        if not script.exists() or script.read_text() != text:
+            script.parent.mkdir(parents=True, exist_ok=True)
+            staged = script.with_name(f".{script.name}.{os.getpid()}")
+            staged.write_text(text)
+            staged.chmod(0o755)
+            staged.replace(script)  # whole, for a language host of another process starting meanwhile
+        return script
 
     def stack_for_program(self, project: str, stack: str, program: auto.PulumiFn) -> auto.Stack:
         """A stack that runs an inline Python program through the Automation API."""
@@ -174,6 +199,25 @@ def _pulumi_command(root: Path) -> auto.PulumiCommand:
     """One per pinned toolchain and process: each checks the CLI's version against the SDK's minimum by
     running `pulumi version` (0.16 CPU-seconds), which the tests' 40-odd stacks each paid before."""
     return auto.PulumiCommand(root=str(root), skip_version_check=False)
+
+
+# what pulumi-language-python v3.79.0 runs to find a program's Pulumi packages and their plugins
+_PIP_LIST = "-m pip list -v --format json"
+
+
+def _runs_python3_from_path(work_dir: Path) -> bool:
+    """Whether the project in `work_dir` is a Python program run by the `python3` on PATH: with a
+    `virtualenv` option the language host runs `<virtualenv>/bin/$PULUMI_PYTHON_CMD` instead."""
+    project = next((work_dir / name for name in ("Pulumi.yaml", "Pulumi.yml") if (work_dir / name).exists()), None)
+    if project is None:
+        return False
+    runtime = (yaml.safe_load(project.read_text()) or {}).get("runtime")
+    if isinstance(runtime, str):
+        return runtime == "python"
+    if isinstance(runtime, dict):
+        options = runtime.get("options") or {}
+        return runtime.get("name") == "python" and not options.get("virtualenv") and not options.get("toolchain")
+    return False
 
 
 def _settings(path: Path) -> dict[str, Any]:
