@@ -110,6 +110,18 @@ class WorkQueue:
 
         self._delayed[key] = loop.call_at(when, fire)
 
+    def retry_failed(self) -> int:
+        """Every key waiting out its backoff after failures runs now, its count of failures cleared:
+        what made it fail is known to be over (its foreign cluster answers again after an outage, when
+        the backoff may have grown to `max_delay`). Looks planned without a failure keep their time.
+        Returns how many keys it let go."""
+        woken = [key for key in self._delayed if key in self._failures]
+        for key in woken:
+            self._delayed.pop(key).cancel()
+            self._failures.pop(key, None)
+            self.add(key)
+        return len(woken)
+
     def backoff(self, key: str) -> float:
         failures = self._failures.get(key, 0)
         return float(min(self.base_delay * (2 ** max(failures - 1, 0)), self.max_delay))

@@ -93,6 +93,9 @@ class TwinMember(Protocol):
     def on_settings(self) -> None:
         """The VirtualNode changed: take up its settings (workers, policies) live."""
 
+    def retry_failed(self) -> int:
+        """The foreign cluster answers again: what failed meanwhile is retried now, not after its backoff."""
+
     async def stop(self) -> None: ...
 
 
@@ -157,6 +160,9 @@ class TwinFollower:
 
     def on_settings(self) -> None:
         pass
+
+    def retry_failed(self) -> int:
+        return self.queue.retry_failed()
 
     async def start(self) -> None:
         self.queue.start()

@@ -182,6 +182,9 @@ class CustomResources:
             self._status_asked = status_asked
             self._changed.set()
 
+    def retry_failed(self) -> int:
+        return sum(reflector.retry_failed() for reflector in self.reflectors.values())
+
     def status_source_changed(self, namespace: str) -> None:
         """The namespace's offloading changed, maybe which cluster gives its custom objects their
         status: the types whose status comes back look again."""

@@ -5,6 +5,7 @@ the virtual kubelet registers: the pod offloader), started, told and stopped thr
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from runtime.api import names
@@ -19,6 +20,8 @@ from runtime.reflection.events import EventReflector
 from runtime.reflection.reflector import ReflectionMetrics, Reflector
 from runtime.reflection.storage import StorageProvisioner
 from runtime.reflection.tokens import TokenReflector
+
+log = logging.getLogger(__name__)
 
 
 def followed_twins(offloadings: Watched, cluster_id: str, following: Twins) -> dict[str, str]:
@@ -129,6 +132,14 @@ class ReflectionManager:
         self.twins = followed_twins(self.offloadings, self.peering.foreign_cluster_id, self.twins)
         for member in self.members:
             member.follow(self.twins)
+
+    def retry_failed(self) -> int:
+        """The foreign cluster answers again after an outage: every member retries now what failed
+        meanwhile, rather than after a backoff that may have grown to a minute. Returns how many keys."""
+        woken = sum(member.retry_failed() for member in self.members)
+        if woken:
+            log.info("%s answers again: %d failed reconciles retried now", self.peering.foreign_cluster_id, woken)
+        return woken
 
     def on_settings(self) -> None:
         """A VirtualNode changed: every member takes up its settings (workers at once); where this

@@ -92,6 +92,8 @@ class VirtualKubelet:
         )
         self.pods = PodOffloader(self.peering, self.offloadings, node_address=node_address)
         self.reflection = ReflectionManager(self.peering, self.offloadings, self.pods.pods, members=(self.pods,))
+        for node in self.nodes.values():  # after an outage, what failed meanwhile is retried at once
+            node.on_recovered.append(self.reflection.retry_failed)
         self.virtual_nodes.add_handler(self._on_virtual_node)
         self.informers: list[Watched] = [
             self.virtual_nodes,

@@ -313,6 +313,7 @@ class VirtualNodeController:
         self.unhealthy_since: float | None = None  # monotonic: when the Node turned NotReady in this process
         self.failures = 0
         self.failure_reason = UNREACHABLE_REASON  # of the last failed check
+        self.on_recovered: list[Callable[[], object]] = []  # called when the Node turns Ready again
         self._parsed: tuple[str, VirtualNodeSpec] | None = None  # (resourceVersion, its spec)
 
     @property
@@ -520,6 +521,9 @@ class VirtualNodeController:
                 log.warning(
                     "foreign cluster %s %s", self.foreign_cluster_id, "healthy" if healthy else f"unhealthy: {reason}"
                 )
+            recovered = healthy and not self.healthy
             self.healthy, self.failure_reason = healthy, reason
             self.unhealthy_since = None if healthy else (self.unhealthy_since or time.monotonic())
             self.queue.add(self.node_name)
+            for callback in self.on_recovered if recovered else ():
+                callback()

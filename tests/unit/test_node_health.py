@@ -63,6 +63,7 @@ def controller() -> Any:
     node.healthy, node.failures, node.failure_reason = True, 0, UNREACHABLE_REASON
     node.unhealthy_since = None
     node.queue = Queue()
+    node.on_recovered = []
     return node
 
 
@@ -110,3 +111,20 @@ def test_how_long_the_cluster_has_been_unreachable_counts_from_the_node_turning_
     assert node.unreachable_for() >= first
     node.observe(200, 2)
     assert node.unreachable_for() is None
+
+
+def test_the_peering_is_told_once_when_its_node_turns_ready_again_and_not_on_failures_below_the_threshold() -> None:
+    """What lets the reflection retry at once what failed during an outage (kubelet.py: retry_failed)."""
+    node = controller()
+    told: list[str] = []
+    node.on_recovered.append(lambda: told.append("recovered"))
+    node.observe(None, 2)
+    node.observe(200, 2)
+    assert told == [], "a failure below the threshold never turned the node NotReady"
+    node.observe(None, 2)
+    node.observe(None, 2)
+    node.observe(None, 2)
+    assert told == [] and not node.healthy
+    node.observe(200, 2)
+    node.observe(200, 2)
+    assert told == ["recovered"]

@@ -278,3 +278,34 @@ def test_a_key_waiting_to_be_retried_later_is_reconciled_at_the_earliest_time_as
         return seen
 
     assert asyncio.run(scenario()) == Counter({"refused": 1, "polled": 1})
+
+
+def test_keys_waiting_out_their_backoff_run_at_once_when_told_and_planned_looks_keep_their_time() -> None:
+    """After an outage (its foreign cluster answers again) a key whose backoff grew to a minute runs
+    now, its failures forgotten; a look planned without a failure is not brought forward."""
+
+    async def scenario() -> tuple[list[str], int]:
+        runs: list[str] = []
+        failing = True
+
+        async def reconcile(key: str) -> None:
+            runs.append(key)
+            if key == "failed" and failing:
+                raise RuntimeError("the foreign cluster does not answer")
+
+        queue = WorkQueue(reconcile, workers=1, base_delay=60, max_delay=60)
+        queue.start()
+        queue.add("failed")
+        queue.add_after("planned", 60)
+        await asyncio.sleep(0.05)
+        assert runs == ["failed"] and queue.backoff("failed") == 60
+        failing = False
+        woken = queue.retry_failed()
+        await asyncio.sleep(0.05)
+        after = list(runs)
+        await queue.shutdown()
+        return after, woken
+
+    after, woken = asyncio.run(scenario())
+    assert woken == 1
+    assert after == ["failed", "failed"], "retried at once, and the planned look still waits"

@@ -39,7 +39,7 @@ class Offloadings:
 class Member:
     def __init__(self) -> None:
         self.followed: list[dict[str, str]] = []
-        self.settings_told = 0
+        self.settings_told = self.retries_told = 0
         self.started = self.stopped = False
 
     async def start(self) -> None:
@@ -50,6 +50,10 @@ class Member:
 
     def on_settings(self) -> None:
         self.settings_told += 1
+
+    def retry_failed(self) -> int:
+        self.retries_told += 1
+        return 2  # keys it let go
 
     async def stop(self) -> None:
         self.stopped = True
@@ -135,3 +139,9 @@ def test_one_cluster_gives_a_namespaces_custom_objects_their_status() -> None:
     offloadings.put("app", ready_in("foreign-0", "foreign-1"))
     assert not manager.status_source("app")
     assert not manager.status_source("absent")
+
+
+def test_a_recovered_cluster_has_every_member_retry_what_failed_and_says_how_much() -> None:
+    manager, _, member = manager_with({"now": {"clusterID": "foreign-1"}})
+    assert manager.retry_failed() == 2
+    assert member.retries_told == 1
