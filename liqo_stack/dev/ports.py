@@ -15,7 +15,8 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from liqo_stack.dev import paths
 
@@ -24,8 +25,8 @@ from liqo_stack.dev import paths
 LOOPBACK = "127.0.0.1"
 HIGHEST_PORT = 32767
 LOWEST_PORT = 10000
-# A port handed out is bound within seconds; one not bound by then was abandoned (a creation that
-# failed) and may be handed out again.
+# A cluster's port handed out is bound within seconds; one not bound by then was abandoned (a creation that
+# failed) and may be handed out again. A listener bound later than that asks to hold its port for longer.
 HANDED_OUT_FOR_SECONDS = 600.0
 
 
@@ -61,28 +62,45 @@ def locked() -> Iterator[None]:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def hand_out(count: int) -> list[int]:
-    """`count` ports free now and handed out to no one else in the last ten minutes on this machine."""
-    record = paths.port_lock().with_name("ports-handed-out.json")
+def hand_out(count: int, hold_for: float = HANDED_OUT_FOR_SECONDS) -> list[int]:
+    """`count` ports free now, held from anyone else on this machine for `hold_for` seconds (ten minutes
+    unless asked: a listener bound later asks for longer, and gives them back once done)."""
     with locked():
         now = time.time()
-        try:
-            handed: dict[str, float] = json.loads(record.read_text())
-        except (OSError, ValueError):
-            handed = {}
-        recent = {int(port) for port, at in handed.items() if now - at < HANDED_OUT_FOR_SECONDS}
+        held = _held(now)
         chosen: list[int] = []
         for port in range(HIGHEST_PORT, LOWEST_PORT, -1):
-            if port not in recent and is_unbound(port):
+            if port not in held and is_unbound(port):
                 chosen.append(port)
                 if len(chosen) == count:
                     break
         else:
             raise OSError(f"fewer than {count} free ports between {LOWEST_PORT} and {HIGHEST_PORT}")
-        kept = {str(port): handed[str(port)] for port in recent}
-        kept.update({str(port): now for port in chosen})
-        record.write_text(json.dumps(kept))
+        held.update({port: now + hold_for for port in chosen})
+        _record().write_text(json.dumps({str(port): until for port, until in held.items()}))
         return chosen
+
+
+def give_back(given: Iterable[int]) -> None:
+    """Ports handed out and no longer wanted: they may be handed out again at once."""
+    with locked():
+        held = _held(time.time())
+        for port in given:
+            held.pop(port, None)
+        _record().write_text(json.dumps({str(port): until for port, until in held.items()}))
+
+
+def _record() -> Path:
+    """The machine's record of the ports held: each until when (seconds since the epoch)."""
+    return paths.port_lock().with_name("ports-handed-out.json")
+
+
+def _held(now: float) -> dict[int, float]:
+    try:
+        record: dict[str, float] = json.loads(_record().read_text())
+    except (OSError, ValueError):
+        record = {}
+    return {int(port): until for port, until in record.items() if until > now}
 
 
 def is_free(port: int, host: str = LOOPBACK) -> bool:

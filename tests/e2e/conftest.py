@@ -25,6 +25,7 @@ from lightkube.resources.core_v1 import Namespace, Node
 from lightkube.types import PatchType
 from pulumi import automation as auto
 
+from liqo_stack.dev import ports
 from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from liqo_stack.dev.pulumi_offline import PulumiEnvironment
@@ -89,9 +90,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+# How long the session's webhook port is held from every other taker on the machine: longer than a session
+# lasts (CI allows 90 minutes). Given back when the session ends.
+SESSION_PORT_HOLD_SECONDS = 3 * 3600.0
+
+
 @pytest.fixture(scope="session")
-def webhook_port() -> int:
-    return free_port()
+def webhook_port() -> Iterator[int]:
+    """The port the session's runtimes serve their webhook on, bound only when the first of them starts (often
+    many minutes later) and again by each: below the kernel's ephemeral range, where an outgoing connection
+    took a port the kernel had picked before it was bound, and held for the whole session, where a hold of
+    ten minutes ended before it was bound and the port went to another runtime (docs/performance.md)."""
+    (port,) = ports.hand_out(1, hold_for=SESSION_PORT_HOLD_SECONDS)
+    yield port
+    ports.give_back([port])
 
 
 # The taints the home's pods may tolerate in the foreign clusters (every node; docs/security.md#nodes): the

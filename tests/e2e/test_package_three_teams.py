@@ -28,7 +28,16 @@ from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, VirtualNodeResource
 from tests.e2e.conftest import RuntimeSlot, wait_served
 from tests.e2e.test_package_typescript import typescript_project, typescript_stack
-from tests.support.kube import all_running, free_port, get_or_none, offload, unoffload, wait_phase, wait_until
+from tests.support.kube import (
+    all_running,
+    free_port,
+    get_or_none,
+    listener_port,
+    offload,
+    unoffload,
+    wait_phase,
+    wait_until,
+)
 from tests.support.packages import ROOT, assert_no_change, project_from_example, resources_of
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
@@ -72,7 +81,7 @@ def teams(
     platform = pulumi_env.stack_for_directory(
         python_project(EXAMPLES / "package-platform-python", _mkdir(folder / "platform")), "prod"
     )
-    webhook = free_port()
+    webhook = listener_port()
     platform.set_all_config(
         {
             "foreignSideStack": auto.ConfigValue(f"{organization}/liqo-foreign/foreign-1"),

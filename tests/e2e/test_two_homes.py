@@ -34,7 +34,7 @@ from runtime.api.quantities import parse_quantity
 from runtime.api.resources import QuotaResource, ShadowPodResource
 from tests.e2e.conftest import RuntimeSlot, wait_served
 from tests.support.cli import run_preview
-from tests.support.kube import free_port, get_or_none, wait_phase, wait_until
+from tests.support.kube import free_port, get_or_none, listener_port, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -111,7 +111,7 @@ def two_homes(
                 },
                 "namespaces": [{"name": NAMESPACE, "podOffloadingStrategy": "Remote"}],
             }
-            webhook = webhook_port if index == 0 else free_port()
+            webhook = webhook_port if index == 0 else listener_port()
             config["runtime"] = {"mode": "external", "webhookPort": webhook}
             pulumi_env.set_liqo_config(stack, config)
             foreign_clusters = [

@@ -13,13 +13,20 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ServiceAccount
 
-from liqo_stack.dev.ports import any_free
+from liqo_stack.dev.ports import any_free, hand_out
 from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from liqo_stack.kube import get_or_none as get_or_none  # re-exported: the tests import it from here
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource
 
 free_port = any_free  # a port nothing listens on, for a server the test starts
+
+
+def listener_port() -> int:
+    """A port for a server started later than at once (a runtime started after a `pulumi up`): handed out
+    below the kernel's ephemeral range and held ten minutes, where a port the kernel picks may meanwhile
+    become an outgoing connection's source port."""
+    return hand_out(1)[0]
 
 
 def _unanswered(error: Exception) -> bool:

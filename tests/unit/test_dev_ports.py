@@ -1,5 +1,6 @@
-"""Ports handed out to the dev clusters' components: free, never twice within ten minutes, so that
-clusters created at once on one machine never pick the same one (liqo_stack/dev/ports.py)."""
+"""Ports handed out to the dev clusters' components and the tests' later listeners: free, never twice
+while held (ten minutes unless asked), so that clusters created at once on one machine never pick the
+same one (liqo_stack/dev/ports.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,13 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield paths.port_lock().with_name("ports-handed-out.json")
 
 
-def _handed_out_at(record: Path, handed: dict[int, float]) -> None:
-    record.write_text(json.dumps({str(port): at for port, at in handed.items()}))
+def _held_until(record: Path, held: dict[int, float]) -> None:
+    record.write_text(json.dumps({str(port): until for port, until in held.items()}))
+
+
+def _held_from_now(record: Path, held: range) -> None:
+    """`held` handed out just now, for the usual ten minutes."""
+    _held_until(record, {port: time.time() + ports.HANDED_OUT_FOR_SECONDS for port in held})
 
 
 def test_two_clusters_asking_one_after_the_other_get_disjoint_free_ports(record: Path) -> None:
@@ -44,7 +50,7 @@ def test_a_port_something_listens_on_is_skipped(record: Path) -> None:
         listener.bind((ports.LOOPBACK, listening))
         listener.listen()
         # every port above it handed out just now: the next candidate is the one in use
-        _handed_out_at(record, {port: time.time() for port in range(listening + 1, ports.HIGHEST_PORT + 1)})
+        _held_from_now(record, range(listening + 1, ports.HIGHEST_PORT + 1))
         (chosen,) = ports.hand_out(1)
     assert chosen < listening
 
@@ -52,13 +58,13 @@ def test_a_port_something_listens_on_is_skipped(record: Path) -> None:
 def test_a_port_handed_out_more_than_ten_minutes_ago_is_handed_out_again(record: Path) -> None:
     abandoned = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_unbound(p))
     now = time.time()
-    handed = {port: now for port in range(abandoned + 1, ports.HIGHEST_PORT + 1)}
-    handed[abandoned] = now - ports.HANDED_OUT_FOR_SECONDS - 1  # a creation that failed long ago
-    _handed_out_at(record, handed)
+    held = {port: now + ports.HANDED_OUT_FOR_SECONDS for port in range(abandoned + 1, ports.HIGHEST_PORT + 1)}
+    held[abandoned] = now - 1  # handed out ten minutes ago for a creation that failed
+    _held_until(record, held)
     assert ports.hand_out(1) == [abandoned]
     kept = json.loads(record.read_text())
-    assert kept[str(abandoned)] >= now  # handed out again: remembered from now
-    assert len(kept) == len(handed)
+    assert kept[str(abandoned)] >= now + ports.HANDED_OUT_FOR_SECONDS  # handed out again: held from now
+    assert len(kept) == len(held)
 
 
 def test_an_unreadable_record_is_started_afresh(record: Path) -> None:
@@ -75,7 +81,7 @@ def test_a_held_port_refuses_connections_and_is_not_handed_out(record: Path) -> 
     try:
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((ports.LOOPBACK, held), timeout=5).close()
-        _handed_out_at(record, {port: time.time() for port in range(held + 1, ports.HIGHEST_PORT + 1)})
+        _held_from_now(record, range(held + 1, ports.HIGHEST_PORT + 1))
         (chosen,) = ports.hand_out(1)
         assert chosen < held
     finally:
@@ -100,3 +106,17 @@ def test_ports_are_handed_out_under_the_lock_already_held(record: Path) -> None:
     assert len(handed) == 1
     with ports.locked():  # released after all: the next taker gets it
         assert ports.hand_out(1) != handed
+
+
+def test_a_port_held_for_a_listener_bound_later_outlives_ten_minutes_until_given_back(
+    record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tests' session webhook port: bound only when the shared runtime starts, often more than ten
+    minutes later. Held for longer, it was once handed out again meanwhile to another runtime."""
+    now = time.time()
+    (session,) = ports.hand_out(1, hold_for=3 * 3600)
+    monkeypatch.setattr(time, "time", lambda: now + ports.HANDED_OUT_FOR_SECONDS + 60)
+    assert session not in ports.hand_out(5), "held for three hours, not ten minutes"
+    ports.give_back([session])
+    assert str(session) not in json.loads(record.read_text())
+    assert session in ports.hand_out(1 + ports.HIGHEST_PORT - session)  # handed out again at once
