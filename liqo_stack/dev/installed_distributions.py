@@ -16,7 +16,6 @@ import importlib.metadata
 import json
 import os
 import sys
-from pathlib import Path
 
 
 def installed() -> list[dict[str, str]]:
@@ -24,15 +23,13 @@ def installed() -> list[dict[str, str]]:
     listed: dict[str, dict[str, str]] = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
+        if not name:  # a broken installation's leftover: pip skips it too
+            continue
         key = name.lower().replace("_", "-").replace(".", "-")
         # a distribution found twice on sys.path is listed where it is found first, as pip and import do
-        if name and key not in listed:
-            where = getattr(dist, "_path", None)
-            listed[key] = {
-                "name": name,
-                "version": dist.version,
-                "location": str(Path(where).parent) if where else "",
-            }
+        if key not in listed:
+            # the folder its metadata is in (site-packages): where pip says it is, editable or not
+            listed[key] = {"name": name, "version": dist.version, "location": str(dist.locate_file(""))}
     return list(listed.values())
 
 
