@@ -23,7 +23,7 @@ def installed() -> list[dict[str, str]]:
     listed: dict[str, dict[str, str]] = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
-        if not name:  # a broken installation's leftover: pip skips it too
+        if not name:  # a broken installation's leftover, naming no package: no Pulumi plugin to find there
             continue
         key = name.lower().replace("_", "-").replace(".", "-")
         # a distribution found twice on sys.path is listed where it is found first, as pip and import do
