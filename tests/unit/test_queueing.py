@@ -293,15 +293,20 @@ def test_keys_waiting_out_their_backoff_run_at_once_when_told_and_planned_looks_
             if key == "failed" and failing:
                 raise RuntimeError("the foreign cluster does not answer")
 
+        async def until(condition: Callable[[], bool]) -> None:
+            while not condition():
+                await asyncio.sleep(0)  # each turn lets the worker run
+
         queue = WorkQueue(reconcile, workers=1, base_delay=60, max_delay=60)
         queue.start()
         queue.add("failed")
         queue.add_after("planned", 60)
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(until(lambda: queue.stats.retries_scheduled == 1), 5)
         assert runs == ["failed"] and queue.backoff("failed") == 60
         failing = False
         woken = queue.retry_failed()
-        await asyncio.sleep(0.05)
+        # far sooner than its 60 s backoff
+        await asyncio.wait_for(until(lambda: queue.stats.reconciles == 2), 5)
         after = list(runs)
         await queue.shutdown()
         return after, woken
