@@ -5,23 +5,28 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from liqo_stack.declaring.components.cluster import APPLY_ANNOTATIONS, KINDS, annotated, snake_case
+from liqo_stack.declaring.components.cluster import APPLY_ANNOTATIONS, annotated, camel_case, type_token
 from liqo_stack.declaring.components.credentials import compose_kubeconfig, server_of
 from liqo_stack.declaring.config import ConfigError
 
 
-def test_top_level_fields_become_the_typed_arguments() -> None:
-    assert [snake_case(f) for f in ("metadata", "roleRef", "stringData", "volumeBindingMode")] == [
+def test_python_arguments_become_the_manifests_top_level_fields() -> None:
+    assert [camel_case(f) for f in ("metadata", "role_ref", "string_data", "volume_binding_mode")] == [
         "metadata",
-        "role_ref",
-        "string_data",
-        "volume_binding_mode",
+        "roleRef",
+        "stringData",
+        "volumeBindingMode",
     ]
-    assert KINDS[("rbac.authorization.k8s.io/v1", "RoleBinding")] is k8s.rbac.v1.RoleBinding
+
+
+def test_each_kind_has_pulumi_kubernetes_type_the_core_group_named_core() -> None:
+    assert type_token("v1", "Secret") == "kubernetes:core/v1:Secret"
+    assert type_token("apps/v1", "Deployment") == "kubernetes:apps/v1:Deployment"
+    custom = type_token("offloading.liqo.io/v1beta1", "VirtualNode")
+    assert custom == "kubernetes:offloading.liqo.io/v1beta1:VirtualNode"
 
 
 def test_every_object_is_applied_by_one_field_manager_forced_and_keeps_its_annotations() -> None:

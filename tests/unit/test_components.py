@@ -93,6 +93,57 @@ def run_program() -> None:
     main()
 
 
+READS_PODS = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+ROLE_REF = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}
+SAMPLE_FIELDS = {
+    "Secret": ("data", "data", {"a": "YQ=="}),
+    "ConfigMap": ("data", "data", {"a": "b"}),
+    "ClusterRole": ("rules", "rules", READS_PODS),
+    "Role": ("rules", "rules", READS_PODS),
+    "ClusterRoleBinding": ("roleRef", "role_ref", ROLE_REF),
+    "RoleBinding": ("roleRef", "role_ref", ROLE_REF),
+    "RuntimeClass": ("handler", "handler", "runc"),
+    "StorageClass": ("provisioner", "provisioner", "example.com/none"),
+    "MutatingWebhookConfiguration": ("webhooks", "webhooks", [{"name": "a.example.com"}]),
+    "ValidatingWebhookConfiguration": ("webhooks", "webhooks", [{"name": "a.example.com"}]),
+    "ServiceAccount": ("automountServiceAccountToken", "automount_service_account_token", False),
+    "Namespace": ("spec", "spec", {"finalizers": ["kubernetes"]}),
+}
+
+
+@pulumi.runtime.test  # type: ignore[untyped-decorator]
+def declare_each_built_in_kind_twice() -> None:
+    """Each kind the stack declares, once as the stack does (`declare`) and once through pulumi-kubernetes'
+    typed class of that kind, from the same manifest."""
+    import pulumi_kubernetes as k8s
+
+    from liqo_stack.declaring.components.cluster import APPLY_ANNOTATIONS, BUILT_IN_KINDS, annotated, declare
+
+    for api_version, kind in sorted(BUILT_IN_KINDS):
+        manifest: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}
+        typed_fields: dict[str, Any] = {"metadata": annotated(manifest, APPLY_ANNOTATIONS)["metadata"]}
+        # a field of each kind, the fields the typed classes require among them
+        field, typed_field, value = SAMPLE_FIELDS.get(kind, ("spec", "spec", {"a": "b"}))
+        manifest[field] = typed_fields[typed_field] = value
+        if kind == "Secret":
+            manifest["stringData"] = typed_fields["string_data"] = {"b": "b"}
+        declare(f"ours-{kind}", manifest, pulumi.ResourceOptions())
+        group, _, version = api_version.rpartition("/")
+        typed = getattr(getattr(getattr(k8s, group.split(".")[0] or "core"), version), kind)
+        typed(f"sdk-{kind}", **typed_fields)
+
+
+def test_each_kind_reaches_the_engine_as_pulumi_kubernetes_typed_class_sends_it(mocks: RecordingMocks) -> None:
+    declare_each_built_in_kind_twice()
+
+    def sent(prefix: str) -> dict[str, tuple[str, dict[str, Any]]]:
+        return {r.name.removeprefix(prefix): (r.typ, r.inputs) for r in mocks.resources if r.name.startswith(prefix)}
+
+    ours, sdks = sent("ours-"), sent("sdk-")
+    assert len(ours) == 18 and ours == sdks
+    assert ours["Secret"][1]["stringData"][SECRET_SIG_KEY] == SECRET_SIG, "a Secret's data stays secret"
+
+
 def test_each_cluster_gets_its_objects(mocks: RecordingMocks) -> None:
     run_program()
 

@@ -13,9 +13,8 @@ A user's program may pass its own provider for a cluster instead (see `liqo_stac
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -34,41 +33,43 @@ TIMEOUT_SECONDS = "pulumi.com/timeoutSeconds"
 
 Manifest = dict[str, Any]
 
-# The kinds the stack declares, as pulumi-kubernetes' typed resources; any other kind (our CRDs'
-# VirtualNode and NamespaceOffloading) is an `apiextensions.CustomResource`.
-KINDS: dict[tuple[str, str], type[pulumi.CustomResource]] = {
-    ("v1", "Namespace"): k8s.core.v1.Namespace,
-    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
-    ("v1", "Secret"): k8s.core.v1.Secret,
-    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
-    ("v1", "Service"): k8s.core.v1.Service,
-    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
-    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
-    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
-    ("node.k8s.io/v1", "RuntimeClass"): k8s.node.v1.RuntimeClass,
-    ("storage.k8s.io/v1", "StorageClass"): k8s.storage.v1.StorageClass,
-    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): (
-        k8s.admissionregistration.v1.MutatingWebhookConfiguration
-    ),
-    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): (
-        k8s.admissionregistration.v1.ValidatingWebhookConfiguration
-    ),
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): (
-        k8s.admissionregistration.v1.ValidatingAdmissionPolicy
-    ),
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (
-        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
-    ),
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.apiextensions.v1.CustomResourceDefinition,
-}
+# The built-in kinds the stack declares; any other kind (our CRDs' VirtualNode and NamespaceOffloading)
+# is a custom resource, which takes metadata and spec only.
+BUILT_IN_KINDS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("v1", "Namespace"),
+        ("v1", "ServiceAccount"),
+        ("v1", "Secret"),
+        ("v1", "ConfigMap"),
+        ("v1", "Service"),
+        ("apps/v1", "Deployment"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("node.k8s.io/v1", "RuntimeClass"),
+        ("storage.k8s.io/v1", "StorageClass"),
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    }
+)
+# A Secret's fields that are secret in the state and in every output, as pulumi-kubernetes' Secret keeps them.
+SECRET_FIELDS = ("data", "stringData")
 
 
-def snake_case(field: str) -> str:
-    """A manifest's top-level field as the typed resource's argument: `roleRef` -> `role_ref`."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower()
+def type_token(api_version: str, kind: str) -> str:
+    """pulumi-kubernetes' type of a kind: `kubernetes:apps/v1:Deployment`, the core group named `core`."""
+    return f"kubernetes:{api_version if '/' in api_version else f'core/{api_version}'}:{kind}"
+
+
+def camel_case(field: str) -> str:
+    """A top-level field given as a Python argument, as the manifest writes it: `string_data` -> `stringData`."""
+    head, *rest = field.split("_")
+    return head + "".join(word.capitalize() for word in rest)
 
 
 def annotated(manifest: Manifest, annotations: dict[str, str]) -> Manifest:
@@ -78,23 +79,44 @@ def annotated(manifest: Manifest, annotations: dict[str, str]) -> Manifest:
     return {**manifest, "metadata": metadata}
 
 
+class KubernetesObject(pulumi.CustomResource):
+    """One object of any kind as the resource pulumi-kubernetes' provider manages for it, by its type
+    (`type_token`) and its manifest's fields as they are written (camelCase), which the engine gets as
+    they are. Not pulumi-kubernetes' typed classes: they send the same inputs, but importing their modules
+    (every class of `core.v1`, `admissionregistration.v1`, ...) took 0.85 CPU-seconds of each run of the
+    program, and the stack reads none of their typed outputs. What they add that the stack needs is
+    kept: a Secret's `data` and `stringData` are secret. (Their aliases name API versions this stack
+    never declared.) Each top-level field is an output of the same name: `output("data")`."""
+
+    def __init__(self, resource_name: str, manifest: Manifest, opts: pulumi.ResourceOptions) -> None:
+        api_version, kind = manifest["apiVersion"], manifest["kind"]
+        props: dict[str, Any] = dict(manifest)
+        if (api_version, kind) == ("v1", "Secret"):
+            for field in SECRET_FIELDS:
+                given = props.get(field)
+                props[field] = None if given is None else pulumi.Output.secret(given)
+            kept_secret = pulumi.ResourceOptions(additional_secret_outputs=list(SECRET_FIELDS))
+            opts = pulumi.ResourceOptions.merge(opts, kept_secret)
+        super().__init__(type_token(api_version, kind), resource_name, props, opts)
+
+    def output(self, field: str) -> pulumi.Output[Any]:
+        """A top-level field as the cluster has it once the object is applied (a Secret's `data`)."""
+        return cast(pulumi.Output[Any], getattr(self, field))
+
+
 def declare(
     resource_name: str, manifest: Manifest, opts: pulumi.ResourceOptions, **overrides: pulumi.Input[Any]
-) -> pulumi.CustomResource:
-    """`manifest` as the pulumi-kubernetes resource of its kind. Nested fields stay as the manifest
-    writes them (camelCase): the SDK sends a plain dict as it is. `overrides` replace top-level
-    fields with values known later (outputs), e.g. a Secret's `string_data`."""
+) -> KubernetesObject:
+    """`manifest` as a pulumi-kubernetes object, applied with the stack's field manager. `overrides`
+    replace top-level fields with values known later (outputs), e.g. a Secret's `string_data`."""
     manifest = annotated(manifest, APPLY_ANNOTATIONS)
-    api_version, kind = manifest["apiVersion"], manifest["kind"]
-    fields = {snake_case(k): v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
-    fields.update(overrides)
-    typed = KINDS.get((api_version, kind))
-    if typed is not None:
-        return typed(resource_name, opts=opts, **fields)
-    extra = set(fields) - {"metadata", "spec"}
-    if extra:
-        raise ValueError(f"{kind} {resource_name}: a custom resource takes metadata and spec only, not {sorted(extra)}")
-    return k8s.apiextensions.CustomResource(resource_name, api_version=api_version, kind=kind, opts=opts, **fields)
+    fields = {**manifest, **{camel_case(name): value for name, value in overrides.items()}}
+    if (manifest["apiVersion"], manifest["kind"]) not in BUILT_IN_KINDS:
+        extra = set(fields) - {"apiVersion", "kind", "metadata", "spec"}
+        if extra:
+            taken = "a custom resource takes metadata and spec only"
+            raise ValueError(f"{manifest['kind']} {resource_name}: {taken}, not {sorted(extra)}")
+    return KubernetesObject(resource_name, fields, opts)
 
 
 def provider(
@@ -134,6 +156,6 @@ class Cluster:
 
     def object(
         self, resource_name: str, manifest: Manifest, opts: pulumi.ResourceOptions, **overrides: pulumi.Input[Any]
-    ) -> pulumi.CustomResource:
+    ) -> KubernetesObject:
         placed = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=self.provider))
         return declare(f"{self.cluster_id}:{resource_name}", manifest, placed, **overrides)

@@ -12,10 +12,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from liqo_stack.declaring import manifests
 from liqo_stack.declaring.components.cluster import TIMEOUT_SECONDS, WAIT_FOR, Cluster, annotated
@@ -143,9 +141,7 @@ def declare_tenant(
                 pulumi.ResourceOptions(parent=parent, depends_on=[crd_role, account]),
             ),
         ]
-    kubeconfig = home_identity_kubeconfig(
-        api_server_address, foreign, identity, tenant, cast(k8s.core.v1.Secret, token).data
-    )
+    kubeconfig = home_identity_kubeconfig(api_server_address, foreign, identity, tenant, token.output("data"))
     return TenantSide(namespace, quota, nodes_binding, account, token, role, binding, crd_access, kubeconfig)
 
 
