@@ -101,15 +101,28 @@ def lane_of(nodeid: str) -> str:
     return nodeid
 
 
+def merged_lane(lane: str, workers: int) -> str:
+    """The lane that `lane` runs in with `workers` workers: itself with as many workers as lanes, else the
+    lanes numbered alike modulo `workers` run as one. Scopes that are not lanes pass through."""
+    number = lane.removeprefix("clusters-")
+    if not number.isdigit() or workers <= 0:
+        return lane
+    return f"clusters-{(int(number) - 1) % workers + 1}"
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     # xdist's own `--dist loadgroup` marks groups by rewriting node ids, which pytest 9 no longer allows
     from xdist.scheduler import LoadScopeScheduling
 
     class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no types
-        """Each lane to one worker, whole and in collection order (see _run_order)."""
+        """Each lane to one worker, whole and in collection order (see _run_order). With fewer workers
+        than lanes (`-n 2`), lanes are merged until there are as many as workers: a worker's clusters
+        then serve one merged lane in _run_order, its stacks of their own all before the shared stack is
+        installed, not one lane after another (a module with a stack of its own run after another
+        lane's shared stack found that stack's objects and runtime in its clusters)."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return lane_of(nodeid)
+            return merged_lane(lane_of(nodeid), self.numnodes)
 
     return LaneScheduling(config, log)
 

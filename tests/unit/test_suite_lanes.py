@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.conftest import LANES, LAST_LANE, REPO, lane_of
+from tests.conftest import LANES, LAST_LANE, REPO, lane_of, merged_lane
 
 
 def test_each_cluster_tier_module_has_one_lane_and_unit_tests_run_anywhere() -> None:
@@ -21,3 +21,11 @@ def test_every_module_named_for_a_lane_exists_and_is_in_one_lane_only() -> None:
     missing = sorted(name for name in named if not (REPO / "tests" / "e2e" / f"{name}.py").exists())
     assert not missing, f"LANES in tests/conftest.py names modules that do not exist: {missing}"
     assert not [name for name, lanes in named.items() if lanes > 1]
+
+
+def test_with_fewer_workers_than_lanes_each_worker_runs_one_merged_lane() -> None:
+    lanes = ["clusters-1", "clusters-2", "clusters-3"]
+    assert [merged_lane(lane, 3) for lane in lanes] == lanes
+    assert [merged_lane(lane, 2) for lane in lanes] == ["clusters-1", "clusters-2", "clusters-1"]
+    assert {merged_lane(lane, 1) for lane in lanes} == {"clusters-1"}
+    assert merged_lane("tests/unit/test_config.py::test_x", 1) == "tests/unit/test_config.py::test_x"
