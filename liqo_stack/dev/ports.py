@@ -77,7 +77,7 @@ def hand_out(count: int, hold_for: float = HANDED_OUT_FOR_SECONDS) -> list[int]:
         else:
             raise OSError(f"fewer than {count} free ports between {LOWEST_PORT} and {HIGHEST_PORT}")
         held.update({port: now + hold_for for port in chosen})
-        _record().write_text(json.dumps({str(port): until for port, until in held.items()}))
+        _write_held(held)
         return chosen
 
 
@@ -87,7 +87,7 @@ def give_back(given: Iterable[int]) -> None:
         held = _held(time.time())
         for port in given:
             held.pop(port, None)
-        _record().write_text(json.dumps({str(port): until for port, until in held.items()}))
+        _write_held(held)
 
 
 def _record() -> Path:
@@ -101,6 +101,10 @@ def _held(now: float) -> dict[int, float]:
     except (OSError, ValueError):
         record = {}
     return {int(port): until for port, until in record.items() if until > now}
+
+
+def _write_held(held: dict[int, float]) -> None:
+    _record().write_text(json.dumps({str(port): until for port, until in held.items()}))
 
 
 def is_free(port: int, host: str = LOOPBACK) -> bool:
