@@ -242,6 +242,10 @@ class DevEnvironmentError(RuntimeError):
     """A dev-environment step failed; the message says what to do next."""
 
 
+class ApiServerExitedError(DevEnvironmentError):
+    """A new cluster's API server exited before it served."""
+
+
 def foreign_cluster_id(index: int) -> str:
     return f"foreign-{index}"
 
@@ -410,22 +414,39 @@ class DevEnvironment:
         env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
         return env
 
-    def _kwokctl(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def _kwokctl(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 300,
+        gave_up: Callable[[], DevEnvironmentError | None] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kwokctl. `gave_up`, asked every second while it runs, may give the error to raise instead
+        of waiting on, when waiting cannot help: kwokctl is stopped first."""
         cmd = [str(self.bin_dir / "kwokctl"), *args]
-        try:
-            proc = subprocess.run(cmd, env=self._env(), capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as err:
-            raise DevEnvironmentError(
-                f"`kwokctl {' '.join(args[:3])} ...` did not finish in {format_duration(timeout)}. "
-                f"The components' logs are in {self.kwok_workdir}/clusters/*/logs; "
-                "`liqo-stack dev down` resets the clusters."
-            ) from err
+        deadline = time.monotonic() + timeout
+        with subprocess.Popen(cmd, env=self._env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            while True:
+                try:
+                    stdout, stderr = proc.communicate(timeout=1)  # asked again, it loses no output
+                    break
+                except subprocess.TimeoutExpired:
+                    error = gave_up() if gave_up is not None else None
+                    if error is None and time.monotonic() < deadline:
+                        continue
+                    proc.kill()
+                    proc.communicate()
+                    raise error or DevEnvironmentError(
+                        f"`kwokctl {' '.join(args[:3])} ...` did not finish in {format_duration(timeout)}. "
+                        f"The components' logs are in {self.kwok_workdir}/clusters/*/logs; "
+                        "`liqo-stack dev down` resets the clusters."
+                    ) from None
         if check and proc.returncode != 0:
             raise DevEnvironmentError(
-                f"`kwokctl {' '.join(args)}` failed:\n{(proc.stderr or proc.stdout).strip()[-2000:]}\n"
+                f"`kwokctl {' '.join(args)}` failed:\n{(stderr or stdout).strip()[-2000:]}\n"
                 f"Logs are under {self.kwok_workdir}/clusters; `liqo-stack dev down` resets the clusters."
             )
-        return proc
+        return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
     def check_binaries(self) -> None:
         missing = [name for name in REQUIRED_BINARIES if not (self.bin_dir / name).exists()]
@@ -502,6 +523,19 @@ class DevEnvironment:
 
     def _create_cluster(self, cluster_id: str, layout: ClusterLayout) -> None:
         b = self.bin_dir
+        cluster_dir = self.kwok_workdir / "clusters" / cluster_id
+
+        def api_server_exited() -> DevEnvironmentError | None:  # kwokctl would wait two minutes for it to serve
+            pid = _recorded_pid(cluster_dir, "kube-apiserver")
+            if pid is None or _alive(pid):
+                return None
+            logs = cluster_dir / "logs"
+            return ApiServerExitedError(
+                f"{cluster_id}: kube-apiserver exited as the cluster was created ("
+                + "; ".join(f"{name}: {_last_line(logs / f'{name}.log')}" for name in ("etcd", "kube-apiserver"))
+                + f"); the logs are in {logs}"
+            )
+
         self._kwokctl(
             "create", "cluster", "--name", cluster_id, "--runtime", "binary",
             "--config", str(self._write_kwokctl_config(cluster_id, layout)),
@@ -515,6 +549,7 @@ class DevEnvironment:
             "--etcd-quota-backend-size", "2Gi",
             "--wait", "3m",
             *(["--kube-audit-policy", str(self.audit_policy)] if self.audit_policy else []),
+            gave_up=api_server_exited,
         )  # fmt: skip
 
     def _write_kubeconfig(self, cluster_id: str) -> None:
@@ -637,8 +672,17 @@ class DevEnvironment:
                 self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
         else:
             progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
-            with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
-                self._create_cluster(cluster_id, layout)
+            try:
+                with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
+                    self._create_cluster(cluster_id, layout)
+            except ApiServerExitedError as exited:
+                # The API server exits for good when its etcd does not answer within ~20 s of its start
+                # ("error creating storage factory"), which a loaded machine once saw: the new cluster,
+                # empty, is made again once, on new ports, after saying why.
+                progress(f"{exited}; creating it again")
+                self._kwokctl("delete", "cluster", "--name", cluster_id)
+                with Heartbeat(progress, f"{cluster_id}: creating the control plane again"):
+                    self._create_cluster(cluster_id, layout)
         progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
 
     def delete(self, cluster_id: str, progress: Progress = print) -> None:

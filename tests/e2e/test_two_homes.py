@@ -195,7 +195,11 @@ def offloaded_in_both(two_homes: TwoHomes) -> TwoHomes:
     for home in two_homes.homes.values():
         if get_or_none(home.client, Namespace, NAMESPACE) is None:
             home.client.create(cast(Namespace, Namespace.from_dict({"metadata": {"name": NAMESPACE}})))
-        wait_phase(home.client, NAMESPACE, "Ready", timeout=90)
+        try:
+            wait_phase(home.client, NAMESPACE, "Ready", timeout=90)
+        except TimeoutError as error:
+            home.runtime.check_alive()  # a part that exited says so, with its log's tail
+            raise TimeoutError(f"{home.cluster_id}: {error}") from error
     return two_homes
 
 

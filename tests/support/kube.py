@@ -46,11 +46,18 @@ def _attempt(condition: Callable[[], Any]) -> tuple[Any, Exception | None]:
         return None, error
 
 
-def _not_met(what: str, timeout: float, unanswered: Exception | None) -> TimeoutError:
+def _not_met(what: str | Callable[[], str], timeout: float, unanswered: Exception | None) -> TimeoutError:
+    if callable(what):
+        try:
+            what = what()
+        except Exception as error:  # the description is best effort: the timeout is the failure
+            what = f"(not described: {error!r})"
     return TimeoutError(f"{what} not met after {timeout:.0f}s" + (f" (last: {unanswered!r})" if unanswered else ""))
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str | Callable[[], str] = "condition") -> Any:
+    """The condition's first true value; else a TimeoutError naming `what` (a callable: asked then, to
+    say how things stand at the end of the wait, not at its start)."""
     deadline = time.monotonic() + timeout
     unanswered: Exception | None = None
     while time.monotonic() < deadline:
@@ -62,7 +69,9 @@ def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "c
     raise _not_met(what, timeout, unanswered)
 
 
-async def wait_until_async(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+async def wait_until_async(
+    condition: Callable[[], Any], timeout: float = 30, what: str | Callable[[], str] = "condition"
+) -> Any:
     """wait_until for a test whose runtime parts run in this event loop: it keeps running meanwhile."""
     deadline = time.monotonic() + timeout
     unanswered: Exception | None = None
@@ -109,7 +118,7 @@ def wait_phase(home: Client, namespace: str, phase: str, timeout: float = 40) ->
         wait_until(
             lambda: (s := status_of(home, namespace)).get("offloadingPhase") == phase and s,
             timeout,
-            f"{namespace} offloadingPhase {phase} (now {status_of(home, namespace).get('offloadingPhase')})",
+            lambda: f"{namespace} offloadingPhase {phase} (status at the end: {status_of(home, namespace)})",
         )
     )
 
