@@ -43,7 +43,7 @@ class Promotion:
 
 
 def _version(stack: auto.Stack) -> str:
-    history = stack.history(page_size=1)
+    history = stack.history(page_size=1, show_secrets=False)  # its version only: no secrets to decrypt
     if not history or history[0].version is None:
         raise click.ClickException(f"stack {stack.name} was never deployed: run `pulumi up` there first")
     return f"{stack.name}@v{history[0].version}"
@@ -77,11 +77,13 @@ def _decoded(value: auto.ConfigValue | None) -> object:
 
 
 def _apply_config(stack: auto.Stack, values: dict[str, auto.ConfigValue | None]) -> None:
-    for key, value in values.items():
-        if value is None:
-            stack.remove_config(key)
-        else:
-            stack.set_config(key, value)
+    """Set and remove the keys in two CLI runs at most (`config set-all`, `config rm-all`), not one a key."""
+    to_set = {key: value for key, value in values.items() if value is not None}
+    to_remove = [key for key, value in values.items() if value is None]
+    if to_set:
+        stack.set_all_config(to_set)
+    if to_remove:
+        stack.remove_all_config(to_remove)
 
 
 def _show(value: auto.ConfigValue | None) -> str:
