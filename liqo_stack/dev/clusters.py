@@ -523,19 +523,6 @@ class DevEnvironment:
 
     def _create_cluster(self, cluster_id: str, layout: ClusterLayout) -> None:
         b = self.bin_dir
-        cluster_dir = self.kwok_workdir / "clusters" / cluster_id
-
-        def api_server_exited() -> DevEnvironmentError | None:  # kwokctl would wait two minutes for it to serve
-            pid = _recorded_pid(cluster_dir, "kube-apiserver")
-            if pid is None or _alive(pid):
-                return None
-            logs = cluster_dir / "logs"
-            return ApiServerExitedError(
-                f"{cluster_id}: kube-apiserver exited as the cluster was created ("
-                + "; ".join(f"{name}: {_last_line(logs / f'{name}.log')}" for name in ("etcd", "kube-apiserver"))
-                + f"); the logs are in {logs}"
-            )
-
         self._kwokctl(
             "create", "cluster", "--name", cluster_id, "--runtime", "binary",
             "--config", str(self._write_kwokctl_config(cluster_id, layout)),
@@ -549,8 +536,27 @@ class DevEnvironment:
             "--etcd-quota-backend-size", "2Gi",
             "--wait", "3m",
             *(["--kube-audit-policy", str(self.audit_policy)] if self.audit_policy else []),
-            gave_up=api_server_exited,
+            gave_up=self._api_server_exit(cluster_id, "was created"),
         )  # fmt: skip
+
+    def _api_server_exit(self, cluster_id: str, doing: str) -> Callable[[], ApiServerExitedError | None]:
+        """For `_kwokctl(gave_up=...)`: the error once the API server that kwokctl started for the cluster
+        has exited (kwokctl would wait two more minutes for it to serve), with its and etcd's last words."""
+        cluster_dir = self.kwok_workdir / "clusters" / cluster_id
+        before = _recorded_pid(cluster_dir, "kube-apiserver")  # a stopped cluster's: gone, and not this start's
+
+        def exited() -> ApiServerExitedError | None:
+            pid = _recorded_pid(cluster_dir, "kube-apiserver")
+            if pid is None or pid == before or _alive(pid):
+                return None
+            logs = cluster_dir / "logs"
+            return ApiServerExitedError(
+                f"{cluster_id}: kube-apiserver exited as the cluster {doing} ("
+                + "; ".join(f"{name}: {_last_line(logs / f'{name}.log')}" for name in ("etcd", "kube-apiserver"))
+                + f"); the logs are in {logs}"
+            )
+
+        return exited
 
     def _write_kubeconfig(self, cluster_id: str) -> None:
         raw = yaml.safe_load(self._kwokctl("get", "kubeconfig", "--name", cluster_id).stdout)
@@ -669,7 +675,10 @@ class DevEnvironment:
             progress(f"{cluster_id}: stopped, starting ...")
             # under the port lock, as before: its ports, handed out long ago, are free until it binds them
             with Heartbeat(progress, f"{cluster_id}: starting the control plane"), ports.locked():
-                self._kwokctl("start", "cluster", "--name", cluster_id, "--wait", "3m")
+                self._kwokctl(
+                    "start", "cluster", "--name", cluster_id, "--wait", "3m",
+                    gave_up=self._api_server_exit(cluster_id, "started again"),
+                )  # fmt: skip
         else:
             progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
             try:

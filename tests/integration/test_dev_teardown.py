@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from lightkube.resources.core_v1 import Namespace
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Namespace
 
 from liqo_stack.dev import paths
-from liqo_stack.dev.clusters import ClusterLayout, DevEnvironment
+from liqo_stack.dev.clusters import ApiServerExitedError, ClusterLayout, DevEnvironment
 
 pytestmark = pytest.mark.clusters
 
@@ -30,36 +35,82 @@ def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
     assert not env.merged_kubeconfig.exists()
 
 
-def test_a_control_plane_whose_api_server_exits_as_it_starts_is_made_again_saying_why(tmp_path: Path) -> None:
-    """The API server exits for good when its etcd does not answer within ~20 s of its start: here an
-    etcd that never answers, the first time only (as a loaded machine's etcd once did)."""
+def an_etcd_silent_once(tmp_path: Path) -> tuple[Path, Path]:
+    """A bin folder whose etcd never answers at its next start, then runs as etcd: the API server exits
+    for good when its etcd does not answer within ~20 s of its start, as a loaded machine's once did.
+    Returns the folder and the file whose removal makes the next start silent again."""
     real = paths.bin_dir()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for binary in real.iterdir():
         (bin_dir / binary.name).symlink_to(binary)
     (bin_dir / "etcd").unlink()
-    first_start = tmp_path / "etcd-started-once"
+    silent_start = tmp_path / "etcd-was-silent"
     # Its arguments name the workdir, so `down` finds the silent one among the environment's processes.
     silent_etcd = f"exec {shlex.quote(sys.executable)} -c 'import time; time.sleep(600)' \"$@\""
+    marker = shlex.quote(str(silent_start))
     (bin_dir / "etcd").write_text(
         "#!/bin/sh\n"
         f'case "$*" in *version*) exec {shlex.quote(str(real / "etcd"))} "$@";; esac\n'
-        f"if [ ! -e {shlex.quote(str(first_start))} ]; then : > {shlex.quote(str(first_start))}; {silent_etcd}; fi\n"
+        f"if [ ! -e {marker} ]; then : > {marker}; {silent_etcd}; fi\n"
         f'exec {shlex.quote(str(real / "etcd"))} "$@"\n'
     )
     (bin_dir / "etcd").chmod(0o755)
+    return bin_dir, silent_start
+
+
+def stop_every_process(env: DevEnvironment) -> None:
+    """As a reboot does: the clusters stay (their data, their kwok.yaml), their processes go, reaped too
+    (kwokctl takes a zombie for a running component and would not start it again)."""
+    killed = env.processes()
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in killed):
+        for pid in killed:  # metrics-server is this process's child: ours to reap
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        assert time.monotonic() < deadline, f"not reaped: {[p for p in killed if Path(f'/proc/{p}').exists()]}"
+        time.sleep(0.2)
+
+
+def test_a_new_control_plane_whose_api_server_exits_as_it_starts_is_made_again_saying_why(tmp_path: Path) -> None:
+    bin_dir, silent_start = an_etcd_silent_once(tmp_path)
     env = DevEnvironment(state_dir=paths.state_root() / "pytest" / "restart-on-exit", bin_dir=bin_dir)
     env.down(progress=lambda m: None)
     said: list[str] = []
     try:
         env.up(ClusterLayout(foreign=0, nodes_per_cluster=1), progress=said.append)
-        assert first_start.exists(), "the first etcd never answered"
+        assert silent_start.exists(), "the first etcd never answered"
         again = [line for line in said if "creating it again" in line]
         assert len(again) == 1, said
         assert "kube-apiserver exited as the cluster was created" in again[0] and "etcd: " in again[0], said
         assert env.existing_clusters() == ["home"]
         assert env.client("home").get(Namespace, "default").metadata is not None
+    finally:
+        env.down(progress=lambda m: None)
+    assert env.processes() == []
+
+
+def test_a_stopped_control_plane_whose_api_server_exits_as_it_starts_again_says_why_at_once_and_is_kept(
+    tmp_path: Path,
+) -> None:
+    bin_dir, silent_start = an_etcd_silent_once(tmp_path)
+    silent_start.touch()  # created with an etcd that answers
+    env = DevEnvironment(state_dir=paths.state_root() / "pytest" / "start-again-on-exit", bin_dir=bin_dir)
+    env.down(progress=lambda m: None)
+    layout = ClusterLayout(foreign=0, nodes_per_cluster=1)
+    try:
+        env.up(layout, progress=lambda m: None)
+        env.client("home").create(ConfigMap(metadata=ObjectMeta(name="kept", namespace="default")))
+        stop_every_process(env)
+        silent_start.unlink()
+        with pytest.raises(ApiServerExitedError, match=r"home: kube-apiserver exited as the cluster started again"):
+            env.up(layout, progress=lambda m: None)  # kwokctl would have waited two minutes more
+        assert env.existing_clusters() == ["home"], "a cluster that did not start again is not deleted"
+        stop_every_process(env)  # the silent etcd, left as the user would find it
+        env.up(layout, progress=lambda m: None)
+        assert env.client("home").get(ConfigMap, "kept", namespace="default").metadata is not None
     finally:
         env.down(progress=lambda m: None)
     assert env.processes() == []
