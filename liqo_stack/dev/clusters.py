@@ -243,7 +243,7 @@ class DevEnvironmentError(RuntimeError):
 
 
 class ApiServerExitedError(DevEnvironmentError):
-    """A new cluster's API server exited before it served."""
+    """A cluster's API server, just started (a new cluster or a stopped one), exited before it served."""
 
 
 def foreign_cluster_id(index: int) -> str:
@@ -419,28 +419,32 @@ class DevEnvironment:
         *args: str,
         check: bool = True,
         timeout: float = 300,
-        gave_up: Callable[[], DevEnvironmentError | None] | None = None,
+        stop_early: Callable[[], DevEnvironmentError | None] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run kwokctl. `gave_up`, asked every second while it runs, may give the error to raise instead
-        of waiting on, when waiting cannot help: kwokctl is stopped first."""
+        """Run kwokctl. `stop_early`, asked every second while it runs, may give the error to raise instead
+        of waiting on, when waiting cannot help. kwokctl is killed on every way out but its own end."""
         cmd = [str(self.bin_dir / "kwokctl"), *args]
         deadline = time.monotonic() + timeout
         with subprocess.Popen(cmd, env=self._env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-            while True:
-                try:
-                    stdout, stderr = proc.communicate(timeout=1)  # asked again, it loses no output
-                    break
-                except subprocess.TimeoutExpired:
-                    error = gave_up() if gave_up is not None else None
-                    if error is None and time.monotonic() < deadline:
-                        continue
-                    proc.kill()
-                    proc.communicate()
-                    raise error or DevEnvironmentError(
-                        f"`kwokctl {' '.join(args[:3])} ...` did not finish in {format_duration(timeout)}. "
-                        f"The components' logs are in {self.kwok_workdir}/clusters/*/logs; "
-                        "`liqo-stack dev down` resets the clusters."
-                    ) from None
+            try:
+                while True:
+                    try:  # asked again after a timeout, communicate loses no output
+                        stdout, stderr = proc.communicate(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
+                        break
+                    except subprocess.TimeoutExpired:
+                        error = stop_early() if stop_early is not None else None
+                        if error is not None:
+                            raise error from None
+                        if time.monotonic() >= deadline:
+                            raise DevEnvironmentError(
+                                f"`kwokctl {' '.join(args[:3])} ...` did not finish in {format_duration(timeout)}. "
+                                f"The components' logs are in {self.kwok_workdir}/clusters/*/logs; "
+                                "`liqo-stack dev down` resets the clusters."
+                            ) from None
+            except BaseException:  # also Ctrl-C: kwokctl does not run on unseen
+                proc.kill()
+                proc.wait()  # not communicate(): a child of kwokctl may hold its pipes open
+                raise
         if check and proc.returncode != 0:
             raise DevEnvironmentError(
                 f"`kwokctl {' '.join(args)}` failed:\n{(stderr or stdout).strip()[-2000:]}\n"
@@ -536,24 +540,27 @@ class DevEnvironment:
             "--etcd-quota-backend-size", "2Gi",
             "--wait", "3m",
             *(["--kube-audit-policy", str(self.audit_policy)] if self.audit_policy else []),
-            gave_up=self._api_server_exit(cluster_id, "was created"),
+            stop_early=self._api_server_exit(cluster_id, "was created"),
         )  # fmt: skip
 
     def _api_server_exit(self, cluster_id: str, doing: str) -> Callable[[], ApiServerExitedError | None]:
-        """For `_kwokctl(gave_up=...)`: the error once the API server that kwokctl started for the cluster
-        has exited (kwokctl would wait two more minutes for it to serve), with its and etcd's last words."""
+        """For `_kwokctl(stop_early=...)`: the error once the API server that kwokctl started for the
+        cluster has exited (kwokctl would wait two more minutes for it to serve), with its and etcd's last
+        words. Its PID file, rewritten by that start, tells it from a stopped cluster's (whose PID may be
+        the same number after a reboot)."""
         cluster_dir = self.kwok_workdir / "clusters" / cluster_id
-        before = _recorded_pid(cluster_dir, "kube-apiserver")  # a stopped cluster's: gone, and not this start's
+        pid_file = cluster_dir / "pids" / "kube-apiserver.pid"
+        before = _written_at(pid_file)
 
         def exited() -> ApiServerExitedError | None:
             pid = _recorded_pid(cluster_dir, "kube-apiserver")
-            if pid is None or pid == before or _alive(pid):
+            if pid is None or _written_at(pid_file) == before or _alive(pid):
                 return None
             logs = cluster_dir / "logs"
             return ApiServerExitedError(
                 f"{cluster_id}: kube-apiserver exited as the cluster {doing} ("
                 + "; ".join(f"{name}: {_last_line(logs / f'{name}.log')}" for name in ("etcd", "kube-apiserver"))
-                + f"); the logs are in {logs}"
+                + f"); the logs are in {logs}. `liqo-stack dev up` tries again; `liqo-stack dev down` resets"
             )
 
         return exited
@@ -675,10 +682,16 @@ class DevEnvironment:
             progress(f"{cluster_id}: stopped, starting ...")
             # under the port lock, as before: its ports, handed out long ago, are free until it binds them
             with Heartbeat(progress, f"{cluster_id}: starting the control plane"), ports.locked():
-                self._kwokctl(
-                    "start", "cluster", "--name", cluster_id, "--wait", "3m",
-                    gave_up=self._api_server_exit(cluster_id, "started again"),
-                )  # fmt: skip
+                try:
+                    self._kwokctl(
+                        "start", "cluster", "--name", cluster_id, "--wait", "3m",
+                        stop_early=self._api_server_exit(cluster_id, "started again"),
+                    )  # fmt: skip
+                except ApiServerExitedError:
+                    # its other components stopped too (the data kept): kwokctl would take a silent etcd
+                    # still running for a started one, and the next `dev up` would fail the same way
+                    self._kwokctl("stop", "cluster", "--name", cluster_id, check=False)
+                    raise
         else:
             progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
             try:
@@ -686,12 +699,16 @@ class DevEnvironment:
                     self._create_cluster(cluster_id, layout)
             except ApiServerExitedError as exited:
                 # The API server exits for good when its etcd does not answer within ~20 s of its start
-                # ("error creating storage factory"), which a loaded machine once saw: the new cluster,
+                # ("error creating storage factory"), as a loaded CI machine saw twice: the new cluster,
                 # empty, is made again once, on new ports, after saying why.
                 progress(f"{exited}; creating it again")
                 self._kwokctl("delete", "cluster", "--name", cluster_id)
-                with Heartbeat(progress, f"{cluster_id}: creating the control plane again"):
-                    self._create_cluster(cluster_id, layout)
+                try:
+                    with Heartbeat(progress, f"{cluster_id}: creating the control plane again"):
+                        self._create_cluster(cluster_id, layout)
+                except ApiServerExitedError:
+                    self._kwokctl("delete", "cluster", "--name", cluster_id)  # not left half made: empty
+                    raise
         progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
 
     def delete(self, cluster_id: str, progress: Progress = print) -> None:
@@ -890,6 +907,14 @@ def _last_line(log: Path) -> str:
         lines = log.read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else "(empty log)"
     return "(no log)"
+
+
+def _written_at(path: Path) -> int | None:
+    """When the file was last written (ns), None if there is none."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _recorded_pid(cluster_dir: Path, component: str) -> int | None:

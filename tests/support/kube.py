@@ -72,7 +72,8 @@ def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str | Ca
 async def wait_until_async(
     condition: Callable[[], Any], timeout: float = 30, what: str | Callable[[], str] = "condition"
 ) -> Any:
-    """wait_until for a test whose runtime parts run in this event loop: it keeps running meanwhile."""
+    """wait_until for a test whose runtime parts run in this event loop: it keeps running meanwhile (a
+    callable `what` runs once, at the timeout, and blocks the loop while it does)."""
     deadline = time.monotonic() + timeout
     unanswered: Exception | None = None
     while time.monotonic() < deadline:

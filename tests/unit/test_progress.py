@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 from lightkube.resources.core_v1 import Pod
 
-from liqo_stack.dev.clusters import DevEnvironment, DevEnvironmentError
+from liqo_stack.dev.clusters import ApiServerExitedError, DevEnvironment, DevEnvironmentError
 from liqo_stack.dev.progress import Heartbeat
 from liqo_stack.dev.workloads import pods_summary
 
@@ -66,3 +66,37 @@ def test_a_hung_kwokctl_ends_with_where_the_logs_are(tmp_path: Path) -> None:
     message = str(caught.value)
     assert message.startswith("`kwokctl create cluster --name ...` did not finish in 500ms.")
     assert f"{tmp_path / 'state' / 'kwok'}/clusters/*/logs" in message and "liqo-stack dev down" in message
+
+
+def a_kwokctl(tmp_path: Path, script: str) -> DevEnvironment:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "kwokctl").write_text('#!/bin/sh\nhome="$KWOK_WORKDIR/clusters/home"\n' + script)
+    (bin_dir / "kwokctl").chmod(0o755)
+    return DevEnvironment(state_dir=tmp_path / "state", bin_dir=bin_dir)
+
+
+def test_kwokctl_is_stopped_once_the_api_server_it_started_has_exited_with_its_last_words(tmp_path: Path) -> None:
+    env = a_kwokctl(
+        tmp_path,
+        'mkdir -p "$home/pids" "$home/logs"\n'
+        'true & echo $! > "$home/pids/kube-apiserver.pid"; wait\n'
+        'echo "E1130 run.go:72] error creating storage factory" > "$home/logs/kube-apiserver.log"\n'
+        "exec sleep 60\n",
+    )
+    with pytest.raises(ApiServerExitedError) as caught:  # not the timeout's error: kwokctl would wait on
+        env._kwokctl("create", "cluster", timeout=30, stop_early=env._api_server_exit("home", "was created"))
+    message = str(caught.value)
+    assert message.startswith("home: kube-apiserver exited as the cluster was created (etcd: (no log); ")
+    assert "kube-apiserver: E1130 run.go:72] error creating storage factory" in message
+    assert "`liqo-stack dev up` tries again" in message
+
+
+def test_a_stopped_clusters_api_server_pid_is_not_taken_for_the_one_kwokctl_starts(tmp_path: Path) -> None:
+    env = a_kwokctl(tmp_path, "exec sleep 60\n")  # it never gets to start the API server
+    pids = tmp_path / "state" / "kwok" / "clusters" / "home" / "pids"
+    pids.mkdir(parents=True)
+    (pids / "kube-apiserver.pid").write_text("999999")  # left by the cluster before it stopped: no such process
+    with pytest.raises(DevEnvironmentError, match="did not finish in 2s") as caught:
+        env._kwokctl("start", "cluster", timeout=2, stop_early=env._api_server_exit("home", "started again"))
+    assert not isinstance(caught.value, ApiServerExitedError)

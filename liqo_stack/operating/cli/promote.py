@@ -121,10 +121,10 @@ def promote_stack(
     for key, (old, new) in promotion.changes.items():
         echo(f"{key}: {_show(old)} -> {_show(new)}")
     before = {key: old for key, (old, _) in promotion.changes.items()}
-    _apply_config(target, {key: new for key, (_, new) in promotion.changes.items()})
     policy_config = stack_policy_config(policy_pack, target.name) if policy_pack else None
     applied = False
     try:
+        _apply_config(target, {key: new for key, (_, new) in promotion.changes.items()})  # undone below if half done
         report = preview_stack(target, policy_pack, policy_config)
         echo(render(report, "text").rstrip())
         mandatory = [v for v in report.effects.policy_violations if v["enforcement"] == "mandatory"]
