@@ -694,21 +694,19 @@ class DevEnvironment:
                     raise
         else:
             progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
-            try:
-                with Heartbeat(progress, f"{cluster_id}: creating the control plane"):
-                    self._create_cluster(cluster_id, layout)
-            except ApiServerExitedError as exited:
-                # The API server exits for good when its etcd does not answer within ~20 s of its start
-                # ("error creating storage factory"), as a loaded CI machine saw twice: the new cluster,
-                # empty, is made again once, on new ports, after saying why.
-                progress(f"{exited}; creating it again")
-                self._kwokctl("delete", "cluster", "--name", cluster_id)
+            # The API server exits for good when its etcd does not answer within ~20 s of its start ("error
+            # creating storage factory"), as a loaded CI machine saw twice: the new cluster, empty, is deleted
+            # and made again once, on new ports, after saying why; after a second such exit, deleted too.
+            for again in ("", " again"):
                 try:
-                    with Heartbeat(progress, f"{cluster_id}: creating the control plane again"):
+                    with Heartbeat(progress, f"{cluster_id}: creating the control plane{again}"):
                         self._create_cluster(cluster_id, layout)
-                except ApiServerExitedError:
-                    self._kwokctl("delete", "cluster", "--name", cluster_id)  # not left half made: empty
-                    raise
+                    break
+                except ApiServerExitedError as exited:
+                    self._kwokctl("delete", "cluster", "--name", cluster_id)
+                    if again:
+                        raise
+                    progress(f"{exited}; creating it again")
         progress(f"{cluster_id}: control plane up in {time.monotonic() - started:.1f}s")
 
     def delete(self, cluster_id: str, progress: Progress = print) -> None:
