@@ -7,7 +7,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace
 
 from liqo_stack.dev import paths
 from liqo_stack.dev.clusters import ApiServerExitedError, ClusterLayout, DevEnvironment
+from tests.support.kube import wait_until
 
 pytestmark = pytest.mark.clusters
 
@@ -47,7 +47,7 @@ def an_etcd_silent_once(tmp_path: Path) -> tuple[Path, Path]:
     (bin_dir / "etcd").unlink()
     silent_start = tmp_path / "etcd-was-silent"
     # Its arguments name the workdir, so `down` finds the silent one among the environment's processes.
-    silent_etcd = f"exec {shlex.quote(sys.executable)} -c 'import time; time.sleep(600)' \"$@\""
+    silent_etcd = f"exec {shlex.quote(sys.executable)} -c 'import signal; signal.pause()' \"$@\""  # until killed
     marker = shlex.quote(str(silent_start))
     (bin_dir / "etcd").write_text(
         "#!/bin/sh\n"
@@ -65,13 +65,14 @@ def stop_every_process(env: DevEnvironment) -> None:
     killed = env.processes()
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{pid}").exists() for pid in killed):
+
+    def all_reaped() -> bool:
         for pid in killed:  # metrics-server is this process's child: ours to reap
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-        assert time.monotonic() < deadline, f"not reaped: {[p for p in killed if Path(f'/proc/{p}').exists()]}"
-        time.sleep(0.2)
+        return not any(Path(f"/proc/{pid}").exists() for pid in killed)
+
+    wait_until(all_reaped, 30, f"the killed processes {killed} reaped")
 
 
 def test_a_new_control_plane_whose_api_server_exits_as_it_starts_is_made_again_saying_why(tmp_path: Path) -> None:
