@@ -33,7 +33,7 @@ from liqo_stack.kube import list_if_served
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource, VirtualNodeResource
 from runtime.kube import unless_gone
-from tests.support.kube import VIRTUAL_NODES, free_port, get_or_none, node_ready, offload, wait_phase, wait_until
+from tests.support.kube import VIRTUAL_NODES, get_or_none, node_ready, offload, wait_phase, wait_until
 
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
 STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local-static", "default": True}]
@@ -200,6 +200,17 @@ class RuntimeSlot:
         self.current: ExternalRuntime | None = None
         self.shared: ExternalRuntime | None = None
         self.count = 0
+        self.handed_out: list[int] = []  # the kubelet ports of every runtime made, given back at the end
+
+    def _kubelet_ports(self) -> dict[str, int]:
+        """A new runtime's kubelet ports, new ones (wait_served tells its Nodes from those of the runtime
+        before by them), held for the session as the webhook's: the shared runtime's virtual kubelet
+        starts again on them after a module killed it, minutes later. Ports the kernel had picked (its
+        ephemeral range) were taken meanwhile by another lane's runtime probes (plain HTTP), and the
+        virtual kubelet could no longer serve foreign-2."""
+        chosen = ports.hand_out(len(self.foreign_ids), hold_for=SESSION_PORT_HOLD_SECONDS)
+        self.handed_out += chosen
+        return dict(zip(self.foreign_ids, chosen, strict=True))
 
     def _new(self, leader_election: bool) -> ExternalRuntime:
         self.count += 1
@@ -208,7 +219,7 @@ class RuntimeSlot:
             kubeconfigs,
             "home",
             webhook_port=self.webhook_port,
-            kubelet_ports={cluster_id: free_port() for cluster_id in self.foreign_ids},  # never a port in use
+            kubelet_ports=self._kubelet_ports(),
             state_dir=self.root / f"runtime-{self.count}",
             leader_election=leader_election,
             # replicas electing per foreign cluster, as cluster mode's default Deployments do (a shard of
@@ -241,16 +252,32 @@ class RuntimeSlot:
 
 
 def wait_served(home: Client, runtime: ExternalRuntime) -> None:
-    """The virtual Nodes Ready and served by `runtime`'s kubelets: a Node outlives a runtime that
-    stopped, still Ready with the old kubelet port for a while."""
+    """The virtual Nodes Ready and served by `runtime`'s kubelets, their kubelet APIs listening (the
+    virtual kubelet's /readyz): a Node outlives a runtime that stopped, still Ready with the old kubelet
+    port for a while, and a virtual kubelet started again on the same ports is not serving yet."""
+    kubelets = sorted({runtime.component(f"kubelet-{cluster_id}") for cluster_id in runtime.foreign_ids})
+
+    def endpoint(cluster_id: str) -> tuple[int | None, bool]:
+        node: Any = get_or_none(home, Node, names.virtual_node_name(cluster_id))
+        found = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
+        return (found.Port if found else None), bool(node and node_ready(home, node.metadata.name))
 
     def served(cluster_id: str) -> bool:
-        node: Any = get_or_none(home, Node, names.virtual_node_name(cluster_id))
-        endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
-        port = runtime.kubelet_ports[cluster_id]
-        return bool(endpoint and endpoint.Port == port and node_ready(home, node.metadata.name))
+        return endpoint(cluster_id) == (runtime.kubelet_ports[cluster_id], True)
 
-    wait_until(lambda: all(map(served, runtime.foreign_ids)), 90, "the virtual nodes served by this runtime")
+    def how_things_stand() -> str:
+        runtime.check_alive()  # a component that exited says so, with its log's last lines
+        states = {cluster_id: endpoint(cluster_id) for cluster_id in runtime.foreign_ids}
+        nodes = ", ".join(
+            f"{cluster_id}: port {port} (its own {runtime.kubelet_ports[cluster_id]}), {'' if ready else 'not '}Ready"
+            for cluster_id, (port, ready) in states.items()
+        )
+        unready = [kubelet for kubelet in kubelets if not runtime.ready(kubelet)]
+        return f"the virtual nodes served by this runtime ({nodes}; /readyz failing: {unready or 'none'})"
+
+    wait_until(
+        lambda: all(map(served, runtime.foreign_ids)) and all(map(runtime.ready, kubelets)), 90, how_things_stand
+    )
 
 
 def unoffload_all(home: Client, wait: bool = True) -> None:
@@ -302,6 +329,7 @@ def runtime_slot(
         yield slot
     finally:
         slot.release(unoffload=False)
+        ports.give_back(slot.handed_out)
 
 
 def namespace_names(home: Client) -> list[str]:

@@ -35,7 +35,7 @@ from liqo_stack.dev.workloads import apply_deployment, example_deployment
 from runtime.api import names
 from runtime.api.leaderelection import JITTER_FACTOR, LeaderElectionTiming
 from runtime.api.resources import ShadowPodResource
-from tests.support.kube import VIRTUAL_NODES, free_port, home_pods, node_ready, offload, wait_phase, wait_until
+from tests.support.kube import VIRTUAL_NODES, home_pods, listener_port, node_ready, offload, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -117,7 +117,7 @@ def patient(dev_env: DevEnvironment, foreign_ids: list[str]) -> dict[str, Client
 def standby_kubelets(runtime: ExternalRuntime) -> Iterator[dict[str, str]]:
     """A second virtual kubelet per foreign cluster, with a kubelet API port of its own."""
     replicas = {
-        cluster_id: runtime.add_replica(f"kubelet-{cluster_id}", ["--kubelet-port", str(free_port())])
+        cluster_id: runtime.add_replica(f"kubelet-{cluster_id}", ["--kubelet-port", str(listener_port())])
         for cluster_id in VIRTUAL_NODES
     }
     for replica in replicas.values():
@@ -270,7 +270,7 @@ def test_killing_the_leader_controller_manager_during_namespace_offloading(
 ) -> None:
     """The stand-by serves its webhooks (on a port of its own) and writes nothing; once the leader is
     killed with offloadings half done, it completes them; no twin namespace is recreated."""
-    standby_port = free_port()
+    standby_port = listener_port()
     standby = runtime.add_replica("controller-manager", ["--webhook-port", str(standby_port)])
     runtime.start(standby)
     url = probe_url(runtime, standby)

@@ -30,7 +30,6 @@ from tests.e2e.conftest import RuntimeSlot, wait_served
 from tests.e2e.test_package_typescript import typescript_project, typescript_stack
 from tests.support.kube import (
     all_running,
-    free_port,
     get_or_none,
     listener_port,
     offload,
@@ -104,7 +103,7 @@ def teams(
         {cid: dev_env.kubeconfig(cid) for cid in ("home", "foreign-1", "foreign-2")},
         "home",
         webhook_port=webhook,
-        kubelet_ports={"foreign-1": free_port(), "foreign-2": free_port()},
+        kubelet_ports={"foreign-1": listener_port(), "foreign-2": listener_port()},
         state_dir=folder / "runtime",
     )
     up: list[auto.Stack] = []

@@ -34,7 +34,7 @@ from runtime.api.quantities import parse_quantity
 from runtime.api.resources import QuotaResource, ShadowPodResource
 from tests.e2e.conftest import RuntimeSlot, wait_served
 from tests.support.cli import run_preview
-from tests.support.kube import free_port, get_or_none, listener_port, wait_phase, wait_until
+from tests.support.kube import get_or_none, listener_port, wait_phase, wait_until
 
 pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
 
@@ -126,7 +126,7 @@ def two_homes(
                 {home_id: dev_env.kubeconfig(home_id), FOREIGN: dev_env.kubeconfig(FOREIGN)},
                 home_id,
                 webhook_port=webhook,
-                kubelet_ports={FOREIGN: free_port()},
+                kubelet_ports={FOREIGN: listener_port()},
                 state_dir=folder / f"runtime-{home_id}",
                 agents=index == 0,  # one foreign agent serves both homes
             )

@@ -23,9 +23,11 @@ free_port = any_free  # a port nothing listens on, for a server the test starts
 
 
 def listener_port() -> int:
-    """A port for a server started later than at once (a runtime started after a `pulumi up`): handed out
-    below the kernel's ephemeral range and held ten minutes, where a port the kernel picks may meanwhile
-    become an outgoing connection's source port."""
+    """A port for a server started later than at once (a runtime started after a `pulumi up`), or started
+    again on it (a runtime's component killed and restarted): handed out below the kernel's ephemeral
+    range and held ten minutes. A port the kernel picks may meanwhile become an outgoing connection's
+    source port, or another server's that binds port 0 (a runtime's probes: CI's kubelet port of foreign-2
+    answered plain HTTP after its virtual kubelet restarted)."""
     return hand_out(1)[0]
 
 
