@@ -70,6 +70,9 @@ class ForeignClusters:
             KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER, bounded=True
         )
         self._clients[cluster_id] = (kubeconfig, client)
+        if cached:  # new credentials (a rotated token): the old client's connections go now, not at its
+            # garbage collection ("Unclosed client session"); a reconcile still using it fails and is retried
+            await cached[1].close()
         return client
 
     async def close(self) -> None:

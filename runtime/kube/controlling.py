@@ -23,6 +23,12 @@ def gate_on(leadership: asyncio.Event | None) -> None:
     _leadership.set(leadership)
 
 
+def leads_now() -> bool:
+    """Whether this process may write now (always without leader election)."""
+    leadership = _leadership.get()
+    return leadership is None or leadership.is_set()
+
+
 async def leading() -> None:
     """Returns once this process may write: at once without leader election."""
     leadership = _leadership.get()

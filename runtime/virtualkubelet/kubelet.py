@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -147,8 +148,10 @@ class VirtualKubelet:
         if self.reflection.started:
             self.reflection.on_settings()  # every member, the pod offloader included
 
-    async def run(self) -> None:
+    async def run(self, before_declaring: Callable[[], None] | None = None) -> None:
         """The node side as soon as the home informers it reads are synced, then the pods.
+        `before_declaring` runs once this replica leads, before its Nodes are written (the kubelet APIs
+        bind their ports: a Node never names a port that another process holds).
 
         The Node, its Lease and the health check need only the home cluster, so a foreign cluster
         that is down when this process starts shows as a NotReady node (the standard taint-based
@@ -167,6 +170,8 @@ class VirtualKubelet:
             for informer in node_side:
                 await informer.synced.wait()
             await leading()
+            if before_declaring is not None:
+                before_declaring()
             for node in self.nodes.values():
                 node.resume_health()
                 node.queue.start()
@@ -310,19 +315,31 @@ async def _with_kubelet_apis(
     node_address: str,
 ) -> None:
     # Imported here: aiohttp adds ~10 MB to a process (measured: docs/performance.md#memory).
-    from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer
+    from runtime.virtualkubelet.kubeletapi import ForeignEndpoint, KubeletApiServer, bind_listener
     from runtime.virtualkubelet.servingcert import serving_certificate
 
-    running = asyncio.ensure_future(kubelet.run())  # its informers warm while this replica stands by
+    # The leader's ports are bound before its Nodes name them: a port another process holds fails the
+    # peering (restarted with backoff, an event saying why) and its Nodes are not declared Ready.
+    listeners: dict[str, socket.socket] = {}
+    bound = asyncio.Event()
+
+    def bind_ports() -> None:
+        for node_name, port in ports.items():
+            if port is not None:  # None: a VirtualNode only waiting for its removal
+                listeners[node_name] = bind_listener(node_address, port)
+        bound.set()
+
+    # its informers warm while this replica stands by
+    running = asyncio.ensure_future(kubelet.run(before_declaring=bind_ports))
     # The Nodes show the leader's address: only the leader serves the kubelet API (and asks for its
     # serving certificates, a write). Each node has its own port: the metrics of one (`kubectl top
     # node`) are its own pods'.
     apis: list[KubeletApiServer] = []
     try:
-        await _first_of(leading(), running)
+        await _first_of(bound.wait(), running)
         for node_name, port in ports.items():
             if port is None:
-                continue  # a VirtualNode only waiting for its removal
+                continue
             certificate = await _first_of(serving_certificate(home, node_name, [node_address]), running)
             endpoint = ForeignEndpoint.from_kubeconfig(kubeconfig)
             credentials.on_change(endpoint.use_token)
@@ -336,7 +353,7 @@ async def _with_kubelet_apis(
                 port=port,
                 tls=certificate.ssl_context(),
             )
-            await api.start()
+            await api.start(listeners.pop(node_name))
             apis.append(api)
         served.serving.set()
         await running
@@ -344,6 +361,8 @@ async def _with_kubelet_apis(
         served.serving.clear()
         for api in apis:
             await api.stop()
+        for listener in listeners.values():  # bound, never served
+            listener.close()
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
 

@@ -27,7 +27,9 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import re
+import socket
 import ssl
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
@@ -69,6 +71,17 @@ WEBSOCKET_ONLY = (
 # kwok (the dev clusters' kubelets) reports a command's exit code as an internal error; a kubelet
 # says NonZeroExitCode with the code, which is what kubectl turns into its own exit code.
 _KWOK_EXIT = re.compile(r"error executing command in container: .*?: exit status (\d+)", re.DOTALL)
+
+
+def bind_listener(address: str, port: int) -> socket.socket:
+    """The kubelet API's socket, bound and listening (SO_REUSEADDR, as aiohttp binds): bound before the
+    Node names the port, so a port another process holds fails the peering before its Node says Ready."""
+    try:
+        return socket.create_server((address, port), backlog=128)
+    except OSError as err:
+        raise OSError(
+            err.errno, f"the kubelet API cannot listen on {address}:{port}: {os.strerror(err.errno or 0).lower()}"
+        ) from err
 
 
 def caller_from_certificate(peercert: Mapping[str, Any] | None) -> Caller | None:
@@ -247,27 +260,35 @@ class KubeletApiServer:
         configmap = await self.home.get(ConfigMap, name, namespace=namespace)
         return str((configmap.data or {})[CLIENT_CA_KEY])
 
-    async def start(self) -> None:
-        self.tls.verify_mode = ssl.CERT_OPTIONAL  # a certificate if given, else a token
-        self.tls.load_verify_locations(cadata=await self.client_ca())
-        self._session = aiohttp.ClientSession(
-            headers=self.foreign.headers,
-            connector=aiohttp.TCPConnector(ssl=self.foreign.tls, socket_factory=live_socket),  # liveness.py
-            timeout=aiohttp.ClientTimeout(total=None, connect=10),
-        )
-        # handler_cancellation: a client gone ends its relay at once (a followed log waits forever);
-        # shutdown_timeout: streams are ended at a stop, not waited for
-        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True, shutdown_timeout=1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.address, self.port, ssl_context=self.tls)
-        await site.start()
+    async def start(self, listener: socket.socket | None = None) -> None:
+        """Serve on `listener` (bound by `bind_listener` already), else on a socket bound here."""
+        try:
+            self.tls.verify_mode = ssl.CERT_OPTIONAL  # a certificate if given, else a token
+            self.tls.load_verify_locations(cadata=await self.client_ca())
+            self._session = aiohttp.ClientSession(
+                headers=self.foreign.headers,
+                connector=aiohttp.TCPConnector(ssl=self.foreign.tls, socket_factory=live_socket),  # liveness.py
+                timeout=aiohttp.ClientTimeout(total=None, connect=10),
+            )
+            # handler_cancellation: a client gone ends its relay at once (a followed log waits forever);
+            # shutdown_timeout: streams are ended at a stop, not waited for
+            self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True, shutdown_timeout=1)
+            await self._runner.setup()
+            await web.SockSite(
+                self._runner, listener or bind_listener(self.address, self.port), ssl_context=self.tls
+            ).start()
+        except BaseException:
+            await self.stop()  # what it opened goes with it: the peering restarts with a new one
+            raise
         log.info("kubelet API on https://%s:%d", self.address, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
         if self._session is not None:
             await self._session.close()
+            self._session = None
 
     @property
     def session(self) -> aiohttp.ClientSession:

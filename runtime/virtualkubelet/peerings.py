@@ -9,8 +9,8 @@ process's shared home informers and keeps one task per foreign cluster:
 - ended by the peering itself once every virtual node of it is removed (removal.py), or cancelled
   when the cluster has no VirtualNode left (its finalizer removed by hand: abandoned);
 - restarted alone when it fails, with backoff (runtime/kube/supervising.py); the restart is an
-  event on the VirtualNode, the metric `liqo_peering_restarts_total{cluster}` and the Nodes'
-  condition `PeeringRestarted`.
+  event on the VirtualNode, the metric `liqo_peering_restarts_total{cluster}`, its Nodes NotReady
+  (reason `PeeringFailed`) until it runs again, then their condition `PeeringRestarted`.
 Each peering has its own foreign client, informers and work queues (with their own workers), so a
 foreign API server that is down, slow or failing holds up only its own peering's work, and one
 peering's burst fills only its own queues: the others' status updates keep their workers.
@@ -30,12 +30,13 @@ from prometheus_client import Counter, Gauge
 
 from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
-from runtime.kube import EngineMetrics, Event, WorkQueue
+from runtime.kube import EngineMetrics, Event, WorkQueue, unless_gone
+from runtime.kube.controlling import leads_now
 from runtime.kube.shared import SharedWatches
 from runtime.kube.supervising import Backoff
 from runtime.kube.warnings import Warnings
 from runtime.virtualkubelet.kubelet import ServedPeering, serve_peering, served_nodes
-from runtime.virtualkubelet.node import NODE_ADDRESS
+from runtime.virtualkubelet.node import NODE_ADDRESS, declare_not_ready
 from runtime.virtualkubelet.restarts import RESTARTED_REASON, PeeringRestarts
 
 log = logging.getLogger(__name__)
@@ -241,13 +242,18 @@ class Peerings:
     async def _report(
         self, cluster_id: str, node_names: Sequence[str], restarts: PeeringRestarts, delay: float
     ) -> None:
-        """An event on the cluster's primary VirtualNode (the Node's condition follows at restart)."""
+        """An event on the cluster's primary VirtualNode, and its Nodes NotReady saying why until the
+        peering runs again (its PeeringRestarted condition follows then). Only a replica that leads
+        writes: a stand-by's failure must not turn the leader's Nodes NotReady."""
         stored = self.virtual_nodes.store.get(f"{names.LIQO_NAMESPACE}/{node_names[0]}")
-        if stored is None:
+        if stored is None or not leads_now():
             return
         message = f"the peering failed ({restarts.last_error}); restarting it in {delay:.0f} s, the others go on"
         try:
             await self.warnings.warn(stored.to_dict(), RESTARTED_REASON, message[:1024], once=False)
+            for node_name in node_names:
+                with unless_gone():  # a Node not made yet: nothing says it is Ready
+                    await declare_not_ready(self.home, node_name, RESTARTED_REASON, message)
         except Exception as err:  # the home API server away too: the log and the metric still say it
             log.warning("could not report the restart of %s: %s", cluster_id, err)
 

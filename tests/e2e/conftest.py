@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.resources.core_v1 import Namespace, Node
+from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 from pulumi import automation as auto
 
@@ -33,7 +33,15 @@ from liqo_stack.kube import list_if_served
 from runtime.api import names
 from runtime.api.resources import NamespaceOffloadingResource, NamespaceOffloadingSelectorResource, VirtualNodeResource
 from runtime.kube import unless_gone
-from tests.support.kube import VIRTUAL_NODES, get_or_none, node_ready, offload, wait_phase, wait_until
+from tests.support.kube import (
+    VIRTUAL_NODES,
+    kubelet_port_of,
+    node_ready,
+    offload,
+    served_on,
+    wait_phase,
+    wait_until,
+)
 
 # negotiated for both peerings: `liqo` claims get the default one (test_storage.py provisions it)
 STORAGE_CLASSES = [{"storageClassName": "fast-ssd"}, {"storageClassName": "local-static", "default": True}]
@@ -257,20 +265,16 @@ def wait_served(home: Client, runtime: ExternalRuntime) -> None:
     port for a while, and a virtual kubelet started again on the same ports is not serving yet."""
     kubelets = sorted({runtime.component(f"kubelet-{cluster_id}") for cluster_id in runtime.foreign_ids})
 
-    def endpoint(cluster_id: str) -> tuple[int | None, bool]:
-        node: Any = get_or_none(home, Node, names.virtual_node_name(cluster_id))
-        found = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
-        return (found.Port if found else None), bool(node and node_ready(home, node.metadata.name))
-
     def served(cluster_id: str) -> bool:
-        return endpoint(cluster_id) == (runtime.kubelet_ports[cluster_id], True)
+        return served_on(home, names.virtual_node_name(cluster_id), runtime.kubelet_ports[cluster_id])
 
     def how_things_stand() -> str:
         runtime.check_alive()  # a component that exited says so, with its log's last lines
-        states = {cluster_id: endpoint(cluster_id) for cluster_id in runtime.foreign_ids}
         nodes = ", ".join(
-            f"{cluster_id}: port {port} (its own {runtime.kubelet_ports[cluster_id]}), {'' if ready else 'not '}Ready"
-            for cluster_id, (port, ready) in states.items()
+            f"{cluster_id}: port {kubelet_port_of(home, node)} (its own {runtime.kubelet_ports[cluster_id]}), "
+            + ("Ready" if node_ready(home, node) else "not Ready")
+            for cluster_id in runtime.foreign_ids
+            for node in [names.virtual_node_name(cluster_id)]
         )
         unready = [kubelet for kubelet in kubelets if not runtime.ready(kubelet)]
         return f"the virtual nodes served by this runtime ({nodes}; /readyz failing: {unready or 'none'})"

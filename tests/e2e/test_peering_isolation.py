@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import socket
 import ssl
 import statistics
 import threading
@@ -32,7 +33,16 @@ from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
 from runtime.tls.minting import issue_with, new_ca
-from tests.support.kube import free_port, get_or_none, metric_samples, node_ready, offload, wait_phase, wait_until
+from tests.support.kube import (
+    free_port,
+    get_or_none,
+    metric_samples,
+    node_ready,
+    offload,
+    served_on,
+    wait_phase,
+    wait_until,
+)
 from tests.support.peering import credentials, kubeconfig_of, pointed_at, restart_kubelet, set_kubeconfig
 
 HEALTHY, SLOW, FAILING, DOWN = "healthy", "slow", "failing", "down"
@@ -144,6 +154,12 @@ def median_seconds(home: Client, namespace: str, label: str) -> float:
     return statistics.median(figures)
 
 
+def peering_restarts(runtime: ExternalRuntime, cluster_id: str) -> float:
+    """The shared virtual kubelet's count of the peering's restarts (its metric)."""
+    samples = metric_samples(cast(str, runtime.probes_url(SHARED_KUBELET)), "liqo_peering_restarts_total")
+    return sum(value for labels, value in samples.items() if dict(labels)["cluster"] == cluster_id)
+
+
 @pytest.fixture(scope="module")
 def isolated(runtime: ExternalRuntime, home: Client) -> Iterator[str]:
     """An offloaded namespace, and foreign-2's credentials put back (and the process restarted)
@@ -223,12 +239,7 @@ def test_a_failing_peering_is_restarted_alone_with_backoff_and_says_so(
     try:
         restart_kubelet(runtime, home)
         url = cast(str, runtime.probes_url(SHARED_KUBELET))
-
-        def restarts() -> float:
-            samples = metric_samples(url, "liqo_peering_restarts_total")
-            return sum(value for labels, value in samples.items() if dict(labels)["cluster"] == "foreign-2")
-
-        wait_until(lambda: restarts() >= 2, 60, "foreign-2's peering restarted twice")
+        wait_until(lambda: peering_restarts(runtime, "foreign-2") >= 2, 60, "foreign-2's peering restarted twice")
         events = [
             e
             for e in home.list(Event, namespace=names.LIQO_NAMESPACE)
@@ -251,3 +262,42 @@ def test_a_failing_peering_is_restarted_alone_with_backoff_and_says_so(
         return bool(restarted and restarted.status == "True" and node_ready(home, node.metadata.name))
 
     wait_until(says_restarted, 120, "foreign-2 served again, its Node saying it was restarted")
+
+
+def test_a_kubelet_port_another_process_holds_fails_that_peering_before_its_node_names_the_port(
+    isolated: str, runtime: ExternalRuntime, home: Client
+) -> None:
+    """foreign-2's kubelet port taken by another process (a plain TCP listener) while the virtual kubelet
+    restarts, as CI once met (a Node Ready whose port answered plain HTTP): foreign-2's peering fails
+    before its Node names the port, again and again with backoff, each time an event naming the address,
+    and its Node is NotReady saying why, never Ready meanwhile. foreign-1 runs pods all along. Once the
+    port is free, foreign-2 is served again by itself."""
+    node = names.virtual_node_name("foreign-2")
+    port = runtime.kubelet_ports["foreign-2"]
+    held = f"cannot listen on 127.0.0.1:{port}: address already in use"
+    runtime.stop(SHARED_KUBELET)
+    squatter = socket.create_server(("127.0.0.1", port))
+    try:
+        runtime.start(SHARED_KUBELET)
+
+        def not_ready_saying_why() -> bool:
+            found: Any = get_or_none(home, Node, node)
+            conditions = {c.type: c for c in (found.status.conditions or [])} if found and found.status else {}
+            ready = conditions.get("Ready")
+            return bool(ready and ready.status == "False" and ready.reason == "PeeringFailed" and held in ready.message)
+
+        wait_until(not_ready_saying_why, 60, f"{node} NotReady saying its kubelet port is held")
+        events = [e for e in home.list(Event, namespace=names.LIQO_NAMESPACE) if held in (e.message or "")]
+        assert events and all(e.reason == "PeeringFailed" and e.involvedObject.name == node for e in events), events
+        failed = peering_restarts(runtime, "foreign-2")
+
+        def never_ready_while_held() -> bool:
+            assert not node_ready(home, node), f"{node} declared Ready while its kubelet port is held"
+            return peering_restarts(runtime, "foreign-2") >= failed + 2
+
+        wait_until(never_ready_while_held, 60, "two more failed restarts of foreign-2's peering")
+        assert seconds_to_running(home, isolated, "while-port-held") < 30
+        home.delete(Pod, "while-port-held", namespace=isolated, grace_period=0)
+    finally:
+        squatter.close()
+    wait_until(lambda: served_on(home, node, port), 120, f"{node} Ready and served on its port once it is free")

@@ -167,6 +167,19 @@ def node_ready(home: Client, name: str) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
+def kubelet_port_of(home: Client, name: str) -> int | None:
+    """The kubelet port the Node names (its daemonEndpoints); None without one, or without the Node."""
+    node: Any = get_or_none(home, Node, name)
+    endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
+    return int(endpoint.Port) if endpoint else None
+
+
+def served_on(home: Client, name: str, port: int) -> bool:
+    """The Node is Ready and names `port`: served by the kubelet listening there (a Node outlives a virtual
+    kubelet that stopped, Ready with its old port for a while)."""
+    return kubelet_port_of(home, name) == port and node_ready(home, name)
+
+
 def home_pods(home: Client, namespace: str, app: str) -> list[Pod]:
     return list(home.list(Pod, namespace=namespace, labels={"app": app}))
 

@@ -9,12 +9,12 @@ from typing import Any, cast
 
 import yaml
 from lightkube import Client
-from lightkube.resources.core_v1 import Node, Secret
+from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
 from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from runtime.api import names
-from tests.support.kube import get_or_none, node_ready, wait_until
+from tests.support.kube import served_on, wait_until
 
 
 def credentials(home: Client, cluster_id: str) -> Any:
@@ -49,11 +49,6 @@ def restart_kubelet(runtime: ExternalRuntime, home: Client) -> None:
     runtime.stop(SHARED_KUBELET)
     runtime.start(SHARED_KUBELET)
     port = runtime.kubelet_ports["foreign-1"]
-
-    def served() -> bool:
-        node: Any = get_or_none(home, Node, names.virtual_node_name("foreign-1"))
-        endpoint = node and node.status and node.status.daemonEndpoints and node.status.daemonEndpoints.kubeletEndpoint
-        return bool(endpoint and endpoint.Port == port and node_ready(home, node.metadata.name))
-
     wait_until(lambda: runtime.pid(SHARED_KUBELET) is not None and runtime.ready(SHARED_KUBELET), 90, "restarted")
-    wait_until(served, 60, "foreign-1's node served by the restarted process")
+    node = names.virtual_node_name("foreign-1")
+    wait_until(lambda: served_on(home, node, port), 60, "foreign-1's node served by the restarted process")

@@ -4,8 +4,17 @@ the moment goes out, a 401 followed by a changed token is sent again. The e2e te
 
 from __future__ import annotations
 
-from lightkube.config.models import User
+import asyncio
+import base64
+from typing import Any, cast
 
+import yaml
+from lightkube import AsyncClient
+from lightkube.config.models import User
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Secret
+
+from runtime.controllers.namespaceoffloading import ForeignClusters
 from runtime.kube.client import BearerToken
 
 
@@ -23,3 +32,53 @@ def test_without_a_source_the_kubeconfig_token_stays() -> None:
     bearer = BearerToken(User(token="fixed"))
     assert bearer.header() == "Bearer fixed"
     assert not bearer.renewed()
+
+
+def _kubeconfig(token: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "foreign", "cluster": {"server": "https://127.0.0.1:6443"}}],
+            "users": [{"name": "home", "user": {"token": token}}],
+            "contexts": [{"name": "foreign", "context": {"cluster": "foreign", "user": "home"}}],
+            "current-context": "foreign",
+        }
+    )
+
+
+class _HomeWithSecret:
+    """The home API server as ForeignClusters reads it: the credentials Secret, changed by the test."""
+
+    def __init__(self) -> None:
+        self.kubeconfig = _kubeconfig("first")
+
+    async def get(self, *_: Any, **__: Any) -> Secret:
+        encoded = base64.b64encode(self.kubeconfig.encode()).decode()
+        return Secret(metadata=ObjectMeta(name="credentials"), data={"kubeconfig": encoded})
+
+
+def test_the_controller_managers_client_for_old_credentials_is_closed_when_they_change() -> None:
+    """A rotated token: the client for the old credentials is closed as the new one is made, not left
+    to the garbage collector with its connections (CI's controller-manager log: "Unclosed client session")."""
+
+    async def scenario() -> None:
+        home = _HomeWithSecret()
+        clusters = ForeignClusters(cast(Any, home))
+        first = await clusters.client("foreign-1", "credentials")
+        assert await clusters.client("foreign-1", "credentials") is first, "unchanged credentials: the same client"
+        closed: list[AsyncClient] = []
+        original_close = first.close
+
+        async def recorded_close() -> None:
+            closed.append(first)
+            await original_close()
+
+        first.close = recorded_close  # type: ignore[method-assign]
+        home.kubeconfig = _kubeconfig("second")
+        second = await clusters.client("foreign-1", "credentials")
+        assert second is not first
+        assert closed == [first], "the old client is closed once replaced"
+        await clusters.close()
+
+    asyncio.run(scenario())
