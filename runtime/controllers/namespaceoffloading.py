@@ -13,6 +13,7 @@ request, waits until the foreign clusters report the twins gone, then releases i
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from runtime.api.namespacemap import MappingPhase
 from runtime.api.plan import selected_clusters, selection_labels, twin_namespace_name
 from runtime.api.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
 from runtime.kube import Event, Informer, WorkQueue, unless_gone
-from runtime.kube.client import async_client
+from runtime.kube.client import REQUEST_DEADLINE_SECONDS, async_client
 from runtime.kube.controlling import run_controller
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,13 @@ def phase_of(selected: list[str], ready: set[str], failed: set[str]) -> Offloadi
 class ForeignClusters:
     """Clients for the foreign clusters, built from the credentials Secrets the stack created."""
 
-    def __init__(self, home: AsyncClient) -> None:
+    def __init__(self, home: AsyncClient, retire_after: float = REQUEST_DEADLINE_SECONDS) -> None:
+        """`retire_after`: how long a client for credentials that changed lives on, for the reconciles
+        still using it (a request's whole deadline), before it is closed."""
         self.home = home
+        self.retire_after = retire_after
         self._clients: dict[str, tuple[str, AsyncClient]] = {}
+        self._retiring: dict[asyncio.Task[None], AsyncClient] = {}  # closed when the task ends, or at close()
 
     async def client(self, cluster_id: str, secret_name: str) -> AsyncClient:
         secret = await self.home.get(Secret, secret_name, namespace=names.LIQO_NAMESPACE)
@@ -70,13 +75,23 @@ class ForeignClusters:
             KubeConfig.from_dict(yaml.safe_load(kubeconfig)), field_manager=FIELD_MANAGER, bounded=True
         )
         self._clients[cluster_id] = (kubeconfig, client)
-        if cached:  # new credentials (a rotated token): the old client's connections go now, not at its
-            # garbage collection ("Unclosed client session"); a reconcile still using it fails and is retried
-            await cached[1].close()
+        if cached:  # new credentials (a rotated token): the old client's connections are closed once the
+            # reconciles using it are done, not left to the garbage collector ("Unclosed client session")
+            self._retiring[asyncio.create_task(self._close_later())] = cached[1]
         return client
 
+    async def _close_later(self) -> None:
+        await asyncio.sleep(self.retire_after)
+        task = asyncio.current_task()
+        assert task is not None
+        await self._retiring.pop(task).close()
+
     async def close(self) -> None:
-        for _, client in self._clients.values():
+        retiring, self._retiring = self._retiring, {}
+        for task in retiring:
+            task.cancel()
+        await asyncio.gather(*retiring, return_exceptions=True)
+        for client in [*retiring.values(), *(client for _, client in self._clients.values())]:
             await client.close()
 
 

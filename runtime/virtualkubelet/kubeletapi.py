@@ -76,12 +76,12 @@ _KWOK_EXIT = re.compile(r"error executing command in container: .*?: exit status
 def bind_listener(address: str, port: int) -> socket.socket:
     """The kubelet API's socket, bound and listening (SO_REUSEADDR, as aiohttp binds): bound before the
     Node names the port, so a port another process holds fails the peering before its Node says Ready."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET  # the node address is an IP (--node-address)
     try:
-        return socket.create_server((address, port), backlog=128)
+        return socket.create_server((address, port), family=family, backlog=128)
     except OSError as err:
-        raise OSError(
-            err.errno, f"the kubelet API cannot listen on {address}:{port}: {os.strerror(err.errno or 0).lower()}"
-        ) from err
+        why = os.strerror(err.errno).lower() if err.errno else str(err)
+        raise OSError(err.errno, f"the kubelet API cannot listen on {address}:{port}: {why}") from err
 
 
 def caller_from_certificate(peercert: Mapping[str, Any] | None) -> Caller | None:
@@ -279,6 +279,8 @@ class KubeletApiServer:
             ).start()
         except BaseException:
             await self.stop()  # what it opened goes with it: the peering restarts with a new one
+            if listener is not None:  # closed with the site if it took it, else here: its port is free again
+                listener.close()
             raise
         log.info("kubelet API on https://%s:%d", self.address, self.port)
 

@@ -174,17 +174,18 @@ def with_times(old: list[dict[str, Any]], new: list[dict[str, str]]) -> list[dic
 
 
 async def declare_not_ready(home: AsyncClient, node_name: str, reason: str, message: str) -> None:
-    """The Node's Ready condition False with `reason`, merged alone (its other conditions stay): its
-    peering failed and nothing heartbeats it until the peering runs again. Left Ready, the Node would take
-    pods until the node lifecycle controller's grace ran out (Kubernetes': 50 s; kwokctl's: 200 s)."""
+    """A Ready Node's Ready condition turned False with `reason`, merged alone (its other conditions stay):
+    its peering failed and nothing heartbeats it until the peering runs again. Left Ready, the Node would
+    take pods until the node lifecycle controller's grace ran out (Kubernetes': 50 s; kwokctl's: 200 s).
+    A Node NotReady already keeps its reason (a foreign cluster unreachable stays so at the restart)."""
     node = await home.get(Node, node_name)
-    old = [c.to_dict() for c in (node.status.conditions or [])] if node.status else []
+    conditions = (node.status.conditions if node.status else None) or []
+    if not any(c.type == "Ready" and c.status == "True" for c in conditions):
+        return
     ready = {"type": "Ready", "status": "False", "reason": reason, "message": message[:1024]}
-    (condition,) = with_times([c for c in old if c.get("type") == "Ready"], [ready])
-    if condition not in old:  # conditions merge by type (a strategic merge patch)
-        await home.patch(
-            Node.Status, node_name, {"status": {"conditions": [condition]}}, patch_type=PatchType.STRATEGIC
-        )
+    condition = {**ready, "lastHeartbeatTime": now(), "lastTransitionTime": now()}
+    # conditions merge by type (a strategic merge patch)
+    await home.patch(Node.Status, node_name, {"status": {"conditions": [condition]}}, patch_type=PatchType.STRATEGIC)
 
 
 def _taint_identity(taint: Mapping[str, Any]) -> tuple[str, str]:

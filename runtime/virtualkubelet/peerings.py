@@ -242,20 +242,23 @@ class Peerings:
     async def _report(
         self, cluster_id: str, node_names: Sequence[str], restarts: PeeringRestarts, delay: float
     ) -> None:
-        """An event on the cluster's primary VirtualNode, and its Nodes NotReady saying why until the
-        peering runs again (its PeeringRestarted condition follows then). Only a replica that leads
-        writes: a stand-by's failure must not turn the leader's Nodes NotReady."""
+        """An event on the cluster's primary VirtualNode, and (a replica that leads: a stand-by's failure
+        must not turn the leader's Nodes NotReady) its Ready Nodes NotReady saying why until the peering
+        runs again (their PeeringRestarted condition follows then)."""
         stored = self.virtual_nodes.store.get(f"{names.LIQO_NAMESPACE}/{node_names[0]}")
-        if stored is None or not leads_now():
+        if stored is None:
             return
         message = f"the peering failed ({restarts.last_error}); restarting it in {delay:.0f} s, the others go on"
         try:
             await self.warnings.warn(stored.to_dict(), RESTARTED_REASON, message[:1024], once=False)
-            for node_name in node_names:
-                with unless_gone():  # a Node not made yet: nothing says it is Ready
-                    await declare_not_ready(self.home, node_name, RESTARTED_REASON, message)
         except Exception as err:  # the home API server away too: the log and the metric still say it
             log.warning("could not report the restart of %s: %s", cluster_id, err)
+        for node_name in node_names if leads_now() else ():
+            try:
+                with unless_gone():  # a Node not made yet: nothing says it is Ready
+                    await declare_not_ready(self.home, node_name, RESTARTED_REASON, message)
+            except Exception as err:
+                log.warning("could not turn %s NotReady after its peering failed: %s", node_name, err)
 
     async def run(self) -> None:
         reading = asyncio.create_task(self.virtual_nodes.run())

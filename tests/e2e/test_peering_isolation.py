@@ -29,6 +29,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
+from liqo_stack.dev import ports
 from liqo_stack.dev.external_runtime import SHARED_KUBELET, ExternalRuntime
 from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
@@ -276,6 +277,7 @@ def test_a_kubelet_port_another_process_holds_fails_that_peering_before_its_node
     port = runtime.kubelet_ports["foreign-2"]
     held = f"cannot listen on 127.0.0.1:{port}: address already in use"
     runtime.stop(SHARED_KUBELET)
+    wait_until(lambda: ports.is_free(port), 30, f"port {port} free once the virtual kubelet stopped")
     squatter = socket.create_server(("127.0.0.1", port))
     try:
         runtime.start(SHARED_KUBELET)

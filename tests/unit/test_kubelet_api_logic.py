@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from multidict import MultiDict
 
+from liqo_stack.dev import ports
 from liqo_stack.dev.clusters import kwokctl_config
 from runtime.kube.reviews import Caller
 from runtime.virtualkubelet.kubeletapi import (
@@ -200,11 +201,14 @@ def test_a_dead_component_is_reported_with_its_log(tmp_path: Path) -> None:
 def test_a_kubelet_port_another_process_holds_is_refused_naming_the_address() -> None:
     """bind_listener binds as the kubelet API serves (SO_REUSEADDR): a listener there refuses it with
     the address in the message (the event the failed peering writes); a free port is bound and listening."""
-    with socket.create_server(("127.0.0.1", 0)) as squatter:
-        port = squatter.getsockname()[1]
-        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}: address already in use"):
+    (port,) = ports.hand_out(1)  # below the ephemeral range: nobody takes it between the two binds
+    try:
+        refused = f"cannot listen on 127.0.0.1:{port}: address already in use"
+        with socket.create_server(("127.0.0.1", port)), pytest.raises(OSError, match=refused):
             bind_listener("127.0.0.1", port)
-    with bind_listener("127.0.0.1", port) as listener:  # free again (its TIME_WAITs do not hold it)
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
-            pass
-        assert listener.getsockname()[1] == port
+        with bind_listener("127.0.0.1", port) as listener:  # free again (its TIME_WAITs do not hold it)
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass
+            assert listener.getsockname()[1] == port
+    finally:
+        ports.give_back([port])

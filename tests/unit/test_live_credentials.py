@@ -58,13 +58,14 @@ class _HomeWithSecret:
         return Secret(metadata=ObjectMeta(name="credentials"), data={"kubeconfig": encoded})
 
 
-def test_the_controller_managers_client_for_old_credentials_is_closed_when_they_change() -> None:
-    """A rotated token: the client for the old credentials is closed as the new one is made, not left
-    to the garbage collector with its connections (CI's controller-manager log: "Unclosed client session")."""
+def test_the_controller_managers_client_for_old_credentials_is_closed_once_its_requests_are_done() -> None:
+    """A rotated token: the client for the old credentials lives on for the reconciles still using it
+    (`retire_after`, a request's deadline), then is closed, not left to the garbage collector with its
+    connections (CI's controller-manager log: "Unclosed client session")."""
 
     async def scenario() -> None:
         home = _HomeWithSecret()
-        clusters = ForeignClusters(cast(Any, home))
+        clusters = ForeignClusters(cast(Any, home), retire_after=0.2)
         first = await clusters.client("foreign-1", "credentials")
         assert await clusters.client("foreign-1", "credentials") is first, "unchanged credentials: the same client"
         closed: list[AsyncClient] = []
@@ -78,7 +79,33 @@ def test_the_controller_managers_client_for_old_credentials_is_closed_when_they_
         home.kubeconfig = _kubeconfig("second")
         second = await clusters.client("foreign-1", "credentials")
         assert second is not first
-        assert closed == [first], "the old client is closed once replaced"
+        assert closed == [], "still open for the reconciles using it"
+        for _ in range(50):
+            if closed:
+                break
+            await asyncio.sleep(0.1)
+        assert closed == [first], "closed once its requests' deadline passed"
         await clusters.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_client_retiring_when_the_controller_stops_is_closed_then() -> None:
+    async def scenario() -> None:
+        home = _HomeWithSecret()
+        clusters = ForeignClusters(cast(Any, home), retire_after=3600)
+        first = await clusters.client("foreign-1", "credentials")
+        closed: list[AsyncClient] = []
+        original_close = first.close
+
+        async def recorded_close() -> None:
+            closed.append(first)
+            await original_close()
+
+        first.close = recorded_close  # type: ignore[method-assign]
+        home.kubeconfig = _kubeconfig("second")
+        await clusters.client("foreign-1", "credentials")
+        await clusters.close()
+        assert closed == [first]
 
     asyncio.run(scenario())
