@@ -81,7 +81,11 @@ def bind_listener(address: str, port: int) -> socket.socket:
         return socket.create_server((address, port), family=family, backlog=128)
     except OSError as err:
         why = os.strerror(err.errno).lower() if err.errno else str(err)
-        raise OSError(err.errno, f"the kubelet API cannot listen on {address}:{port}: {why}") from err
+        raise OSError(
+            err.errno,
+            f"the kubelet API cannot listen on {address}:{port}: {why}; stop what holds it, or give the node "
+            "another port (--kubelet-port-of ID=PORT)",
+        ) from err
 
 
 def caller_from_certificate(peercert: Mapping[str, Any] | None) -> Caller | None:
