@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -48,6 +49,14 @@ _SET_BY_THE_EXTERNAL_RUNTIME = frozenset({"--home-cluster-id", "--webhook-addres
 
 class RuntimeDied(RuntimeError):
     """A component's process ended while it should run; the message names it, its log and its last lines."""
+
+
+def ports_in_use(lines: list[str]) -> list[int]:
+    """The ports a component's log says it could not bind ("... ('127.0.0.1', 9443): address already in use")."""
+    return sorted({int(m.group(1)) for line in lines if (m := _PORT_IN_USE.search(line))})
+
+
+_PORT_IN_USE = re.compile(r"(\d{2,5})\D{0,3}address already in use")
 
 
 def free_ports_from(start: int, count: int, taken: set[int]) -> list[int]:
@@ -249,6 +258,8 @@ class ExternalRuntime:
             except OSError:
                 tail = ["(no log)"]
             reports.append(f"{component} exited; its log: {self.log(component)}\n    " + "\n    ".join(tail))
+            for port in ports_in_use(tail):  # what to stop, while it still holds the port
+                reports.append(f"    port {port} is held by: {'; '.join(ports.holders(port)) or 'nothing now'}")
         raise RuntimeDied("runtime process ended:\n" + "\n".join(reports))
 
     def running(self) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import socket
 import threading
 import time
@@ -136,6 +137,37 @@ def any_free(host: str = LOOPBACK) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+# /proc/net/tcp's socket states (include/net/tcp_states.h), by their hex code
+_TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "0A": "LISTEN"}
+
+
+def holders(port: int) -> list[str]:
+    """Who holds `port` on this machine now, for an error that says what to stop: each socket whose local
+    port it is (`pid command (state)`; a socket of no process's, such as a TIME_WAIT, without one). Read
+    from /proc, Linux only: elsewhere, none."""
+    sockets: dict[str, str] = {}  # inode -> state
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and int(fields[1].rpartition(":")[2], 16) == port:
+                    sockets[fields[9]] = _TCP_STATES.get(fields[3], fields[3])
+    found: list[str] = []
+    owned: set[str] = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            for fd in fd_dir.iterdir():
+                target = os.readlink(fd)
+                inode = target[len("socket:[") : -1] if target.startswith("socket:[") else None
+                if inode in sockets and inode not in owned:
+                    owned.add(inode)
+                    pid = fd_dir.parent.name
+                    command = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    found.append(f"{pid} {command.strip()[:160]} ({sockets[inode]})")
+    found += [f"no process ({state})" for inode, state in sockets.items() if inode not in owned]
+    return found
 
 
 def secure_port(command: list[str]) -> int | None:

@@ -9,6 +9,10 @@ foreign cluster for the twin namespace through the NamespaceMap in its tenant na
 home identity may not create namespaces there itself), and reports per-cluster conditions, a
 phase and observedGeneration. Deleting the NamespaceOffloading (unoffload) withdraws every
 request, waits until the foreign clusters report the twins gone, then releases its finalizer.
+
+What a foreign cluster reports comes through a watch of that NamespaceMap (`MapWatches`): a twin accepted,
+refused or gone requeues its namespace's offloading at once. A twin on its way, or on its way out, is
+also asked about again every `recheck_seconds`, in case a change is missed while a watch starts again.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -95,6 +99,76 @@ class ForeignClusters:
             await client.close()
 
 
+def reported_entries(namespace_map: Any | None) -> dict[str, Any]:
+    """What a foreign cluster reports in a NamespaceMap's status: home namespace -> its twin's entry."""
+    if namespace_map is None:
+        return {}
+    return dict(((namespace_map.get("status") or {}).get("currentMapping")) or {})
+
+
+def changed_namespaces(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
+    """The home namespaces whose reported entry appeared, changed or went."""
+    return {namespace for namespace in before.keys() | after.keys() if before.get(namespace) != after.get(namespace)}
+
+
+class MapWatches:
+    """A watch, in each foreign cluster, of the NamespaceMap this home writes there. What the foreign side
+    reports for a namespace (its twin accepted, refused, being deleted, gone) calls `on_change` with that
+    namespace. Only the status is compared: the requests in the spec are this controller's own writes."""
+
+    def __init__(self, home_cluster_id: str, on_change: Callable[[str], None]) -> None:
+        self.tenant = names.tenant_namespace(home_cluster_id)
+        self.map_name = names.namespace_map_name(home_cluster_id)
+        self.on_change = on_change
+        self._watches: dict[str, tuple[AsyncClient, asyncio.Task[None]]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+        # by cluster, as last seen; kept while a watch starts again (new credentials), so that its first
+        # list reports only what changed meanwhile
+        self._reported: dict[str, dict[str, Any]] = {}
+
+    def follow(self, cluster_id: str, client: AsyncClient) -> None:
+        """Watch that cluster's map through `client`; again through a new client (changed credentials)."""
+        watching = self._watches.get(cluster_id)
+        if watching is not None and watching[0] is client:
+            return
+        if watching is not None:
+            self._stop(watching[1])
+        informer = Informer(
+            client,
+            NamespaceMapResource,
+            namespace=self.tenant,
+            fields={"metadata.name": self.map_name},
+            cluster_id=cluster_id,
+        )
+        informer.add_handler(lambda event: self.observe(cluster_id, event))
+        task = asyncio.create_task(informer.run(), name=f"namespacemap-watch-{cluster_id}")
+        self._watches[cluster_id] = (client, task)
+
+    def keep_only(self, cluster_ids: Iterable[str]) -> None:
+        """Stop watching the clusters no longer peered."""
+        for cluster_id in set(self._watches) - set(cluster_ids):
+            self._stop(self._watches.pop(cluster_id)[1])
+            self._reported.pop(cluster_id, None)
+
+    def observe(self, cluster_id: str, event: Event) -> None:
+        after = {} if event.type == "DELETED" else reported_entries(event.obj)
+        before = self._reported.get(cluster_id, {})
+        self._reported[cluster_id] = after
+        for namespace in sorted(changed_namespaces(before, after)):
+            self.on_change(namespace)
+
+    def _stop(self, task: asyncio.Task[None]) -> None:
+        task.cancel()
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def close(self) -> None:
+        for _, task in self._watches.values():
+            self._stop(task)
+        self._watches.clear()
+        await asyncio.gather(*self._stopping, return_exceptions=True)
+
+
 class NamespaceOffloadingController:
     def __init__(
         self,
@@ -103,14 +177,16 @@ class NamespaceOffloadingController:
         *,
         foreign_clients: Callable[[AsyncClient], ForeignClusters] = ForeignClusters,
         workers: int = 8,
-        poll_seconds: float = 1.0,
+        recheck_seconds: float = 10.0,
         unreachable_retry_seconds: float = 5.0,
         refused_retry_seconds: float = 30.0,
     ) -> None:
         self.home = home
         self.home_cluster_id = home_cluster_id
         self.foreign = foreign_clients(home)
-        self.poll_seconds = poll_seconds
+        self.maps = MapWatches(home_cluster_id, self._on_reported)
+        # a twin on its way (or out) is asked about again this often, should the watch miss a change
+        self.recheck_seconds = recheck_seconds
         self.unreachable_retry_seconds = unreachable_retry_seconds
         # a twin a foreign cluster refused is asked again now and then: it may allow the name later
         self.refused_retry_seconds = refused_retry_seconds
@@ -122,6 +198,11 @@ class NamespaceOffloadingController:
         self.virtual_nodes.add_handler(self._requeue_all)
         self.nodes.add_handler(self._on_node)
         self._node_labels: dict[str, dict[str, str]] = {}  # by Node name: what selection last saw
+
+    def _on_reported(self, namespace: str) -> None:
+        key = f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}"
+        if key in self.offloadings.store:
+            self.queue.add(key)
 
     def _requeue_all(self, _: Event) -> None:
         for key in self.offloadings.store:
@@ -140,6 +221,7 @@ class NamespaceOffloadingController:
         try:
             await run_controller([self.offloadings, self.virtual_nodes, self.nodes], self.queue)
         finally:
+            await self.maps.close()
             await self.foreign.close()
 
     # -- reconcile -------------------------------------------------------------------------
@@ -174,6 +256,7 @@ class NamespaceOffloadingController:
         meta = obj.metadata
         spec = NamespaceOffloadingSpec.model_validate(obj.get("spec") or {})
         clusters = self._clusters()
+        self.maps.keep_only(clusters)
         # The twin first recorded stays: the mapping is immutable (docs/offloading.md), and a change that slipped
         # past the webhook (down at the time) must not move the twins and lose what they hold.
         twin = (obj.get("status") or {}).get("remoteNamespaceName") or twin_namespace_name(
@@ -246,12 +329,12 @@ class NamespaceOffloadingController:
         if terminating:
             if remaining:
                 if not unreachable:
-                    self.queue.add_after(key, self.poll_seconds)  # twins still being deleted
+                    self.queue.add_after(key, self.recheck_seconds)  # twins still being deleted
                 return
             await self._label_namespace(namespace, enabled=False)
             await self._release_finalizer(obj)
         elif not unreachable and (phase is OffloadingPhase.IN_PROGRESS or len(ready) + len(failed) < len(selected)):
-            self.queue.add_after(key, self.poll_seconds)
+            self.queue.add_after(key, self.recheck_seconds)
         elif failed and not unreachable:
             self.queue.add_after(key, self.refused_retry_seconds)
 
@@ -260,6 +343,7 @@ class NamespaceOffloadingController:
     ) -> dict[str, Any] | None:
         """Set (or withdraw, with None) the request for `namespace` and return what the foreign side reports."""
         client = await self.foreign.client(cluster_id, secret)
+        self.maps.follow(cluster_id, client)
         tenant = names.tenant_namespace(self.home_cluster_id)
         map_name = names.namespace_map_name(self.home_cluster_id)
         try:

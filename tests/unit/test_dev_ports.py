@@ -5,6 +5,7 @@ same one (liqo_stack/dev/ports.py)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from liqo_stack.dev import paths, ports
+from liqo_stack.dev.external_runtime import ports_in_use
 
 
 @pytest.fixture
@@ -120,3 +122,28 @@ def test_a_port_held_for_a_listener_bound_later_outlives_ten_minutes_until_given
     ports.give_back([session])
     assert str(session) not in json.loads(record.read_text())
     assert session in ports.hand_out(1 + ports.HIGHEST_PORT - session)  # handed out again at once
+
+
+def test_who_holds_a_port_is_named_listener_and_connection_alike() -> None:
+    """What a runtime that could not bind its port says, to name what to stop."""
+    with socket.socket() as listener:
+        listener.bind((ports.LOOPBACK, 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        held = ports.holders(port)
+        assert len(held) == 1 and held[0].startswith(f"{os.getpid()} ") and held[0].endswith("(LISTEN)"), held
+        with socket.create_connection((ports.LOOPBACK, port)):
+            accepted, _ = listener.accept()
+            with accepted:  # the accepted side's local port is the listener's too
+                states = sorted(h.rpartition("(")[2] for h in ports.holders(port))
+                assert states == ["ESTABLISHED)", "LISTEN)"], ports.holders(port)
+    assert all("LISTEN" not in h for h in ports.holders(port)), "closed: no listener named"
+
+
+def test_the_ports_a_dead_component_could_not_bind_are_read_from_its_log() -> None:
+    tail = [
+        "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 32734): address already in use",
+        "RuntimeError: the kubelet API cannot listen on 127.0.0.1:10251: address already in use; stop what holds it",
+        "ValueError: port 8080 is fine",
+    ]
+    assert ports_in_use(tail) == [10251, 32734]
