@@ -194,10 +194,23 @@ class NamespaceOffloadingController:
         self.virtual_nodes = Informer(home, VirtualNodeResource, namespace=names.LIQO_NAMESPACE)
         self.nodes = Informer(home, Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="namespaceoffloading")
-        self.offloadings.add_handler(lambda event: self.queue.add(event.key))
+        self.offloadings.add_handler(self._on_offloading)
         self.virtual_nodes.add_handler(self._requeue_all)
         self.nodes.add_handler(self._on_node)
         self._node_labels: dict[str, dict[str, str]] = {}  # by Node name: what selection last saw
+        self._acted_on: dict[str, Any] = {}  # by offloading: what of it a reconcile acts on, as last seen
+
+    def _on_offloading(self, event: Event) -> None:
+        """Reconciled when what it acts on changed: not for its own status write coming back, whose
+        reconcile would only read every foreign cluster again (the status is this controller's alone)."""
+        if event.type == "DELETED":
+            self._acted_on.pop(event.key, None)
+        else:
+            acted_on = _acted_on(event.obj)
+            if event.type == "MODIFIED" and self._acted_on.get(event.key) == acted_on:
+                return
+            self._acted_on[event.key] = acted_on
+        self.queue.add(event.key)
 
     def _on_reported(self, namespace: str) -> None:
         key = f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}"
@@ -466,6 +479,12 @@ class NamespaceOffloadingController:
             namespace=namespace,
             patch_type=PatchType.MERGE,
         )
+
+
+def _acted_on(offloading: Any) -> tuple[Any, ...]:
+    """What of a NamespaceOffloading its reconcile reads, but for the twin name it recorded itself."""
+    meta = offloading.metadata
+    return (offloading.get("spec"), meta.deletionTimestamp, tuple(meta.finalizers or ()))
 
 
 def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:

@@ -1,13 +1,21 @@
-"""What the home's NamespaceOffloading controller takes from a watched NamespaceMap: the namespaces whose
-reported twin changed, and only those (runtime/controllers/namespaceoffloading.py, MapWatches). The watch
-itself against real API servers: tests/integration/test_offloading_follows_reports.py."""
+"""What requeues an offloading in the home's NamespaceOffloading controller (runtime/controllers/
+namespaceoffloading.py): from a watched NamespaceMap, the namespaces whose reported twin changed, and only
+those (MapWatches); from the offloadings, a change of what a reconcile acts on, not the controller's own
+status write coming back. The watch itself against real API servers:
+tests/integration/test_offloading_follows_reports.py."""
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, cast
 
-from runtime.api.resources import NamespaceMapResource
-from runtime.controllers.namespaceoffloading import MapWatches, changed_namespaces, reported_entries
+from runtime.api.resources import NamespaceMapResource, NamespaceOffloadingResource
+from runtime.controllers.namespaceoffloading import (
+    MapWatches,
+    NamespaceOffloadingController,
+    changed_namespaces,
+    reported_entries,
+)
 from runtime.kube import Event
 
 
@@ -59,3 +67,42 @@ def test_only_the_status_counts_the_requests_are_the_controllers_own_writes() ->
 def test_a_map_without_status_reports_nothing() -> None:
     assert reported_entries(None) == {}
     assert reported_entries(NamespaceMapResource.from_dict({"metadata": {"name": "home"}, "spec": {}})) == {}
+
+
+def offloading(**changes: Any) -> Any:
+    body: dict[str, Any] = {
+        "apiVersion": "offloading.liqo.io/v1beta1",
+        "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading", "namespace": "apps", "generation": 1, "finalizers": ["f"]},
+        "spec": {"podOffloadingStrategy": "LocalAndRemote"},
+    }
+    for path, value in changes.items():
+        section, _, field = path.partition("__")
+        body.setdefault(section, {})[field] = value
+    return NamespaceOffloadingResource.from_dict(copy.deepcopy(body))
+
+
+def test_an_offloading_is_reconciled_for_what_it_acts_on_not_for_its_own_status_coming_back() -> None:
+    controller = NamespaceOffloadingController(cast(Any, None), "home")  # no request is made here
+    requeued: list[str] = []
+    controller.queue.add = lambda key, **_: requeued.append(key)  # type: ignore[method-assign]
+    key = "apps/offloading"
+
+    def seen(kind: str, obj: Any) -> list[str]:
+        requeued.clear()
+        controller._on_offloading(Event(cast(Any, kind), key, obj))
+        return list(requeued)
+
+    assert seen("ADDED", offloading()) == [key]
+    assert seen("MODIFIED", offloading(status__offloadingPhase="Ready")) == [], "its own status write"
+    assert seen("MODIFIED", offloading(metadata__resourceVersion="9")) == []
+    assert seen("MODIFIED", offloading(spec__podOffloadingStrategy="Remote")) == [key], "a new spec"
+    assert seen("MODIFIED", offloading(spec__podOffloadingStrategy="Remote", metadata__finalizers=[])) == [key]
+    deleting = offloading(
+        spec__podOffloadingStrategy="Remote",
+        metadata__finalizers=[],
+        metadata__deletionTimestamp="2026-11-30T00:00:00Z",
+    )
+    assert seen("MODIFIED", deleting) == [key], "being deleted"
+    assert seen("DELETED", deleting) == [key]
+    assert seen("MODIFIED", offloading()) == [key], "after it went, nothing is taken as seen"
