@@ -56,7 +56,15 @@ def ports_in_use(lines: list[str]) -> list[int]:
     return sorted({int(m.group(1)) for line in lines if (m := _PORT_IN_USE.search(line))})
 
 
-_PORT_IN_USE = re.compile(r"(\d{2,5})\D{0,3}address already in use")
+# "127.0.0.1:9443: address ...", "('127.0.0.1', 9443): address ...", "('::1', 9443, 0, 0): address ..."
+_PORT_IN_USE = re.compile(r"(\d{2,5})(?:, \d+, \d+)?\D{0,3}address already in use")
+
+
+def _holders_of(port: int) -> str:
+    try:
+        return "; ".join(ports.holders(port)) or "nothing now"
+    except Exception as err:  # never in the way of the report it adds to
+        return f"(not found: {err})"
 
 
 def free_ports_from(start: int, count: int, taken: set[int]) -> list[int]:
@@ -259,7 +267,7 @@ class ExternalRuntime:
                 tail = ["(no log)"]
             reports.append(f"{component} exited; its log: {self.log(component)}\n    " + "\n    ".join(tail))
             for port in ports_in_use(tail):  # what to stop, while it still holds the port
-                reports.append(f"    port {port} is held by: {'; '.join(ports.holders(port)) or 'nothing now'}")
+                reports.append(f"    port {port} is held by: {_holders_of(port)}")
         raise RuntimeDied("runtime process ended:\n" + "\n".join(reports))
 
     def running(self) -> list[str]:

@@ -151,22 +151,30 @@ def holders(port: int) -> list[str]:
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
-                fields = line.split()
+                fields = line.split()  # sl local_address rem_address st ... uid timeout inode
                 if len(fields) > 9 and int(fields[1].rpartition(":")[2], 16) == port:
                     sockets[fields[9]] = _TCP_STATES.get(fields[3], fields[3])
     found: list[str] = []
     owned: set[str] = set()
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
         with contextlib.suppress(OSError):
-            for fd in fd_dir.iterdir():
-                target = os.readlink(fd)
-                inode = target[len("socket:[") : -1] if target.startswith("socket:[") else None
-                if inode in sockets and inode not in owned:
-                    owned.add(inode)
-                    pid = fd_dir.parent.name
-                    command = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    found.append(f"{pid} {command.strip()[:160]} ({sockets[inode]})")
-    found += [f"no process ({state})" for inode, state in sockets.items() if inode not in owned]
+            fds = list((process / "fd").iterdir())
+            command = (process / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            for fd in fds:
+                with contextlib.suppress(OSError):  # closed meanwhile: the process's other fds still count
+                    target = os.readlink(fd)
+                    inode = target[len("socket:[") : -1] if target.startswith("socket:[") else None
+                    if inode in sockets and inode not in owned:
+                        owned.add(inode)
+                        found.append(f"{process.name} {command[:160]} ({sockets[inode]})")
+    # inode 0: no process's (a TIME_WAIT); another: a process whose fds this one may not read
+    found += [
+        f"{'no process' if inode == '0' else 'a process not readable here'} ({state})"
+        for inode, state in sockets.items()
+        if inode not in owned
+    ]
     return found
 
 

@@ -195,7 +195,7 @@ class NamespaceOffloadingController:
         self.nodes = Informer(home, Node, labels={names.TYPE_LABEL: names.VIRTUAL_NODE_TYPE})
         self.queue = WorkQueue(self.reconcile, workers=workers, name="namespaceoffloading")
         self.offloadings.add_handler(self._on_offloading)
-        self.virtual_nodes.add_handler(self._requeue_all)
+        self.virtual_nodes.add_handler(self._on_virtual_node)
         self.nodes.add_handler(self._on_node)
         self._node_labels: dict[str, dict[str, str]] = {}  # by Node name: what selection last saw
         self._acted_on: dict[str, Any] = {}  # by offloading: what of it a reconcile acts on, as last seen
@@ -216,6 +216,10 @@ class NamespaceOffloadingController:
         key = f"{namespace}/{names.NAMESPACE_OFFLOADING_NAME}"
         if key in self.offloadings.store:
             self.queue.add(key)
+
+    def _on_virtual_node(self, event: Event) -> None:
+        self.maps.keep_only(self._clusters())  # a peering removed: its map no longer watched
+        self._requeue_all(event)
 
     def _requeue_all(self, _: Event) -> None:
         for key in self.offloadings.store:

@@ -138,6 +138,10 @@ class WorkQueue:
     def pending(self) -> bool:
         return bool(self._queued or self._processing or self._dirty or self._delayed)
 
+    def working(self) -> bool:
+        """A key queued or being reconciled now (not counting those scheduled for later)."""
+        return bool(self._queued or self._processing or self._dirty)
+
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Until nothing is queued, running or scheduled for retry."""
         await asyncio.wait_for(self._idle.wait(), timeout)
@@ -236,5 +240,5 @@ class WorkQueue:
         self._retiring.clear()
 
     async def _wait_drained(self) -> None:
-        while self._queued or self._processing or self._dirty:
+        while self.working():
             await asyncio.sleep(0.01)

@@ -144,6 +144,7 @@ def test_the_ports_a_dead_component_could_not_bind_are_read_from_its_log() -> No
     tail = [
         "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 32734): address already in use",
         "RuntimeError: the kubelet API cannot listen on 127.0.0.1:10251: address already in use; stop what holds it",
+        "OSError: [Errno 98] error while attempting to bind on address ('::1', 9443, 0, 0): address already in use",
         "ValueError: port 8080 is fine",
     ]
-    assert ports_in_use(tail) == [10251, 32734]
+    assert ports_in_use(tail) == [9443, 10251, 32734]
