@@ -382,8 +382,7 @@ class NamespaceOffloadingController:
                 return {"remoteNamespace": twin, "phase": MappingPhase.CREATION_FAILED.value, "message": message}
         elif twin is None and namespace in desired:
             await self._write_map(client, tenant, map_name, namespace, None, exists=True)
-        status = ((current or {}).get("status") or {}).get("currentMapping") or {}
-        found: dict[str, Any] | None = status.get(namespace)
+        found: dict[str, Any] | None = reported_entries(current).get(namespace)
         return found
 
     async def _write_map(
