@@ -59,18 +59,23 @@ def phase_of(selected: list[str], ready: set[str], failed: set[str]) -> Offloadi
 
 
 class ForeignClusters:
-    """Clients for the foreign clusters, built from the credentials Secrets the stack created."""
+    """Clients for the foreign clusters, built from the credentials Secrets the stack created, which a
+    watch of the liqo namespace's Secrets keeps at hand (`credentials`): a reconcile reads no Secret, and
+    a changed one (a reissued token) is seen as it is written."""
 
     def __init__(self, home: AsyncClient, retire_after: float = REQUEST_DEADLINE_SECONDS) -> None:
         """`retire_after`: how long a client for credentials that changed lives on, for the reconciles
         still using it (a request's whole deadline), before it is closed."""
         self.home = home
         self.retire_after = retire_after
+        self.credentials = Informer(home, Secret, namespace=names.LIQO_NAMESPACE, trim=_kubeconfig_only)
         self._clients: dict[str, tuple[str, AsyncClient]] = {}
         self._retiring: dict[asyncio.Task[None], AsyncClient] = {}  # closed when the task ends, or at close()
 
     async def client(self, cluster_id: str, secret_name: str) -> AsyncClient:
-        secret = await self.home.get(Secret, secret_name, namespace=names.LIQO_NAMESPACE)
+        secret = self.credentials.store.get(f"{names.LIQO_NAMESPACE}/{secret_name}")
+        if secret is None:
+            raise LookupError(f"no credentials: Secret {names.LIQO_NAMESPACE}/{secret_name} not found")
         kubeconfig = base64.b64decode((secret.data or {})["kubeconfig"]).decode()
         cached = self._clients.get(cluster_id)
         if cached and cached[0] == kubeconfig:
@@ -97,6 +102,14 @@ class ForeignClusters:
         await asyncio.gather(*retiring, return_exceptions=True)
         for client in [*retiring.values(), *(client for _, client in self._clients.values())]:
             await client.close()
+
+
+def _kubeconfig_only(secret: Any) -> Any:
+    """A Secret as the credentials store keeps it: other Secrets of the liqo namespace (certificates,
+    tokens) take no memory here."""
+    data = secret.data or {}
+    secret.data = {"kubeconfig": data["kubeconfig"]} if "kubeconfig" in data else {}
+    return secret
 
 
 def reported_entries(namespace_map: Any | None) -> dict[str, Any]:
@@ -143,6 +156,11 @@ class MapWatches:
         informer.add_handler(lambda event: self.observe(cluster_id, event))
         task = asyncio.create_task(informer.run(), name=f"namespacemap-watch-{cluster_id}")
         self._watches[cluster_id] = (client, task)
+
+    def client_of(self, cluster_id: str) -> AsyncClient | None:
+        """The client that cluster's map is watched through, if it is."""
+        watching = self._watches.get(cluster_id)
+        return watching[0] if watching is not None else None
 
     def keep_only(self, cluster_ids: Iterable[str]) -> None:
         """Stop watching the clusters no longer peered."""
@@ -197,6 +215,7 @@ class NamespaceOffloadingController:
         self.offloadings.add_handler(self._on_offloading)
         self.virtual_nodes.add_handler(self._on_virtual_node)
         self.nodes.add_handler(self._on_node)
+        self.foreign.credentials.add_handler(self._on_credentials)
         self._node_labels: dict[str, dict[str, str]] = {}  # by Node name: what selection last saw
         self._acted_on: dict[str, Any] = {}  # by offloading: what of it a reconcile acts on, as last seen
 
@@ -221,6 +240,13 @@ class NamespaceOffloadingController:
         self.maps.keep_only(self._clusters())  # a peering removed: its map no longer watched
         self._requeue_all(event)
 
+    def _on_credentials(self, event: Event) -> None:
+        """A peering's credentials Secret written (a reissued token): every offloading is reconciled with
+        the new client, and the watches of what the foreign clusters report move to it."""
+        name = event.key.partition("/")[2]
+        if any(info["secret"] == name for info in self._clusters().values()):
+            self._requeue_all(event)
+
     def _requeue_all(self, _: Event) -> None:
         for key in self.offloadings.store:
             self.queue.add(key)
@@ -236,7 +262,9 @@ class NamespaceOffloadingController:
 
     async def run(self) -> None:
         try:
-            await run_controller([self.offloadings, self.virtual_nodes, self.nodes], self.queue)
+            await run_controller(
+                [self.offloadings, self.virtual_nodes, self.nodes, self.foreign.credentials], self.queue
+            )
         finally:
             await self.maps.close()
             await self.foreign.close()

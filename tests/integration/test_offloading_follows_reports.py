@@ -17,10 +17,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from lightkube import ApiError, AsyncClient, Client, KubeConfig
+from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.rbac_v1 import RoleRef, Subject
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
 from liqo_stack.dev.clusters import DevEnvironment
@@ -41,6 +45,7 @@ NAMESPACE = "follows-reports"
 TWIN = f"{NAMESPACE}-{HOME_ID}"
 TENANT = names.tenant_namespace(HOME_ID)
 MAP = names.namespace_map_name(HOME_ID)
+ROTATED = "rotated-home"  # the identity of the credentials written while the offloading is Ready
 NEVER = 3600.0  # the controller's recheck: not within this test
 
 
@@ -116,6 +121,35 @@ def remove(home: Client, made: list[tuple[Client, Any, str, str | None]]) -> Non
             wait_until(gone, 90, f"{kind.__name__} {name} removed")
 
 
+def token_kubeconfig(dev_env: DevEnvironment, there: Client) -> bytes:
+    """foreign-1's kubeconfig with the token of a ServiceAccount allowed everything in the tenant namespace,
+    in place of the admin's certificate."""
+    there.create(ServiceAccount(metadata=ObjectMeta(name=ROTATED, namespace=TENANT)))
+    there.create(
+        RoleBinding(
+            metadata=ObjectMeta(name=ROTATED, namespace=TENANT),
+            roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"),
+            subjects=[Subject(kind="ServiceAccount", name=ROTATED, namespace=TENANT)],
+        )
+    )
+    request = ServiceAccount.Token(metadata=ObjectMeta(name=ROTATED), spec=TokenRequestSpec(audiences=[]))
+    issued: Any = there.create(request, name=ROTATED, namespace=TENANT)
+    kubeconfig = yaml.safe_load(dev_env.kubeconfig(FOREIGN_ID).read_text())
+    for user in kubeconfig["users"]:
+        user["user"] = {"token": issued.status.token}
+    return yaml.safe_dump(kubeconfig).encode()
+
+
+def set_credentials(home: Client, kubeconfig: bytes) -> None:
+    home.patch(
+        Secret,
+        names.credentials_secret_name(FOREIGN_ID),
+        {"data": {"kubeconfig": base64.b64encode(kubeconfig).decode()}},
+        namespace=names.LIQO_NAMESPACE,
+        patch_type=PatchType.MERGE,
+    )
+
+
 def offloading(home: Client) -> Any:
     return get_or_none(home, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, NAMESPACE)
 
@@ -184,6 +218,20 @@ def test_what_the_foreign_cluster_reports_reaches_the_offloading_through_the_wat
             report(there, {"remoteNamespace": TWIN, "phase": "Accepted"})
             await wait_until_async(lambda: phase(home) == "Ready", 15, "the offloading Ready once the twin is reported")
 
+            # new credentials for foreign-1 (a token of an identity of its own, as a reissue writes them):
+            # nothing at home changed, yet the watch of what foreign-1 reports moves to the new client
+            first = controller.maps.client_of(FOREIGN_ID)
+            set_credentials(home, token_kubeconfig(dev_env, there))
+            await wait_until_async(
+                lambda: controller.maps.client_of(FOREIGN_ID) not in (None, first),
+                15,
+                "the map watched through the new credentials",
+            )
+            report(there, {"remoteNamespace": TWIN, "phase": "CreationFailed", "message": "refused after all"})
+            await wait_until_async(
+                lambda: "refused after all" in said(home), 15, lambda: f"the refusal reported: {said(home)}"
+            )
+
             home.delete(NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, namespace=NAMESPACE)
             await wait_until_async(lambda: NAMESPACE not in requested(there), 30, "the twin's request withdrawn")
             report(there, {"remoteNamespace": TWIN, "phase": "Terminating"})
@@ -204,5 +252,8 @@ def test_what_the_foreign_cluster_reports_reaches_the_offloading_through_the_wat
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
             await client.close()
+            for kind in (RoleBinding, ServiceAccount):
+                with contextlib.suppress(ApiError):
+                    there.delete(kind, ROTATED, namespace=TENANT)
 
     asyncio.run(scenario())

@@ -14,8 +14,10 @@ from lightkube.config.models import User
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
+from runtime.api import names
 from runtime.controllers.namespaceoffloading import ForeignClusters
 from runtime.kube.client import BearerToken
+from runtime.kube.informing import object_key
 from tests.support.kube import wait_until_async
 
 
@@ -48,15 +50,13 @@ def _kubeconfig(token: str) -> str:
     )
 
 
-class _HomeWithSecret:
-    """The home API server as ForeignClusters reads it: the credentials Secret, changed by the test."""
-
-    def __init__(self) -> None:
-        self.kubeconfig = _kubeconfig("first")
-
-    async def get(self, *_: Any, **__: Any) -> Secret:
-        encoded = base64.b64encode(self.kubeconfig.encode()).decode()
-        return Secret(metadata=ObjectMeta(name="credentials"), data={"kubeconfig": encoded})
+def _write_credentials(clusters: ForeignClusters, token: str) -> None:
+    """The credentials Secret as the controller's watch of the liqo namespace last saw it."""
+    encoded = base64.b64encode(_kubeconfig(token).encode()).decode()
+    secret = Secret(
+        metadata=ObjectMeta(name="credentials", namespace=names.LIQO_NAMESPACE), data={"kubeconfig": encoded}
+    )
+    clusters.credentials.store[object_key(secret)] = secret
 
 
 def _recording_closes(client: AsyncClient) -> list[AsyncClient]:
@@ -78,12 +78,12 @@ def test_the_controller_managers_client_for_old_credentials_is_closed_once_its_r
     connections (CI's controller-manager log: "Unclosed client session")."""
 
     async def scenario() -> None:
-        home = _HomeWithSecret()
-        clusters = ForeignClusters(cast(Any, home), retire_after=0.2)
+        clusters = ForeignClusters(cast(Any, None), retire_after=0.2)
+        _write_credentials(clusters, "first")
         first = await clusters.client("foreign-1", "credentials")
         assert await clusters.client("foreign-1", "credentials") is first, "unchanged credentials: the same client"
         closed = _recording_closes(first)
-        home.kubeconfig = _kubeconfig("second")
+        _write_credentials(clusters, "second")
         assert await clusters.client("foreign-1", "credentials") is not first
         assert closed == [], "still open for the reconciles using it"
         await wait_until_async(lambda: closed == [first], 5, "the old client closed once its requests' deadline passed")
@@ -94,10 +94,10 @@ def test_the_controller_managers_client_for_old_credentials_is_closed_once_its_r
 
 def test_a_client_retiring_when_the_controller_stops_is_closed_then() -> None:
     async def scenario() -> None:
-        home = _HomeWithSecret()
-        clusters = ForeignClusters(cast(Any, home), retire_after=3600)
+        clusters = ForeignClusters(cast(Any, None), retire_after=3600)
+        _write_credentials(clusters, "first")
         closed = _recording_closes(await clusters.client("foreign-1", "credentials"))
-        home.kubeconfig = _kubeconfig("second")
+        _write_credentials(clusters, "second")
         await clusters.client("foreign-1", "credentials")
         await clusters.close()
         assert len(closed) == 1

@@ -9,7 +9,10 @@ from __future__ import annotations
 import copy
 from typing import Any, cast
 
-from runtime.api.resources import NamespaceMapResource, NamespaceOffloadingResource
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Secret
+
+from runtime.api.resources import NamespaceMapResource, NamespaceOffloadingResource, VirtualNodeResource
 from runtime.controllers.namespaceoffloading import (
     MapWatches,
     NamespaceOffloadingController,
@@ -106,3 +109,28 @@ def test_an_offloading_is_reconciled_for_what_it_acts_on_not_for_its_own_status_
     assert seen("MODIFIED", deleting) == [key], "being deleted"
     assert seen("DELETED", deleting) == [key]
     assert seen("MODIFIED", offloading()) == [key], "after it went, nothing is taken as seen"
+
+
+def test_only_a_peerings_credentials_secret_requeues_the_offloadings() -> None:
+    """A reissued token written to a credentials Secret reconciles every offloading (their watches move to
+    the new client); the liqo namespace's other Secrets change nothing."""
+    controller = NamespaceOffloadingController(cast(Any, None), "home")  # no request is made here
+    requeued: list[str] = []
+    controller.queue.add = lambda key, **_: requeued.append(key)  # type: ignore[method-assign]
+    controller.offloadings.store["apps/offloading"] = offloading()
+    controller.virtual_nodes.store["liqo/foreign-1"] = VirtualNodeResource.from_dict(
+        {
+            "metadata": {"name": "liqo-foreign-1", "namespace": "liqo"},
+            "spec": {"clusterID": "foreign-1", "kubeconfigSecretRef": {"name": "own-credentials"}},
+        }
+    )
+
+    def requeued_for(secret_name: str) -> list[str]:
+        requeued.clear()
+        secret = Secret(metadata=ObjectMeta(name=secret_name, namespace="liqo"), data={})
+        controller._on_credentials(Event("MODIFIED", f"liqo/{secret_name}", secret))
+        return list(requeued)
+
+    assert requeued_for("own-credentials") == ["apps/offloading"], "the Secret its VirtualNode names"
+    assert requeued_for("liqo-webhook-tls") == []
+    assert requeued_for("liqo-credentials-foreign-1") == [], "not the default name when another is named"
