@@ -36,6 +36,7 @@ from runtime.api.resources import NamespaceMapResource, NamespaceOffloadingResou
 from runtime.api.virtualnode import VirtualNode
 from runtime.controllers.namespaceoffloading import NamespaceOffloadingController
 from tests.support.kube import create_namespace, get_or_none, wait_until, wait_until_async
+from tests.support.peering import set_kubeconfig
 
 pytestmark = pytest.mark.clusters
 
@@ -140,16 +141,6 @@ def token_kubeconfig(dev_env: DevEnvironment, there: Client) -> bytes:
     return yaml.safe_dump(kubeconfig).encode()
 
 
-def set_credentials(home: Client, kubeconfig: bytes) -> None:
-    home.patch(
-        Secret,
-        names.credentials_secret_name(FOREIGN_ID),
-        {"data": {"kubeconfig": base64.b64encode(kubeconfig).decode()}},
-        namespace=names.LIQO_NAMESPACE,
-        patch_type=PatchType.MERGE,
-    )
-
-
 def offloading(home: Client) -> Any:
     return get_or_none(home, NamespaceOffloadingResource, names.NAMESPACE_OFFLOADING_NAME, NAMESPACE)
 
@@ -221,7 +212,7 @@ def test_what_the_foreign_cluster_reports_reaches_the_offloading_through_the_wat
             # new credentials for foreign-1 (a token of an identity of its own, as a reissue writes them):
             # nothing at home changed, yet the watch of what foreign-1 reports moves to the new client
             first = controller.maps.client_of(FOREIGN_ID)
-            set_credentials(home, token_kubeconfig(dev_env, there))
+            set_kubeconfig(home, FOREIGN_ID, token_kubeconfig(dev_env, there))
             await wait_until_async(
                 lambda: controller.maps.client_of(FOREIGN_ID) not in (None, first),
                 15,
