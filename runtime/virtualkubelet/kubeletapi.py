@@ -73,12 +73,16 @@ WEBSOCKET_ONLY = (
 _KWOK_EXIT = re.compile(r"error executing command in container: .*?: exit status (\d+)", re.DOTALL)
 
 
+def address_family(address: str) -> socket.AddressFamily:
+    """The socket family of a node address: an IP (--node-address), IPv6 in an IPv6 or dual-stack cluster."""
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
 def bind_listener(address: str, port: int) -> socket.socket:
     """The kubelet API's socket, bound and listening (SO_REUSEADDR, as aiohttp binds): bound before the
     Node names the port, so a port another process holds fails the peering before its Node says Ready."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET  # the node address is an IP (--node-address)
     try:
-        return socket.create_server((address, port), family=family, backlog=128)
+        return socket.create_server((address, port), family=address_family(address), backlog=128)
     except OSError as err:
         why = os.strerror(err.errno).lower() if err.errno else str(err)
         raise OSError(

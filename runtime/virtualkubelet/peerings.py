@@ -36,6 +36,7 @@ from runtime.kube.shared import SharedWatches
 from runtime.kube.supervising import Backoff
 from runtime.kube.warnings import Warnings
 from runtime.virtualkubelet.kubelet import ServedPeering, serve_peering, served_nodes
+from runtime.virtualkubelet.kubeletapi import address_family
 from runtime.virtualkubelet.node import NODE_ADDRESS, declare_not_ready
 from runtime.virtualkubelet.restarts import RESTARTED_REASON, PeeringRestarts
 
@@ -65,9 +66,12 @@ def wanted_clusters(virtual_nodes: Mapping[str, Any], shard: Sequence[str]) -> d
     }
 
 
+HIGHEST_PORT = 65535
+
+
 def port_free(port: int, address: str) -> bool:
     """Nothing listens on `port` at `address` (the kubelet APIs bind with SO_REUSEADDR, as here)."""
-    with socket.socket() as probe:
+    with socket.socket(address_family(address)) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((address, port))
@@ -110,6 +114,11 @@ class KubeletPorts:
                         continue
                     while candidate in held or not port_free(candidate, self.address):
                         candidate += 1
+                        if candidate > HIGHEST_PORT:
+                            raise OSError(
+                                f"no free port for the kubelet API of {name} on {self.address} from {start} up: "
+                                "give its cluster a port (--kubelet-port-of ID=PORT) or start lower (--kubelet-port)"
+                            )
                     ports[name] = candidate
                     held.add(candidate)
         self.taken[cluster_id] = {port for port in ports.values() if port is not None}
@@ -204,9 +213,11 @@ class Peerings:
                 served = self.served[cluster_id] = ServedPeering(cluster_id)
                 backoff.start()
                 existing = wanted_clusters(self.virtual_nodes.store, (cluster_id,)).get(cluster_id, {})
-                node_names, ports = self.ports.assign(cluster_id, existing)
-                self.serving_nodes[cluster_id] = node_names
+                node_names: Sequence[str] = served_nodes(existing, cluster_id, self.ports.pools, None)[0]
                 try:
+                    # no port left for its kubelet APIs fails this peering alone, reported as any failure
+                    node_names, ports = self.ports.assign(cluster_id, existing)
+                    self.serving_nodes[cluster_id] = node_names
                     await serve_peering(
                         self.home,
                         served,

@@ -12,7 +12,7 @@ from runtime.__main__ import main
 from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
 from runtime.kube.supervising import MAX_BACKOFF_SECONDS, Backoff, backoff_seconds
-from runtime.virtualkubelet.peerings import KubeletPorts, wanted_clusters
+from runtime.virtualkubelet.peerings import HIGHEST_PORT, KubeletPorts, port_free, wanted_clusters
 
 
 def virtual_node(name: str, cluster_id: str, *, held: bool = True, deleting: bool = False) -> Any:
@@ -98,3 +98,20 @@ def test_bad_command_lines_name_the_flag(argv: list[str], message: str, capsys: 
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_ports_are_found_free_on_an_ipv6_node_address() -> None:
+    """A node address in an IPv6 cluster (cluster mode: the pod's IP): a port is free or held there as
+    on IPv4, not taken for held because an IPv4 socket cannot bind it (every port was, and the search
+    for a free one never ended)."""
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as listener:
+        busy = listener.getsockname()[1]
+        assert not port_free(busy, "::1")
+        _, chosen = KubeletPorts(base=busy, address="::1").assign("a", {"liqo-a": True})
+        assert chosen["liqo-a"] not in (None, busy) and port_free(chosen["liqo-a"], "::1")
+
+
+def test_no_free_port_left_says_what_to_do_instead_of_searching_on() -> None:
+    no_port_left = r"no free port for the kubelet API of liqo-a .*--kubelet-port-of"
+    with socket.create_server(("127.0.0.1", HIGHEST_PORT)), pytest.raises(OSError, match=no_port_left):
+        KubeletPorts(base=HIGHEST_PORT, address="127.0.0.1").assign("a", {"liqo-a": True})
