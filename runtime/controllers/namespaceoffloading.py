@@ -72,11 +72,19 @@ class ForeignClusters:
         self._clients: dict[str, tuple[str, AsyncClient]] = {}
         self._retiring: dict[asyncio.Task[None], AsyncClient] = {}  # closed when the task ends, or at close()
 
+    def built_from(self, cluster_id: str, secret: Any) -> bool:
+        """The client for that cluster was built from this Secret's kubeconfig."""
+        cached = self._clients.get(cluster_id)
+        try:
+            return cached is not None and cached[0] == _kubeconfig_text(secret)
+        except (KeyError, ValueError):  # no kubeconfig in it (the reconcile says so)
+            return False
+
     async def client(self, cluster_id: str, secret_name: str) -> AsyncClient:
         secret = self.credentials.store.get(f"{names.LIQO_NAMESPACE}/{secret_name}")
         if secret is None:
             raise LookupError(f"no credentials: Secret {names.LIQO_NAMESPACE}/{secret_name} not found")
-        kubeconfig = base64.b64decode((secret.data or {})["kubeconfig"]).decode()
+        kubeconfig = _kubeconfig_text(secret)
         cached = self._clients.get(cluster_id)
         if cached and cached[0] == kubeconfig:
             return cached[1]
@@ -102,6 +110,10 @@ class ForeignClusters:
         await asyncio.gather(*retiring, return_exceptions=True)
         for client in [*retiring.values(), *(client for _, client in self._clients.values())]:
             await client.close()
+
+
+def _kubeconfig_text(secret: Any) -> str:
+    return base64.b64decode((secret.data or {})["kubeconfig"]).decode()
 
 
 def _kubeconfig_only(secret: Any) -> Any:
@@ -161,6 +173,13 @@ class MapWatches:
         """The client that cluster's map is watched through, if it is."""
         watching = self._watches.get(cluster_id)
         return watching[0] if watching is not None else None
+
+    def pause(self, cluster_id: str) -> None:
+        """Stop watching that cluster's map until the next `follow` (its credentials changed or went);
+        what it last reported is kept, so that the next watch's first list requeues only what changed."""
+        watching = self._watches.pop(cluster_id, None)
+        if watching is not None:
+            self._stop(watching[1])
 
     def keep_only(self, cluster_ids: Iterable[str]) -> None:
         """Stop watching the clusters no longer peered."""
@@ -241,10 +260,19 @@ class NamespaceOffloadingController:
         self._requeue_all(event)
 
     def _on_credentials(self, event: Event) -> None:
-        """A peering's credentials Secret written (a reissued token): every offloading is reconciled with
-        the new client, and the watches of what the foreign clusters report move to it."""
+        """A peering's credentials Secret written (a reissued token) or deleted: the watch of what that
+        cluster reports stops, and every offloading is reconciled, with the new client, which watches
+        again (none left: nothing to watch for)."""
         name = event.key.partition("/")[2]
-        if any(info["secret"] == name for info in self._clusters().values()):
+        changed = [
+            cluster_id
+            for cluster_id, info in self._clusters().items()
+            if info["secret"] == name
+            and (event.type == "DELETED" or not self.foreign.built_from(cluster_id, event.obj))
+        ]
+        for cluster_id in changed:
+            self.maps.pause(cluster_id)
+        if changed:
             self._requeue_all(event)
 
     def _requeue_all(self, _: Event) -> None:

@@ -19,6 +19,7 @@ peering's burst fills only its own queues: the others' status updates keep their
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -70,13 +71,16 @@ HIGHEST_PORT = 65535
 
 
 def port_free(port: int, address: str) -> bool:
-    """Nothing listens on `port` at `address` (the kubelet APIs bind with SO_REUSEADDR, as here)."""
+    """Nothing listens on `port` at `address` (the kubelet APIs bind with SO_REUSEADDR, as here). Any
+    other failure to bind (an address this host does not have) is raised: no port would do."""
     with socket.socket(address_family(address)) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((address, port))
-        except OSError:
-            return False
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                return False
+            raise OSError(err.errno, f"the kubelet API cannot listen on {address}: {err.strerror}") from err
     return True
 
 
@@ -112,13 +116,14 @@ class KubeletPorts:
                 for name in node_names:
                     if ports[name] is not None:
                         continue
-                    while candidate in held or not port_free(candidate, self.address):
-                        candidate += 1
-                        if candidate > HIGHEST_PORT:
+                    while candidate > HIGHEST_PORT or candidate in held or not port_free(candidate, self.address):
+                        if candidate >= HIGHEST_PORT:
                             raise OSError(
                                 f"no free port for the kubelet API of {name} on {self.address} from {start} up: "
-                                "give its cluster a port (--kubelet-port-of ID=PORT) or start lower (--kubelet-port)"
+                                f"give the cluster a port (--kubelet-port-of {cluster_id}=PORT) or start lower "
+                                "(--kubelet-port)"
                             )
+                        candidate += 1
                     ports[name] = candidate
                     held.add(candidate)
         self.taken[cluster_id] = {port for port in ports.values() if port is not None}

@@ -6,9 +6,12 @@ tests/integration/test_offloading_follows_reports.py."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import copy
 from typing import Any, cast
 
+import yaml
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
@@ -111,26 +114,60 @@ def test_an_offloading_is_reconciled_for_what_it_acts_on_not_for_its_own_status_
     assert seen("MODIFIED", offloading()) == [key], "after it went, nothing is taken as seen"
 
 
-def test_only_a_peerings_credentials_secret_requeues_the_offloadings() -> None:
-    """A reissued token written to a credentials Secret reconciles every offloading (their watches move to
-    the new client); the liqo namespace's other Secrets change nothing."""
-    controller = NamespaceOffloadingController(cast(Any, None), "home")  # no request is made here
-    requeued: list[str] = []
-    controller.queue.add = lambda key, **_: requeued.append(key)  # type: ignore[method-assign]
-    controller.offloadings.store["apps/offloading"] = offloading()
-    controller.virtual_nodes.store["liqo/foreign-1"] = VirtualNodeResource.from_dict(
+def test_only_a_peerings_credentials_secret_written_anew_requeues_the_offloadings() -> None:
+    """A reissued token written to a credentials Secret, or the Secret deleted: that cluster's map watch
+    stops and every offloading is reconciled (each watches again through the new client). The same
+    kubeconfig written again, and the liqo namespace's other Secrets, change nothing."""
+
+    async def scenario() -> None:
+        controller = NamespaceOffloadingController(cast(Any, None), "home")  # no request is made here
+        requeued: list[str] = []
+        controller.queue.add = lambda key, **_: requeued.append(key)  # type: ignore[method-assign]
+        controller.offloadings.store["apps/offloading"] = offloading()
+        controller.virtual_nodes.store["liqo/foreign-1"] = VirtualNodeResource.from_dict(
+            {
+                "metadata": {"name": "liqo-foreign-1", "namespace": "liqo"},
+                "spec": {"clusterID": "foreign-1", "kubeconfigSecretRef": {"name": "own-credentials"}},
+            }
+        )
+
+        def written(secret_name: str, token: str, kind: str = "MODIFIED") -> list[str]:
+            requeued.clear()
+            secret = credentials_secret(secret_name, token)
+            controller.foreign.credentials.store[f"liqo/{secret_name}"] = secret
+            controller._on_credentials(Event(cast(Any, kind), f"liqo/{secret_name}", secret))
+            return list(requeued)
+
+        assert written("own-credentials", "first") == ["apps/offloading"], "the Secret its VirtualNode names"
+        client = await controller.foreign.client("foreign-1", "own-credentials")  # as a reconcile does
+        controller.maps.follow("foreign-1", client)
+        assert written("own-credentials", "first") == [], "the same kubeconfig again"
+        assert controller.maps.client_of("foreign-1") is client, "its watch goes on"
+        assert written("own-credentials", "second") == ["apps/offloading"], "a new token"
+        assert controller.maps.client_of("foreign-1") is None, "watched again by the next reconcile, anew"
+        controller.maps.follow("foreign-1", await controller.foreign.client("foreign-1", "own-credentials"))
+        assert written("own-credentials", "second", "DELETED") == ["apps/offloading"]
+        assert controller.maps.client_of("foreign-1") is None, "no credentials: not watched"
+        assert written("liqo-webhook-tls", "x") == []
+        assert written("liqo-credentials-foreign-1", "x") == [], "not the default name when another is named"
+        await controller.maps.close()
+        await controller.foreign.close()
+
+    asyncio.run(scenario())
+
+
+def credentials_secret(name: str, token: str) -> Secret:
+    kubeconfig = yaml.safe_dump(
         {
-            "metadata": {"name": "liqo-foreign-1", "namespace": "liqo"},
-            "spec": {"clusterID": "foreign-1", "kubeconfigSecretRef": {"name": "own-credentials"}},
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "foreign", "cluster": {"server": "https://127.0.0.1:1"}}],
+            "users": [{"name": "home", "user": {"token": token}}],
+            "contexts": [{"name": "foreign", "context": {"cluster": "foreign", "user": "home"}}],
+            "current-context": "foreign",
         }
     )
-
-    def requeued_for(secret_name: str) -> list[str]:
-        requeued.clear()
-        secret = Secret(metadata=ObjectMeta(name=secret_name, namespace="liqo"), data={})
-        controller._on_credentials(Event("MODIFIED", f"liqo/{secret_name}", secret))
-        return list(requeued)
-
-    assert requeued_for("own-credentials") == ["apps/offloading"], "the Secret its VirtualNode names"
-    assert requeued_for("liqo-webhook-tls") == []
-    assert requeued_for("liqo-credentials-foreign-1") == [], "not the default name when another is named"
+    return Secret(
+        metadata=ObjectMeta(name=name, namespace="liqo"),
+        data={"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
+    )

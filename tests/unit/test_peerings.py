@@ -12,7 +12,8 @@ from runtime.__main__ import main
 from runtime.api import names
 from runtime.api.resources import VirtualNodeResource
 from runtime.kube.supervising import MAX_BACKOFF_SECONDS, Backoff, backoff_seconds
-from runtime.virtualkubelet.peerings import HIGHEST_PORT, KubeletPorts, port_free, wanted_clusters
+from runtime.virtualkubelet import peerings
+from runtime.virtualkubelet.peerings import KubeletPorts, port_free, wanted_clusters
 
 
 def virtual_node(name: str, cluster_id: str, *, held: bool = True, deleting: bool = False) -> Any:
@@ -100,6 +101,15 @@ def test_bad_command_lines_name_the_flag(argv: list[str], message: str, capsys: 
     assert exited.value.code == 2 and message in capsys.readouterr().err
 
 
+def _has_ipv6_loopback() -> bool:
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this host has no IPv6 loopback")
 def test_ports_are_found_free_on_an_ipv6_node_address() -> None:
     """A node address in an IPv6 cluster (cluster mode: the pod's IP): a port is free or held there as
     on IPv4, not taken for held because an IPv4 socket cannot bind it (every port was, and the search
@@ -111,7 +121,18 @@ def test_ports_are_found_free_on_an_ipv6_node_address() -> None:
         assert chosen["liqo-a"] not in (None, busy) and port_free(chosen["liqo-a"], "::1")
 
 
-def test_no_free_port_left_says_what_to_do_instead_of_searching_on() -> None:
-    no_port_left = r"no free port for the kubelet API of liqo-a .*--kubelet-port-of"
-    with socket.create_server(("127.0.0.1", HIGHEST_PORT)), pytest.raises(OSError, match=no_port_left):
-        KubeletPorts(base=HIGHEST_PORT, address="127.0.0.1").assign("a", {"liqo-a": True})
+def test_no_free_port_left_says_what_to_do_instead_of_searching_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        busy = listener.getsockname()[1]
+        monkeypatch.setattr(peerings, "HIGHEST_PORT", busy)  # the last port there is, and it is held
+        with pytest.raises(OSError, match=r"no free port for the kubelet API of liqo-a .*--kubelet-port-of a=PORT"):
+            KubeletPorts(base=busy, address="127.0.0.1").assign("a", {"liqo-a": True})
+    # a pool after a primary given the last port: the search starts past it, and says so too
+    ports = KubeletPorts(base=None, address="127.0.0.1", given={"a": peerings.HIGHEST_PORT})
+    with pytest.raises(OSError, match="no free port for the kubelet API of liqo-a-gpu"):
+        ports.assign("a", {"liqo-a": True, "liqo-a-gpu": True})
+
+
+def test_a_node_address_this_host_lacks_is_said_not_taken_for_every_port_held() -> None:
+    with pytest.raises(OSError, match=r"the kubelet API cannot listen on 192\.0\.2\.1"):
+        KubeletPorts(base=20000, address="192.0.2.1").assign("a", {"liqo-a": True})  # TEST-NET-1: nobody's
