@@ -52,3 +52,17 @@ def restart_kubelet(runtime: ExternalRuntime, home: Client) -> None:
     wait_until(lambda: runtime.pid(SHARED_KUBELET) is not None and runtime.ready(SHARED_KUBELET), 90, "restarted")
     node = names.virtual_node_name("foreign-1")
     wait_until(lambda: served_on(home, node, port), 60, "foreign-1's node served by the restarted process")
+
+
+def kubeconfig_with_token(token: str, server: str = "https://127.0.0.1:6443") -> str:
+    """A foreign cluster's kubeconfig as a credentials Secret holds it, for tests that never reach it."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "foreign", "cluster": {"server": server}}],
+            "users": [{"name": "home", "user": {"token": token}}],
+            "contexts": [{"name": "foreign", "context": {"cluster": "foreign", "user": "home"}}],
+            "current-context": "foreign",
+        }
+    )

@@ -8,7 +8,6 @@ import asyncio
 import base64
 from typing import Any, cast
 
-import yaml
 from lightkube import AsyncClient
 from lightkube.config.models import User
 from lightkube.models.meta_v1 import ObjectMeta
@@ -19,6 +18,7 @@ from runtime.controllers.namespaceoffloading import ForeignClusters
 from runtime.kube.client import BearerToken
 from runtime.kube.informing import object_key
 from tests.support.kube import wait_until_async
+from tests.support.peering import kubeconfig_with_token
 
 
 def test_a_token_source_gives_the_header_of_the_moment() -> None:
@@ -37,22 +37,9 @@ def test_without_a_source_the_kubeconfig_token_stays() -> None:
     assert not bearer.renewed()
 
 
-def _kubeconfig(token: str) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "foreign", "cluster": {"server": "https://127.0.0.1:6443"}}],
-            "users": [{"name": "home", "user": {"token": token}}],
-            "contexts": [{"name": "foreign", "context": {"cluster": "foreign", "user": "home"}}],
-            "current-context": "foreign",
-        }
-    )
-
-
 def _write_credentials(clusters: ForeignClusters, token: str) -> None:
     """The credentials Secret as the controller's watch of the liqo namespace last saw it."""
-    encoded = base64.b64encode(_kubeconfig(token).encode()).decode()
+    encoded = base64.b64encode(kubeconfig_with_token(token).encode()).decode()
     secret = Secret(
         metadata=ObjectMeta(name="credentials", namespace=names.LIQO_NAMESPACE), data={"kubeconfig": encoded}
     )

@@ -11,7 +11,6 @@ import base64
 import copy
 from typing import Any, cast
 
-import yaml
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
@@ -23,6 +22,7 @@ from runtime.controllers.namespaceoffloading import (
     reported_entries,
 )
 from runtime.kube import Event
+from tests.support.peering import kubeconfig_with_token
 
 
 def namespace_map(desired: dict[str, str], current: dict[str, dict[str, Any]]) -> Any:
@@ -157,16 +157,7 @@ def test_only_a_peerings_credentials_secret_written_anew_requeues_the_offloading
 
 
 def credentials_secret(name: str, token: str) -> Secret:
-    kubeconfig = yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "foreign", "cluster": {"server": "https://127.0.0.1:1"}}],
-            "users": [{"name": "home", "user": {"token": token}}],
-            "contexts": [{"name": "foreign", "context": {"cluster": "foreign", "user": "home"}}],
-            "current-context": "foreign",
-        }
-    )
+    kubeconfig = kubeconfig_with_token(token, "https://127.0.0.1:1")  # nobody there: the watch only tries
     return Secret(
         metadata=ObjectMeta(name=name, namespace="liqo"),
         data={"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
