@@ -66,7 +66,6 @@ class ForeignClusters:
     def __init__(self, home: AsyncClient, retire_after: float = REQUEST_DEADLINE_SECONDS) -> None:
         """`retire_after`: how long a client for credentials that changed lives on, for the reconciles
         still using it (a request's whole deadline), before it is closed."""
-        self.home = home
         self.retire_after = retire_after
         self.credentials = Informer(home, Secret, namespace=names.LIQO_NAMESPACE, trim=_kubeconfig_only)
         self._clients: dict[str, tuple[str, AsyncClient]] = {}
