@@ -135,7 +135,8 @@ class LeaderElector:
     async def _attempt_until(self, deadline: float) -> bool:
         """A renewal that hangs (an API server that accepts and never answers) counts as failed at the deadline."""
         try:
-            return await asyncio.wait_for(self._attempt(), max(deadline - time.monotonic(), 0.01))
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.01)):
+                return await self._attempt()
         except TimeoutError:
             return False
 

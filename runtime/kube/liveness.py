@@ -107,5 +107,6 @@ class Reachability:
             self._answer = asyncio.Event()
         answer = self._answer
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(answer.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await answer.wait()
         return answer.is_set()

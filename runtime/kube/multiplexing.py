@@ -327,7 +327,8 @@ class Multiplexer:
             for connection in self._connections:  # one opened while this waited
                 if connection.has_room():
                     return connection
-            connection = await asyncio.wait_for(self._connect(), connect_timeout)
+            async with asyncio.timeout(connect_timeout):
+                connection = await self._connect()
             self._connections.append(connection)
             return connection
 

@@ -144,7 +144,8 @@ class WorkQueue:
 
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Until nothing is queued, running or scheduled for retry."""
-        await asyncio.wait_for(self._idle.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await self._idle.wait()
 
     def _next_key(self) -> str:
         """Keys added `first` go ahead, but at most FIRST_IN_A_ROW of them while others wait: a burst
@@ -229,7 +230,8 @@ class WorkQueue:
         self._delayed.clear()
         if self._started and (self._queued or self._processing):
             try:
-                await asyncio.wait_for(self._wait_drained(), drain_timeout)
+                async with asyncio.timeout(drain_timeout):
+                    await self._wait_drained()
             except TimeoutError:
                 log.warning("%s: %d keys not reconciled at shutdown", self.name, self.depth)
         stopping = [*self._tasks, *self._retiring]

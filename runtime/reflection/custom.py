@@ -16,7 +16,6 @@ drift repair of every reflected kind. Status comes back foreign -> home when the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 from collections.abc import Callable, Mapping
@@ -196,8 +195,7 @@ class CustomResources:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.gather(self._task, return_exceptions=True)  # a cancellation of this stop still ends it
         for name in list(self.crds):
             self._unwatch(name)
         for name in list(self.reflectors):

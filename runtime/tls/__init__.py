@@ -67,7 +67,8 @@ async def _minted(operation: str, **arguments: Any) -> dict[str, bytes]:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        made, errors = await asyncio.wait_for(child.communicate(request), MINTING_TIMEOUT)
+        async with asyncio.timeout(MINTING_TIMEOUT):
+            made, errors = await child.communicate(request)
     except BaseException:  # the timeout, or the caller cancelled: no child left behind
         if child.returncode is None:
             child.kill()

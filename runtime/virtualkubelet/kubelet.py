@@ -370,7 +370,11 @@ async def _with_kubelet_apis(
 async def _first_of(step: Awaitable[T], running: asyncio.Future[Any]) -> T:
     """`step`'s result, unless the peering ends (or fails) first: then its outcome, raised."""
     task = asyncio.ensure_future(step)
-    await asyncio.wait([task, running], return_when=asyncio.FIRST_COMPLETED)
+    try:
+        await asyncio.wait([task, running], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()  # asyncio.wait leaves it running: the step goes with the peering
+        raise
     if not task.done():
         task.cancel()
         running.result()  # raises its failure

@@ -435,12 +435,12 @@ class KubeletApiServer:
                 done, _ = await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
                 if down not in done:  # the client closed first: the remote side may still say how it ended
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(down), 5)
+                        async with asyncio.timeout(5):
+                            await asyncio.shield(down)
             finally:
                 for task in (up, down):
                     task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+                await asyncio.gather(up, down, return_exceptions=True)  # a cancellation of this relay still ends it
                 await client.close(code=close_code(upstream.close_code))
         return client
 

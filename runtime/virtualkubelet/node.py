@@ -100,8 +100,8 @@ async def probe_foreign(foreign: AsyncClient, tenant: str, foreign_cluster_id: s
     """One health check: the HTTP status the foreign API server answers a read of the cluster's
     advertisement with, as the home identity (so RBAC and storage are exercised too); None: no answer."""
     try:
-        read = foreign.get(ResourceAdvertisementResource, foreign_cluster_id, namespace=tenant)
-        await asyncio.wait_for(read, timeout)
+        async with asyncio.timeout(timeout):
+            await foreign.get(ResourceAdvertisementResource, foreign_cluster_id, namespace=tenant)
     except Exception as err:  # an error answer, or none at all (connection, TLS, timeout)
         log.debug("health check of %s: %s", foreign_cluster_id, err)
         return status_code_of(err)
