@@ -228,18 +228,20 @@ class WorkQueue:
         for handle in self._delayed.values():
             handle.cancel()
         self._delayed.clear()
-        if self._started and (self._queued or self._processing):
-            try:
-                async with asyncio.timeout(drain_timeout):
-                    await self._wait_drained()
-            except TimeoutError:
-                log.warning("%s: %d keys not reconciled at shutdown", self.name, self.depth)
-        stopping = [*self._tasks, *self._retiring]
-        for task in stopping:
-            task.cancel()
-        await asyncio.gather(*stopping, return_exceptions=True)
-        self._tasks, self._started = [], False
-        self._retiring.clear()
+        try:
+            if self._started and (self._queued or self._processing):
+                try:
+                    async with asyncio.timeout(drain_timeout):
+                        await self._wait_drained()
+                except TimeoutError:
+                    log.warning("%s: %d keys not reconciled at shutdown", self.name, self.depth)
+        finally:  # a shutdown cancelled while it drains still stops its workers
+            stopping = [*self._tasks, *self._retiring]
+            for task in stopping:
+                task.cancel()
+            await asyncio.gather(*stopping, return_exceptions=True)
+            self._tasks, self._started = [], False
+            self._retiring.clear()
 
     async def _wait_drained(self) -> None:
         while self.working():

@@ -9,12 +9,28 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
 STEADY_AFTER_SECONDS = 120.0  # a part that ran this long before failing starts its backoff afresh
+
+
+def being_cancelled() -> bool:
+    """The current task was asked to end: a failure met meanwhile (a cleanup step that raised) must
+    not turn its cancellation into a restart."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def cancel_once(task: asyncio.Task[Any]) -> bool:
+    """Cancel `task` unless that was asked already (False then): each further cancel() on 3.11
+    interrupts its cleanup again, at whatever step it has reached."""
+    if task.cancelling():
+        return False
+    return task.cancel()
 
 
 def backoff_seconds(failures_in_a_row: int) -> float:
@@ -49,7 +65,9 @@ async def restarting(name: str, run: Callable[[], Awaitable[None]]) -> None:
             return
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as err:
+            if being_cancelled():
+                raise asyncio.CancelledError from err
             delay = backoff.failed()
             log.exception("%s failed; restarting it alone in %.0f s", name, delay)
         await asyncio.sleep(delay)  # the backoff

@@ -374,9 +374,11 @@ async def _first_of(step: Awaitable[T], running: asyncio.Future[Any]) -> T:
         await asyncio.wait([task, running], return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         task.cancel()  # asyncio.wait leaves it running: the step goes with the peering
+        await asyncio.gather(task, return_exceptions=True)
         raise
     if not task.done():
         task.cancel()
+        await asyncio.gather(task, return_exceptions=True)  # ended before the peering's cleanup, its outcome read
         running.result()  # raises its failure
         raise asyncio.CancelledError  # it ended (removed) before this step: nothing more to do
     return task.result()

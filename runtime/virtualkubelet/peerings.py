@@ -34,7 +34,7 @@ from runtime.api.resources import VirtualNodeResource
 from runtime.kube import EngineMetrics, Event, WorkQueue, unless_gone
 from runtime.kube.controlling import leads_now
 from runtime.kube.shared import SharedWatches
-from runtime.kube.supervising import Backoff
+from runtime.kube.supervising import Backoff, being_cancelled, cancel_once
 from runtime.kube.warnings import Warnings
 from runtime.virtualkubelet.kubelet import ServedPeering, serve_peering, served_nodes
 from runtime.virtualkubelet.kubeletapi import address_family
@@ -199,15 +199,16 @@ class Peerings:
             self._tasks[cluster_id] = asyncio.create_task(self._serve(cluster_id), name=f"peering-{cluster_id}")
         elif task is not None and cluster_id in wanted and not self.ports.pools:
             new = sorted(set(wanted[cluster_id]) - set(self.serving_nodes.get(cluster_id, ())))
-            if new:  # node pools declared since it started: served by the same peering, started again
+            # node pools declared since it started: served by the same peering, started again
+            if new and cancel_once(task):
                 log.info("%s has new virtual nodes %s: its peering starts again to serve them", cluster_id, new)
-                task.cancel()
         elif task is not None and not any(
             (vn.get("spec") or {}).get("clusterID") == cluster_id for vn in self.virtual_nodes.store.values()
         ):
             # no VirtualNode left, yet the peering did not end it: its finalizer was removed by hand
-            log.warning("the VirtualNodes of %s are gone: it is no longer served", cluster_id)
-            task.cancel()
+            asked_now = cancel_once(task)  # reconciled again while it ends: asked once, said once
+            if asked_now:
+                log.warning("the VirtualNodes of %s are gone: it is no longer served", cluster_id)
 
     async def _serve(self, cluster_id: str) -> None:
         backoff = Backoff()
@@ -239,6 +240,8 @@ class Peerings:
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:
+                    if being_cancelled():  # the peering ends, as asked, whatever its cleanup met
+                        raise asyncio.CancelledError from err
                     delay = backoff.failed()
                     restarts.count += 1
                     restarts.last_error = f"{type(err).__name__}: {err}"
@@ -297,7 +300,7 @@ class Peerings:
             await self.queue.shutdown()
             tasks = list(self._tasks.values())
             for task in tasks:
-                task.cancel()
+                cancel_once(task)
             await asyncio.gather(*tasks, return_exceptions=True)
             reading.cancel()
             await asyncio.gather(reading, return_exceptions=True)

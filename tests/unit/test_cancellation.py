@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from runtime.kube import WorkQueue
 from runtime.kube.liveness import Reachability
+from runtime.kube.supervising import cancel_once, restarting
 from runtime.virtualkubelet.node import VirtualNodeController
 
 from .test_node_health import controller
@@ -63,5 +65,76 @@ def test_a_wait_for_an_answer_ends_when_cancelled_as_the_answer_comes() -> None:
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
+
+    asyncio.run(scenario())
+
+
+def test_a_task_asked_twice_to_end_still_runs_its_whole_cleanup() -> None:
+    """A peering reconciled again while it ends is not cancelled again: each cancel() on 3.11 would
+    interrupt its cleanup at whatever step it had reached."""
+
+    async def scenario() -> None:
+        cleaned: list[str] = []
+
+        async def peering() -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                for step in ("kubelet APIs", "queues", "reflection", "client"):
+                    await asyncio.sleep(0.01)
+                    cleaned.append(step)
+
+        task = asyncio.create_task(peering())
+        await asyncio.sleep(0)
+        assert cancel_once(task), "asked now"
+        await asyncio.sleep(0.015)  # the cleanup under way
+        assert not cancel_once(task), "asked already"
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled() and cleaned == ["kubelet APIs", "queues", "reflection", "client"]
+
+    asyncio.run(scenario())
+
+
+def test_a_part_whose_cleanup_fails_as_it_is_cancelled_ends_and_is_not_restarted() -> None:
+    async def scenario() -> None:
+        starts = 0
+
+        async def part() -> None:
+            nonlocal starts
+            starts += 1
+            if starts > 1:
+                return  # restarted (the failure this test is for): it ends, so the test does too
+            try:
+                await asyncio.Event().wait()
+            finally:
+                raise RuntimeError("the connection was already closed")  # what a cleanup step may meet
+
+        supervised = asyncio.create_task(restarting("agent of foreign-1", part))
+        await asyncio.sleep(0.01)
+        supervised.cancel()
+        assert await ended_within(supervised, 2), "restarted instead of ended"
+        assert supervised.cancelled() and starts == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_queue_shutdown_cancelled_while_it_drains_still_stops_its_workers() -> None:
+    async def scenario() -> None:
+        reconciling = asyncio.Event()
+
+        async def reconcile(_: str) -> None:
+            reconciling.set()
+            await asyncio.Event().wait()  # a reconcile that never ends: the drain waits its deadline
+
+        queue = WorkQueue(reconcile, workers=1)
+        queue.add("a")
+        queue.start()
+        await reconciling.wait()
+        workers = list(queue._tasks)
+        stopping = asyncio.create_task(queue.shutdown(drain_timeout=30))
+        await asyncio.sleep(0.01)
+        stopping.cancel()
+        await asyncio.gather(stopping, return_exceptions=True)
+        assert all(worker.done() for worker in workers), "a worker went on after its queue was shut down"
 
     asyncio.run(scenario())
