@@ -689,8 +689,10 @@ class DevEnvironment:
                     )  # fmt: skip
                 except ApiServerExitedError:
                     # its other components stopped too (the data kept): kwokctl would take a silent etcd
-                    # still running for a started one, and the next `dev up` would fail the same way
+                    # still running for a started one, and the next `dev up` would fail the same way.
+                    # kwokctl signals them and returns: waited for, as `down` does.
                     self._kwokctl("stop", "cluster", "--name", cluster_id, check=False)
+                    self._reap(under=self.kwok_workdir / "clusters" / cluster_id)
                     raise
         else:
             progress(f"{cluster_id}: creating control plane (etcd, apiserver, controllers, scheduler, kwok) ...")
@@ -733,26 +735,28 @@ class DevEnvironment:
         self.merged_kubeconfig.unlink(missing_ok=True)
         shutil.rmtree(self.kwok_workdir, ignore_errors=True)
 
-    def _reap(self, grace: float = 10.0) -> None:
-        """kwokctl signals its processes and returns; wait for them, then stop any that linger."""
+    def _reap(self, grace: float = 10.0, under: Path | None = None) -> None:
+        """kwokctl signals its processes and returns; wait for them, then stop any that linger.
+        `under`: only those of that folder (one cluster's), else every one of the environment."""
         deadline = time.monotonic() + grace
-        while self.processes() and time.monotonic() < deadline:
+        while self.processes(under) and time.monotonic() < deadline:
             time.sleep(0.2)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            lingering = self.processes()
+            lingering = self.processes(under)
             if not lingering:
                 return
             for pid in lingering:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
             time.sleep(1)
-        leftovers = self.processes()
+        leftovers = self.processes(under)
         if leftovers:
-            raise DevEnvironmentError(f"processes of {self.kwok_workdir} survived SIGKILL: {leftovers}")
+            raise DevEnvironmentError(f"processes of {under or self.kwok_workdir} survived SIGKILL: {leftovers}")
 
-    def processes(self) -> list[int]:
-        """PIDs of processes whose command line points into this environment's kwok workdir."""
-        marker = str(self.kwok_workdir)
+    def processes(self, under: Path | None = None) -> list[int]:
+        """PIDs of processes whose command line points into this environment's kwok workdir, or into
+        the folder `under` it (`clusters/home/`, not `clusters/home-2/`)."""
+        marker = f"{under}/" if under is not None else str(self.kwok_workdir)
         found = []
         for proc_dir in Path("/proc").iterdir():
             if not proc_dir.name.isdigit():
