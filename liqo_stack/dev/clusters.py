@@ -778,6 +778,10 @@ class DevEnvironment:
         cluster_dir = self.kwok_workdir / "clusters" / cluster_id
         pids = [pid for c in CONTROL_PLANE if (pid := _recorded_pid(cluster_dir, c)) is not None]
         commands = self.component_commands(cluster_id, CONTROL_PLANE)
+        # Their hand-out expired minutes ago: once they die, another session's hand_out could pick one,
+        # and its listener, bound later, find the relaunched component on it (e2e/test_two_homes' webhook
+        # port, held by another worker's kube-controller-manager).
+        ports.hold_again(ports.secure_port(command) for command in commands.values())
         for pid in pids:  # killed, not shut down: a graceful API server drains for a minute
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -867,6 +871,7 @@ class DevEnvironment:
 
     @staticmethod
     def _relaunch(cluster_dir: Path, component: str, command: list[str]) -> int:
+        ports.hold_again([ports.secure_port(command)])  # free since it exited: nobody else's until it binds
         with (cluster_dir / "logs" / f"{component}.log").open("ab") as log:
             process = subprocess.Popen(
                 command,

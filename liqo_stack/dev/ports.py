@@ -82,6 +82,17 @@ def hand_out(count: int, hold_for: float = HANDED_OUT_FOR_SECONDS) -> list[int]:
         return chosen
 
 
+def hold_again(taken: Iterable[int | None], hold_for: float = HANDED_OUT_FOR_SECONDS) -> None:
+    """Ports handed out long ago (their hold expired) that a component is about to leave and take
+    again (killed and relaunched): held from anyone else meanwhile, as at their hand-out. While it
+    listens, `is_unbound` keeps them; between its death and its new bind, only this record does."""
+    with locked():
+        now = time.time()
+        held = _held(now)
+        held.update({port: max(held.get(port, 0.0), now + hold_for) for port in taken if port is not None})
+        _write_held(held)
+
+
 def give_back(given: Iterable[int]) -> None:
     """Ports handed out and no longer wanted: they may be handed out again at once."""
     with locked():

@@ -9,7 +9,9 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -21,7 +23,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.types import PatchType
 
-from liqo_stack.dev import ports
+from liqo_stack.dev import clusters, ports
 from liqo_stack.dev.clusters import KWOK_NODE_ANNOTATION, KWOKCTL_PORT_OPTIONS, ClusterLayout, DevEnvironment, env_name
 from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
 from tests.support.kube import node_ready, wait_until
@@ -255,3 +257,45 @@ def test_a_control_plane_stopped_twice_serves_again_each_time(
                 socket.create_connection((ports.LOOPBACK, port), timeout=5).close()
             assert not ports.is_unbound(port)
         assert foreign["foreign-2"].get(Namespace, "default").metadata is not None
+
+
+def test_a_stopped_control_planes_ports_are_never_handed_out_as_it_dies(
+    dev_env: DevEnvironment, foreign: dict[str, Client], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Between the kill and the hold of its ports, another session's `hand_out` (their hand-out expired
+    long ago) must not pick one: its listener, bound later, would find the relaunched component on it.
+    Another session is a thread here, asking for the controller-manager's port once that has died."""
+    cluster_dir = dev_env.kwok_workdir / "clusters" / "foreign-2"
+    controller_manager = int((cluster_dir / "pids" / "kube-controller-manager.pid").read_text())
+    command = dev_env.component_commands("foreign-2", ("kube-controller-manager",))["kube-controller-manager"]
+    port = ports.secure_port(command)
+    assert port is not None
+    monkeypatch.setattr(ports, "HIGHEST_PORT", port)  # the other session looks at that port alone
+    monkeypatch.setattr(ports, "LOWEST_PORT", port - 1)
+    record = tmp_path / "ports-handed-out.json"  # empty: as if its hand-out had expired
+    monkeypatch.setattr(ports, "_record", lambda: record)  # and the machine's record is left alone
+    outcome: dict[str, object] = {}
+
+    def another_session() -> None:
+        try:
+            outcome["handed out"] = ports.hand_out(1)
+        except OSError as refused:
+            outcome["refused"] = refused
+
+    asking: list[threading.Thread] = []
+    real_alive = clusters._alive
+
+    def alive(pid: int) -> bool:
+        found = real_alive(pid)
+        if pid == controller_manager and not found and not asking:  # dead, its port not held yet
+            asking.append(threading.Thread(target=another_session))
+            asking[0].start()
+            asking[0].join(timeout=30)
+        return found
+
+    monkeypatch.setattr(clusters, "_alive", alive)
+    with dev_env.api_server_stopped("foreign-2"):
+        pass
+    assert asking, "the controller-manager was seen dead"
+    assert "handed out" not in outcome, f"port {port} of the stopped controller-manager was handed out: {outcome}"
+    assert foreign["foreign-2"].get(Namespace, "default").metadata is not None

@@ -46,6 +46,18 @@ def test_two_clusters_asking_one_after_the_other_get_disjoint_free_ports(record:
     assert set(json.loads(record.read_text())) == {str(port) for port in first + second}
 
 
+def test_a_port_held_again_is_not_handed_out_and_keeps_a_longer_hold(record: Path) -> None:
+    """A component about to be killed and relaunched: its port, handed out long ago, is held again."""
+    expired, longer = ports.HIGHEST_PORT, ports.HIGHEST_PORT - 1
+    now = time.time()
+    _held_until(record, {expired: now - 1, longer: now + 3 * 3600})
+    ports.hold_again([expired, longer, None])  # None: a component without a port of its own
+    kept = json.loads(record.read_text())
+    assert kept[str(expired)] >= now + ports.HANDED_OUT_FOR_SECONDS
+    assert kept[str(longer)] == now + 3 * 3600, "a longer hold is not shortened"
+    assert not {expired, longer} & set(ports.hand_out(2))
+
+
 def test_a_port_something_listens_on_is_skipped(record: Path) -> None:
     with socket.socket() as listener:
         listening = next(p for p in range(ports.HIGHEST_PORT - 50, ports.LOWEST_PORT, -1) if ports.is_unbound(p))
