@@ -9,6 +9,7 @@ never ended, so it was never served again once its VirtualNode came back. The ru
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,6 +34,15 @@ class AnsweringForeign:
         await self.answer.wait()
 
 
+async def turns_until(condition: Callable[[], bool], turns: int = 1000) -> None:
+    """Until `condition` holds, letting the other tasks run: no clock in these tests."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"not met in {turns} turns of the event loop")
+
+
 async def ended_within(task: asyncio.Task[Any], seconds: float) -> bool:
     await asyncio.wait([task], timeout=seconds)
     return task.done()
@@ -45,8 +55,7 @@ def test_the_health_loop_ends_when_cancelled_as_its_check_answers() -> None:
         node.foreign, node.home_cluster_id, node.on_unauthorized = foreign, "home", None  # type: ignore[assignment]
         node.spec = lambda: None  # type: ignore[method-assign]
         loop = asyncio.create_task(node.check_health())
-        while not foreign.reads:
-            await asyncio.sleep(0)
+        await turns_until(lambda: foreign.reads > 0)
         foreign.answer.set()  # the answer and the cancellation in the same turn of the event loop
         loop.cancel()
         assert await ended_within(loop, 2), "the health loop went on after its peering cancelled it"
@@ -60,7 +69,7 @@ def test_a_wait_for_an_answer_ends_when_cancelled_as_the_answer_comes() -> None:
         reachability = Reachability()
         reachability.failed()
         waiting = asyncio.create_task(reachability.answer_within(30))
-        await asyncio.sleep(0)
+        await turns_until(lambda: reachability._answer is not None)  # waiting
         reachability.answered()
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -75,19 +84,21 @@ def test_a_task_asked_twice_to_end_still_runs_its_whole_cleanup() -> None:
 
     async def scenario() -> None:
         cleaned: list[str] = []
+        serving = asyncio.Event()
 
         async def peering() -> None:
             try:
+                serving.set()
                 await asyncio.Event().wait()
             finally:
                 for step in ("kubelet APIs", "queues", "reflection", "client"):
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0)  # each step awaits something: where a cancel() lands
                     cleaned.append(step)
 
         task = asyncio.create_task(peering())
-        await asyncio.sleep(0)
+        await serving.wait()
         assert cancel_once(task), "asked now"
-        await asyncio.sleep(0.015)  # the cleanup under way
+        await turns_until(lambda: len(cleaned) >= 1)  # the cleanup under way
         assert not cancel_once(task), "asked already"
         await asyncio.gather(task, return_exceptions=True)
         assert task.cancelled() and cleaned == ["kubelet APIs", "queues", "reflection", "client"]
@@ -110,7 +121,7 @@ def test_a_part_whose_cleanup_fails_as_it_is_cancelled_ends_and_is_not_restarted
                 raise RuntimeError("the connection was already closed")  # what a cleanup step may meet
 
         supervised = asyncio.create_task(restarting("agent of foreign-1", part))
-        await asyncio.sleep(0.01)
+        await turns_until(lambda: starts == 1)
         supervised.cancel()
         assert await ended_within(supervised, 2), "restarted instead of ended"
         assert supervised.cancelled() and starts == 1
@@ -131,8 +142,14 @@ def test_a_queue_shutdown_cancelled_while_it_drains_still_stops_its_workers() ->
         queue.start()
         await reconciling.wait()
         workers = list(queue._tasks)
-        stopping = asyncio.create_task(queue.shutdown(drain_timeout=30))
-        await asyncio.sleep(0.01)
+        draining = asyncio.Event()
+
+        async def shut_down() -> None:
+            draining.set()  # shutdown runs on at once to its drain's first wait
+            await queue.shutdown(drain_timeout=30)
+
+        stopping = asyncio.create_task(shut_down())
+        await draining.wait()
         stopping.cancel()
         await asyncio.gather(stopping, return_exceptions=True)
         assert all(worker.done() for worker in workers), "a worker went on after its queue was shut down"
