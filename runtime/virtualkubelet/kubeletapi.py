@@ -46,6 +46,7 @@ from multidict import MultiMapping
 
 from runtime.kube.liveness import live_socket
 from runtime.kube.reviews import Caller, Reviewer
+from runtime.virtualkubelet.node import address_family
 from runtime.virtualkubelet.resourcemetrics import OffloadedPod, ResourceMetrics, usage_from_pod_metrics
 
 log = logging.getLogger(__name__)
@@ -71,11 +72,6 @@ WEBSOCKET_ONLY = (
 # kwok (the dev clusters' kubelets) reports a command's exit code as an internal error; a kubelet
 # says NonZeroExitCode with the code, which is what kubectl turns into its own exit code.
 _KWOK_EXIT = re.compile(r"error executing command in container: .*?: exit status (\d+)", re.DOTALL)
-
-
-def address_family(address: str) -> socket.AddressFamily:
-    """The socket family of a node address: an IP (--node-address), IPv6 in an IPv6 or dual-stack cluster."""
-    return socket.AF_INET6 if ":" in address else socket.AF_INET
 
 
 def bind_listener(address: str, port: int) -> socket.socket:

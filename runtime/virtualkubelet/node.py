@@ -24,6 +24,7 @@ import asyncio
 import datetime
 import json
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -70,6 +71,11 @@ PRESSURE_CONDITIONS = {
     "DiskPressure": "KubeletHasNoDiskPressure",
     "PIDPressure": "KubeletHasSufficientPID",
 }
+
+
+def address_family(address: str) -> socket.AddressFamily:
+    """The socket family of a node address: an IP (--node-address), IPv6 in an IPv6 or dual-stack cluster."""
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
 
 
 def now() -> str:

@@ -37,8 +37,7 @@ from runtime.kube.shared import SharedWatches
 from runtime.kube.supervising import Backoff, being_cancelled, cancel_once
 from runtime.kube.warnings import Warnings
 from runtime.virtualkubelet.kubelet import ServedPeering, serve_peering, served_nodes
-from runtime.virtualkubelet.kubeletapi import address_family
-from runtime.virtualkubelet.node import NODE_ADDRESS, declare_not_ready
+from runtime.virtualkubelet.node import NODE_ADDRESS, address_family, declare_not_ready
 from runtime.virtualkubelet.restarts import RESTARTED_REASON, PeeringRestarts
 
 log = logging.getLogger(__name__)
