@@ -33,6 +33,7 @@ from runtime.forging.custom import CRD_MISSING_REASON, custom_content, has_statu
 from runtime.forging.kinds import ReflectedKind
 from runtime.forging.objects import is_owned
 from runtime.kube import Informer, unless_gone
+from runtime.kube.supervising import stop_side_by_side
 from runtime.kube.twins import Twins
 from runtime.reflection.context import Peering
 from runtime.reflection.reflector import ReflectionMetrics, Reflector
@@ -198,8 +199,9 @@ class CustomResources:
             await asyncio.gather(self._task, return_exceptions=True)  # a cancellation of this stop still ends it
         for name in list(self.crds):
             self._unwatch(name)
-        for name in list(self.reflectors):
-            await self.reflectors.pop(name).stop()
+        reflectors = list(self.reflectors.values())
+        self.reflectors.clear()
+        await stop_side_by_side(reflector.stop() for reflector in reflectors)
 
     # -- the loop: woken by CRD events and VirtualNode changes (and a failed update, retried) ----------
     async def _run(self) -> None:

@@ -13,6 +13,7 @@ from runtime.api.namespaceoffloading import Placement, placement, ready_twin
 from runtime.forging.kinds import ALL_KINDS, ReflectedKind
 from runtime.forging.objects import ReflectionSettings, is_owned
 from runtime.kube import Event, ObjectSource
+from runtime.kube.supervising import stop_side_by_side
 from runtime.kube.twins import TwinMember, Twins, Watched
 from runtime.reflection.context import Peering
 from runtime.reflection.custom import CustomResources
@@ -169,5 +170,4 @@ class ReflectionManager:
         self.follow()
 
     async def stop(self) -> None:
-        for member in self.members:
-            await member.stop()
+        await stop_side_by_side(member.stop() for member in self.members)

@@ -22,6 +22,7 @@ from runtime.kube.client import async_client
 from runtime.kube.controlling import leading
 from runtime.kube.packing import unpacked
 from runtime.kube.shared import SharedWatches
+from runtime.kube.supervising import stop_side_by_side
 from runtime.kube.twins import Watched
 from runtime.reflection import Peering, ReflectionManager
 from runtime.virtualkubelet.credentials import Credentials
@@ -195,9 +196,7 @@ class VirtualKubelet:
             for future in (*tasks, *watched):
                 future.cancel()
             await asyncio.gather(*tasks, *watched, return_exceptions=True)  # each outcome retrieved: no noise
-            for node in self.nodes.values():
-                await node.queue.shutdown()
-            await self.reflection.stop()
+            await stop_side_by_side([*(node.queue.shutdown() for node in self.nodes.values()), self.reflection.stop()])
 
     async def _capacity_once_advertised(self) -> None:
         """Until the foreign advertisement is known the Node keeps the capacity it shows; once

@@ -145,3 +145,43 @@ def test_a_recovered_cluster_has_every_member_retry_what_failed_and_says_how_muc
     manager, _, member = manager_with({"now": {"clusterID": "foreign-1"}})
     assert manager.retry_failed() == 2
     assert member.retries_told == 1
+
+
+class DrainingMember(Member):
+    """A member whose stop drains until every member of its manager is draining: stopped one after
+    another, the first would wait for ever (each drain ends only at its deadline when its foreign
+    cluster does not answer)."""
+
+    def __init__(self, draining: list[DrainingMember], size: int, fails: bool = False) -> None:
+        super().__init__()
+        self.draining, self.size, self.fails = draining, size, fails
+        self.all_draining = asyncio.Event()
+
+    async def stop(self) -> None:
+        self.draining.append(self)
+        if len(self.draining) == self.size:
+            for member in self.draining:
+                member.all_draining.set()
+        await self.all_draining.wait()
+        self.stopped = True
+        if self.fails:
+            raise RuntimeError("its queue's workers failed")
+
+
+def test_members_stop_side_by_side_and_every_one_stops_when_one_fails() -> None:
+    manager, _, _ = manager_with({"now": {"clusterID": "foreign-1"}})
+    draining: list[DrainingMember] = []
+    members = [DrainingMember(draining, 3), DrainingMember(draining, 3, fails=True), DrainingMember(draining, 3)]
+    manager.members = list(members)
+
+    async def stop() -> BaseException | None:
+        try:
+            async with asyncio.timeout(30):  # a bound on the test only: side by side, it ends in a few turns
+                await manager.stop()
+        except RuntimeError as failure:
+            return failure
+        return None
+
+    failure = asyncio.run(stop())
+    assert [member.stopped for member in members] == [True, True, True]
+    assert isinstance(failure, RuntimeError), "the failed stop is raised once every member has stopped"
