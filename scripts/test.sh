@@ -11,6 +11,6 @@ LIQO_STACK_BUILD_OPTIONAL=1 bash scripts/bootstrap.sh
 # its cache outside the checkout, beside the tools' (a fresh clone checks in 0.4 s instead of 11 s)
 MYPY_CACHE_DIR="${LIQO_STACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/liqo-stack}/mypy" .venv/bin/mypy
 .venv/bin/lint-imports  # DESIGN.md's dependency rules ([tool.importlinter] in pyproject.toml)
-# Three workers, each with its own clusters (tests/conftest.py gives each worker one lane of modules);
-# LIQO_STACK_TEST_WORKERS=0 runs everything in this process; with 1 or 2 the lanes are merged, one per worker.
-exec .venv/bin/pytest -n "${LIQO_STACK_TEST_WORKERS:-3}" "$@"
+# Four workers, each with its own clusters (tests/conftest.py gives each worker one lane of modules);
+# LIQO_STACK_TEST_WORKERS=0 runs everything in this process; with 1 to 3 the lanes are merged, one per worker.
+exec .venv/bin/pytest -n "${LIQO_STACK_TEST_WORKERS:-4}" "$@"
