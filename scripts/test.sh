@@ -11,12 +11,12 @@ LIQO_STACK_BUILD_OPTIONAL=1 bash scripts/bootstrap.sh
 # its cache outside the checkout, beside the tools' (a fresh clone checks in 0.4 s instead of 11 s)
 MYPY_CACHE_DIR="${LIQO_STACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/liqo-stack}/mypy" .venv/bin/mypy
 .venv/bin/lint-imports  # DESIGN.md's dependency rules ([tool.importlinter] in pyproject.toml)
-# Four workers, each with its own clusters (tests/conftest.py gives each worker one lane of modules);
-# LIQO_STACK_TEST_WORKERS=0 runs everything in this process; with 1 to 3 the lanes are merged, one per worker.
-workers="${LIQO_STACK_TEST_WORKERS:-4}"
+# Five workers, each with its own clusters (tests/conftest.py gives each worker one lane of modules);
+# LIQO_STACK_TEST_WORKERS=0 runs everything in this process; with 1 to 4 the lanes are merged, one per worker.
+workers="${LIQO_STACK_TEST_WORKERS:-5}"
 # Each dev cluster's API server, controller-manager and metrics-server hold 10 inotify instances between
-# them, and kwok one more per `kubectl logs -f` or attach. Four workers run up to 15 clusters at once
-# (four lanes of three, a second home in the first and the staging pair in the fourth); Linux's default
+# them, and kwok one more per `kubectl logs -f` or attach. Five workers run up to 18 clusters at once
+# (five lanes of three, a second home in the first and the staging pair in the fifth); Linux's default
 # limit of 128 per user leaves room for about 12, and past it kwok answers "too many open files"
 # (docs/dev-clusters.md). Three workers run up to 11.
 inotify_limit=$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 0)
@@ -25,9 +25,9 @@ if [ "$inotify_limit" -lt 512 ] && [ "$(id -u)" -eq 0 ]; then
   sysctl -q -w fs.inotify.max_user_instances=512 || echo "test: could not raise it" >&2
   inotify_limit=$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 0)
 fi
-if [ "$inotify_limit" -lt 200 ] && [ "$workers" -gt 3 ]; then
+if [ "$inotify_limit" -lt 256 ] && [ "$workers" -gt 3 ]; then
   echo "test: fs.inotify.max_user_instances is $inotify_limit, room for 3 workers' clusters, not $workers:" \
-    "running 3 (as root, \`sysctl -w fs.inotify.max_user_instances=512\` makes room for 4)" >&2
+    "running 3 (as root, \`sysctl -w fs.inotify.max_user_instances=512\` makes room for 5)" >&2
   workers=3
 fi
 exec .venv/bin/pytest -n "$workers" "$@"

@@ -45,24 +45,21 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-# Under `bash scripts/test.sh` four pytest-xdist workers run at once, each with its own clusters and
-# runtime, each given one lane of modules whole (LaneScheduling); unit tests go to whichever worker is
-# free. The e2e tier waits on API servers more than it computes: with three lanes the two cores were
-# about 60 % busy (figures in docs/performance.md).
-# The lanes are chosen from the modules' times so that they take about as long. The first holds the
-# integration tier and e2e modules that make stacks of their own only, so it never installs the
-# shared one; the failover tests (a runtime of their own) run first of the shared stack's in theirs.
-# An e2e module named in no lane is in LAST_LANE.
+# Under `bash scripts/test.sh` five pytest-xdist workers run at once, each with its own clusters, each
+# given one lane of modules whole (LaneScheduling); unit tests go to whichever worker is free. The e2e
+# tier waits on API servers more than it computes: with four lanes the two cores were about 60 % busy
+# (figures in docs/performance.md).
+# The lanes are chosen from the modules' times so that they take about as long. The first and the
+# fifth hold e2e modules that make stacks of their own only (the first also the integration tier), so
+# they never install the shared stack; the failover tests (a runtime of their own) run first of the
+# shared stack's in theirs. An e2e module named in no lane is in LAST_LANE.
 LANES = {
     "clusters-1": {
         "test_package_three_teams",  # three stacks of its own: foreign side, platform, application team
         "test_runtime_image",
         "test_two_homes",  # a second home cluster of its own making
-        "test_upgrade",
     },
     "clusters-2": {
-        "test_package_typescript",
-        # and, once they are done, with the shared stack:
         "test_failover",
         "test_links",  # a 2-minute partition, mostly waiting
         "test_namespace_offloading",
@@ -76,19 +73,27 @@ LANES = {
         "test_webhooks",
     },
     "clusters-4": {
-        "test_cluster_mode",
-        "test_package",
-        "test_promote",
-        "test_stack",
-        # and, once they are done, with the shared stack:
+        "test_docs_tour",
         "test_foreign_guards",
         "test_kubelet_api",
         "test_namespace_selectors",
         "test_on_demand_offloading",
         "test_peering_isolation",
+        "test_pod_lifecycle",
+        "test_pod_offloading",
         "test_pods_no_foreign_node_fits",
         "test_policies",
         "test_preview",
+        "test_preview_pod",
+        "test_tokens_and_events",
+    },
+    "clusters-5": {
+        "test_cluster_mode",
+        "test_package",
+        "test_package_typescript",
+        "test_promote",
+        "test_stack",
+        "test_upgrade",
     },
 }
 LAST_LANE = "clusters-3"  # test_own_program, test_pulumi_offline (stacks of their own) first, then the shared stack's

@@ -1,4 +1,4 @@
-"""How `bash scripts/test.sh` splits the suite over its four workers (tests/conftest.py)."""
+"""How `bash scripts/test.sh` splits the suite over its five workers (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from tests.conftest import LANES, LAST_LANE, REPO, lane_of, merged_lane
 
 def test_each_cluster_tier_module_has_one_lane_and_unit_tests_run_anywhere() -> None:
     assert lane_of("tests/integration/test_informer.py::test_x") == "clusters-1"
-    assert lane_of("tests/e2e/test_upgrade.py::test_x[a::b]") == "clusters-1"
-    assert lane_of("tests/e2e/test_promote.py::test_x") == "clusters-4"
+    assert lane_of("tests/e2e/test_two_homes.py::test_x[a::b]") == "clusters-1"
+    assert lane_of("tests/e2e/test_promote.py::test_x") == "clusters-5"
     assert lane_of("tests/e2e/test_failover.py::test_x") == "clusters-2"
     assert lane_of("tests/e2e/test_drift.py::test_x") == LAST_LANE
     assert lane_of("tests/unit/test_config.py::test_x") == "tests/unit/test_config.py::test_x"
@@ -25,9 +25,9 @@ def test_every_module_named_for_a_lane_exists_and_is_in_one_lane_only() -> None:
 
 
 def test_with_fewer_workers_than_lanes_each_worker_runs_one_merged_lane() -> None:
-    lanes = ["clusters-1", "clusters-2", "clusters-3", "clusters-4"]
-    assert [merged_lane(lane, 4) for lane in lanes] == lanes
-    assert [merged_lane(lane, 3) for lane in lanes] == ["clusters-1", "clusters-2", "clusters-3", "clusters-1"]
-    assert [merged_lane(lane, 2) for lane in lanes] == ["clusters-1", "clusters-2", "clusters-1", "clusters-2"]
+    lanes = ["clusters-1", "clusters-2", "clusters-3", "clusters-4", "clusters-5"]
+    assert [merged_lane(lane, 5) for lane in lanes] == lanes
+    assert [merged_lane(lane, 3) for lane in lanes] == ["clusters-1", "clusters-2", "clusters-3", "clusters-1", "clusters-2"]
+    assert [merged_lane(lane, 2) for lane in lanes] == ["clusters-1", "clusters-2", "clusters-1", "clusters-2", "clusters-1"]
     assert {merged_lane(lane, 1) for lane in lanes} == {"clusters-1"}
     assert merged_lane("tests/unit/test_config.py::test_x", 1) == "tests/unit/test_config.py::test_x"
