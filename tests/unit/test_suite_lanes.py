@@ -27,7 +27,19 @@ def test_every_module_named_for_a_lane_exists_and_is_in_one_lane_only() -> None:
 def test_with_fewer_workers_than_lanes_each_worker_runs_one_merged_lane() -> None:
     lanes = ["clusters-1", "clusters-2", "clusters-3", "clusters-4", "clusters-5"]
     assert [merged_lane(lane, 5) for lane in lanes] == lanes
-    assert [merged_lane(lane, 3) for lane in lanes] == ["clusters-1", "clusters-2", "clusters-3", "clusters-1", "clusters-2"]
-    assert [merged_lane(lane, 2) for lane in lanes] == ["clusters-1", "clusters-2", "clusters-1", "clusters-2", "clusters-1"]
+    assert [merged_lane(lane, 3) for lane in lanes] == [
+        "clusters-1",
+        "clusters-2",
+        "clusters-3",
+        "clusters-1",
+        "clusters-2",
+    ]
+    assert [merged_lane(lane, 2) for lane in lanes] == [
+        "clusters-1",
+        "clusters-2",
+        "clusters-1",
+        "clusters-2",
+        "clusters-1",
+    ]
     assert {merged_lane(lane, 1) for lane in lanes} == {"clusters-1"}
     assert merged_lane("tests/unit/test_config.py::test_x", 1) == "tests/unit/test_config.py::test_x"
