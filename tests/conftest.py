@@ -47,8 +47,8 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 # Under `bash scripts/test.sh` five pytest-xdist workers run at once, each with its own clusters, each
 # given one lane of modules whole (LaneScheduling); unit tests go to whichever worker is free. The e2e
-# tier waits on API servers more than it computes: with four lanes the two cores were about 60 % busy
-# (figures in docs/performance.md).
+# tier waits on API servers more than it computes: three lanes kept the two cores about 60 % busy, five
+# about 90 % (figures in docs/performance.md).
 # The lanes are chosen from the modules' times so that they take about as long. The first and the
 # fifth hold e2e modules that make stacks of their own only (the first also the integration tier), so
 # they never install the shared stack; the failover tests (a runtime of their own) run first of the
@@ -65,6 +65,7 @@ LANES = {
         "test_namespace_offloading",
         "test_node_pools",
         "test_package_teams",  # an application team's stack beside the shared stack, its platform
+        "test_peering_isolation",
         "test_pod_network",
         "test_reflection",
         "test_soak",
@@ -78,7 +79,6 @@ LANES = {
         "test_kubelet_api",
         "test_namespace_selectors",
         "test_on_demand_offloading",
-        "test_peering_isolation",
         "test_pod_lifecycle",
         "test_pod_offloading",
         "test_pods_no_foreign_node_fits",
