@@ -358,8 +358,7 @@ async def _with_kubelet_apis(
         await running
     finally:
         served.serving.clear()
-        for api in apis:
-            await api.stop()
+        await stop_side_by_side(api.stop() for api in apis)  # each gives its open streams up to 1 s
         for listener in listeners.values():  # bound, never served
             listener.close()
         running.cancel()
