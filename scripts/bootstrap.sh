@@ -11,9 +11,33 @@ echo "bootstrap: building pinned Go binaries (tools/toolchain.toml) in the backg
 python3 tools/build.py >&2 &
 build=$!
 
+# The interpreter .venv is made from: LIQO_STACK_PYTHON if set; else, of `python3` and the system's
+# /usr/bin/python3, a Python >= 3.11 with libpython linked into its executable (a distribution's build, as
+# Debian's), else the first >= 3.11. pyenv's default build (libpython shared, no profile-guided
+# optimisation) ran the suite's Python about a quarter slower (docs/performance.md, nineteenth session).
+venv_interpreter() {
+  local candidate real fallback=""
+  if [ -n "${LIQO_STACK_PYTHON:-}" ]; then
+    echo "$LIQO_STACK_PYTHON"
+    return
+  fi
+  for candidate in python3 /usr/bin/python3; do
+    # the executable itself, not a wrapper on PATH (a pyenv shim is a shell script)
+    real=$("$candidate" -c 'import sys; print(sys.executable if sys.version_info >= (3, 11) else "")' 2>/dev/null) \
+      || continue
+    [ -n "$real" ] || continue
+    if ! ldd "$real" 2>/dev/null | grep -q libpython; then
+      echo "$real"
+      return
+    fi
+    fallback=${fallback:-$real}
+  done
+  echo "${fallback:-python3}"
+}
 if [ ! -x .venv/bin/python ]; then
-  echo "bootstrap: creating .venv" >&2
-  python3 -m venv .venv
+  interpreter=$(venv_interpreter)
+  echo "bootstrap: creating .venv ($interpreter, Python $("$interpreter" -c 'import platform; print(platform.python_version())'))" >&2
+  "$interpreter" -m venv .venv
 fi
 # uv installs the packages: pip took 37 s to install them from its cache into a new .venv, uv takes 2-3 s.
 # It is pinned and kept beside the Go binaries' cache, so a warm machine fetches nothing.
