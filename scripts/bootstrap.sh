@@ -26,7 +26,7 @@ venv_interpreter() {
     real=$("$candidate" -c 'import sys; print(sys.executable if sys.version_info >= (3, 11) else "")' 2>/dev/null) \
       || continue
     [ -n "$real" ] || continue
-    if ! ldd "$real" 2>/dev/null | grep -q libpython; then
+    if [[ "$(ldd "$real" 2>/dev/null)" != *libpython* ]]; then
       echo "$real"
       return
     fi
