@@ -15,13 +15,13 @@ build=$!
 # /usr/bin/python3, a Python >= 3.11 with libpython linked into its executable (a distribution's build, as
 # Debian's), else the first >= 3.11. pyenv's default build (libpython shared, no profile-guided
 # optimisation) ran the suite's Python about a quarter slower (docs/performance.md, nineteenth session).
-venv_interpreter() {
+venv_interpreter() {  # the candidates, in order of preference
   local candidate real fallback=""
   if [ -n "${LIQO_STACK_PYTHON:-}" ]; then
     echo "$LIQO_STACK_PYTHON"
     return
   fi
-  for candidate in python3 /usr/bin/python3; do
+  for candidate in "$@"; do
     # the executable itself, not a wrapper on PATH (a pyenv shim is a shell script)
     real=$("$candidate" -c 'import sys; print(sys.executable if sys.version_info >= (3, 11) else "")' 2>/dev/null) \
       || continue
@@ -35,7 +35,7 @@ venv_interpreter() {
   echo "${fallback:-python3}"
 }
 if [ ! -x .venv/bin/python ]; then
-  interpreter=$(venv_interpreter)
+  interpreter=$(venv_interpreter python3 /usr/bin/python3)
   echo "bootstrap: creating .venv ($interpreter, Python $("$interpreter" -c 'import platform; print(platform.python_version())'))" >&2
   "$interpreter" -m venv .venv
 fi
