@@ -16,15 +16,22 @@ build=$!
 # Debian's), else the first >= 3.11. pyenv's default build (libpython shared, no profile-guided
 # optimisation) ran the suite's Python about a quarter slower (docs/performance.md, nineteenth session).
 venv_interpreter() {  # the candidates, in order of preference
+  # the executable itself, not a wrapper on PATH (a pyenv shim is a shell script), if it is 3.11 or newer and
+  # can make a venv (Debian's needs its python3-venv package for ensurepip)
+  local probe='import sys, ensurepip, venv; print(sys.executable if sys.version_info >= (3, 11) else "")'
   local candidate real fallback=""
   if [ -n "${LIQO_STACK_PYTHON:-}" ]; then
+    real=$("$LIQO_STACK_PYTHON" -c "$probe" 2>/dev/null) || real=""
+    if [ -z "$real" ]; then
+      echo "bootstrap: LIQO_STACK_PYTHON=$LIQO_STACK_PYTHON is not a Python 3.11 or newer that can make a venv:" \
+        "point it at one, or unset it to let bootstrap choose" >&2
+      return 2
+    fi
     echo "$LIQO_STACK_PYTHON"
     return
   fi
   for candidate in "$@"; do
-    # the executable itself, not a wrapper on PATH (a pyenv shim is a shell script)
-    real=$("$candidate" -c 'import sys; print(sys.executable if sys.version_info >= (3, 11) else "")' 2>/dev/null) \
-      || continue
+    real=$("$candidate" -c "$probe" 2>/dev/null) || continue
     [ -n "$real" ] || continue
     if [[ "$(ldd "$real" 2>/dev/null)" != *libpython* ]]; then
       echo "$real"
@@ -35,7 +42,7 @@ venv_interpreter() {  # the candidates, in order of preference
   echo "${fallback:-python3}"
 }
 if [ ! -x .venv/bin/python ]; then
-  interpreter=$(venv_interpreter python3 /usr/bin/python3)
+  interpreter=$(venv_interpreter python3 /usr/bin/python3) || exit 2
   echo "bootstrap: creating .venv ($interpreter, Python $("$interpreter" -c 'import platform; print(platform.python_version())'))" >&2
   "$interpreter" -m venv .venv
 fi

@@ -41,13 +41,17 @@ def tools(tmp_path: Path) -> Path:
     return folder
 
 
-def chosen(tools: Path, *candidates: str, preset: str | None = None) -> str:
+def run(tools: Path, *candidates: str, preset: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
     env.pop("LIQO_STACK_PYTHON", None)
     if preset is not None:
         env["LIQO_STACK_PYTHON"] = preset
     script = f'set -euo pipefail\n{function_source()}\nvenv_interpreter "$@"\n'
-    done = subprocess.run(["bash", "-c", script, "bash", *candidates], env=env, capture_output=True, text=True)
+    return subprocess.run(["bash", "-c", script, "bash", *candidates], env=env, capture_output=True, text=True)
+
+
+def chosen(tools: Path, *candidates: str, preset: str | None = None) -> str:
+    done = run(tools, *candidates, preset=preset)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -73,6 +77,15 @@ def test_with_no_usable_candidate_it_is_python3_and_the_preset_always_wins(tools
     broken = executable(tools / "broken", "exit 1")
     assert chosen(tools, broken) == "python3"
     static = executable(tools / "python-static", "true")
-    assert chosen(tools, executable(tools / "shim", f'echo "{static}"'), preset="/opt/python/bin/python3") == (
-        "/opt/python/bin/python3"
-    )
+    preset = executable(tools / "python-preset", 'echo "/opt/python/bin/python3"')
+    assert chosen(tools, executable(tools / "shim", f'echo "{static}"'), preset=preset) == preset
+
+
+def test_a_preset_that_is_no_usable_python_is_refused_naming_the_variable(tools: Path) -> None:
+    static = executable(tools / "python-static", "true")
+    shim = executable(tools / "shim", f'echo "{static}"')
+    for preset in (str(tools / "missing"), executable(tools / "too-old", 'echo ""')):
+        done = run(tools, shim, preset=preset)
+        assert done.returncode == 2
+        assert done.stdout == ""
+        assert f"LIQO_STACK_PYTHON={preset} is not a Python 3.11 or newer" in done.stderr
