@@ -34,7 +34,7 @@ from lightkube.core.selector import build_selector
 
 from runtime.kube.client import watch_lines
 from runtime.kube.errors import status_code_of
-from runtime.kube.liveness import WATCH_READ_IDLE_SECONDS, Reachability
+from runtime.kube.liveness import WATCH_READ_IDLE_SECONDS, reachability_of
 from runtime.kube.packing import Packer
 from runtime.kube.serving import EngineMetrics
 from runtime.kube.transport import AiohttpTransport
@@ -340,8 +340,8 @@ class Informer:
     async def _back_off(self, delay: float, unreachable: bool) -> bool:
         """Sleep `delay`; after a failure to reach the server, only until it answers another request
         (liveness.Reachability; True then)."""
-        reachability = getattr(getattr(self.client, "transport", None), "reachability", None)
-        if not unreachable or not isinstance(reachability, Reachability):
+        reachability = reachability_of(self.client)
+        if not unreachable or reachability is None:
             await asyncio.sleep(delay)
             return False
         return await reachability.answer_within(delay)

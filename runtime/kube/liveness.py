@@ -22,15 +22,20 @@ Every one-shot request also has a deadline of its own (runtime/kube/client.py).
 
 Once the API server answers again, what could not reach it retries at once rather than at the end of
 its backoff (`Reachability`): an informer that failed nine times in an outage would otherwise wait up
-to 30 s more after the server is back.
+to 30 s more after the server is back, and a work queue's key (a pod status to write at home) up to
+its queue's 60 s (`on_answer_again`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 DEAD_CONNECTION_SECONDS = 15.0
 
@@ -90,6 +95,8 @@ class Reachability:
     def __init__(self) -> None:
         self.down = False
         self._answer: asyncio.Event | None = None  # made by the first waiter, set at the next answer
+        # called at the first answer after a failure: work queues let their failed keys go (retry_failed)
+        self.on_answer_again: list[Callable[[], object]] = []
 
     def failed(self) -> None:
         self.down = True
@@ -100,6 +107,11 @@ class Reachability:
             if self._answer is not None:
                 self._answer.set()
                 self._answer = None
+            for callback in list(self.on_answer_again):
+                try:
+                    callback()
+                except Exception:  # one subscriber's bug must not fail the request that answered
+                    log.exception("a callback on the API server answering again failed")
 
     async def answer_within(self, seconds: float) -> bool:
         """Wait until the server answers after a failure (True), or `seconds` (False)."""
@@ -110,3 +122,9 @@ class Reachability:
             async with asyncio.timeout(seconds):
                 await answer.wait()
         return answer.is_set()
+
+
+def reachability_of(client: object) -> Reachability | None:
+    """The Reachability of a client made by runtime.kube.client (None for any other client)."""
+    found = getattr(getattr(client, "transport", None), "reachability", None)
+    return found if isinstance(found, Reachability) else None

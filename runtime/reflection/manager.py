@@ -135,11 +135,16 @@ class ReflectionManager:
             member.follow(self.twins)
 
     def retry_failed(self) -> int:
-        """The foreign cluster answers again after an outage: every member retries now what failed
-        meanwhile, rather than after a backoff that may have grown to a minute. Returns how many keys."""
+        """The foreign cluster, or the home cluster, answers again after an outage: every member retries
+        now what failed meanwhile, rather than after a backoff that may have grown to a minute. Returns
+        how many keys."""
         woken = sum(member.retry_failed() for member in self.members)
         if woken:
-            log.info("%s answers again: %d failed reconciles retried now", self.peering.foreign_cluster_id, woken)
+            log.info(
+                "peering with %s: an API server answers again, %d failed reconciles retried now",
+                self.peering.foreign_cluster_id,
+                woken,
+            )
         return woken
 
     def on_settings(self) -> None:

@@ -7,6 +7,7 @@ kubeconfig the stack stored in the credentials Secret named by the VirtualNode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from runtime.api.resources import NamespaceOffloadingResource, ResourceAdvertise
 from runtime.kube import EngineMetrics, Event, Informer
 from runtime.kube.client import async_client
 from runtime.kube.controlling import leading
+from runtime.kube.liveness import reachability_of
 from runtime.kube.packing import unpacked
 from runtime.kube.shared import SharedWatches
 from runtime.kube.supervising import stop_side_by_side
@@ -96,6 +98,9 @@ class VirtualKubelet:
         self.reflection = ReflectionManager(self.peering, self.offloadings, self.pods.pods, members=(self.pods,))
         for node in self.nodes.values():  # after an outage, what failed meanwhile is retried at once
             node.on_recovered.append(self.reflection.retry_failed)
+        # ... of the home cluster too (the statuses, events and reflected objects written there), once
+        # its API server answers again: its Lease renewal, every 10 s, asks (registered while running)
+        self.home_reachability = reachability_of(home)
         self.virtual_nodes.add_handler(self._on_virtual_node)
         self.informers: list[Watched] = [
             self.virtual_nodes,
@@ -183,6 +188,8 @@ class VirtualKubelet:
             for informer in pod_side:
                 await informer.synced.wait()
             await self.reflection.start()  # the pod offloader with it
+            if self.home_reachability is not None:
+                self.home_reachability.on_answer_again.append(self.reflection.retry_failed)
             self.synced.set()
             running: asyncio.Future[Any] = asyncio.gather(*tasks)
             # removal.py: the peering ends once every node it serves is removed
@@ -193,6 +200,9 @@ class VirtualKubelet:
             if running.done():
                 running.result()  # a failure ends the peering (its supervisor restarts it)
         finally:
+            if self.home_reachability is not None:  # the home client outlives a peering restarted alone
+                with contextlib.suppress(ValueError):
+                    self.home_reachability.on_answer_again.remove(self.reflection.retry_failed)
             for future in (*tasks, *watched):
                 future.cancel()
             await asyncio.gather(*tasks, *watched, return_exceptions=True)  # each outcome retrieved: no noise

@@ -109,9 +109,11 @@ def test_the_foreign_agent_keeps_remote_pods_while_the_home_cluster_is_unreachab
         wait_until(
             lambda: all(remote_uid(name) not in (None, first[name]) for name in placed), 60, "remote pods recreated"
         )
+    # what failed to reach home meanwhile is retried at its API server's first answer, not after a backoff
+    # grown to a minute (Reachability.on_answer_again): 30 s, the bound for statuses after a partition
     wait_until(
         lambda: all(restarts(home.get(Pod, name, namespace=offloaded)) == 1 for name in placed),
-        60,
+        30,
         "home pods back in touch, one restart each",
     )
     assert all_running(home, offloaded, "homeless", 2) is not None

@@ -49,3 +49,36 @@ def test_only_the_first_answer_after_a_failure_counts() -> None:
         return woken, await later
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_the_first_answer_after_a_failure_calls_each_subscriber_once_and_a_failing_one_stops_none() -> None:
+    reachability = Reachability()
+    called: list[str] = []
+
+    def broken() -> None:
+        called.append("broken")
+        raise RuntimeError("a subscriber's bug")
+
+    reachability.on_answer_again += [broken, lambda: called.append("queue")]
+    reachability.answered()  # up all along: nothing to retry
+    assert called == []
+    reachability.failed()
+    reachability.failed()
+    reachability.answered()  # the request that answered is not failed by the broken subscriber
+    reachability.answered()
+    assert called == ["broken", "queue"]
+
+
+def test_a_subscriber_removed_while_called_is_not_called_again() -> None:
+    reachability = Reachability()
+    called: list[int] = []
+
+    def once() -> None:
+        called.append(1)
+        reachability.on_answer_again.remove(once)  # a peering that stops as the server answers
+
+    reachability.on_answer_again.append(once)
+    for _ in range(2):
+        reachability.failed()
+        reachability.answered()
+    assert called == [1]
