@@ -26,7 +26,11 @@ from tests.support.stack_results import read_results_when_asked
 
 # The two foreign clusters share one pod range, as independently installed clusters often do: the
 # stack must remap one of them so that no two pods share an IP at home (docs/reflection.md).
-SESSION_LAYOUT = ClusterLayout(foreign=2, nodes_per_cluster=2, pod_cidrs={"foreign-2": default_pod_cidr(1)})
+# Without metrics-servers: only e2e/test_kubectl_top reads the metrics API, and starts them for itself
+# (each scrapes every node every 10 s, the virtual kubelets' through the foreign metrics API).
+SESSION_LAYOUT = ClusterLayout(
+    foreign=2, nodes_per_cluster=2, pod_cidrs={"foreign-2": default_pod_cidr(1)}, metrics_servers=False
+)
 REPO = Path(__file__).resolve().parents[1]
 
 # Every pulumi command of the tests (the Automation API's and the pinned CLI's) writes its stack's state once,
@@ -50,7 +54,8 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
 # tier waits on API servers more than it computes: three lanes kept the two cores about 60 % busy, five
 # about 90 % (figures in docs/performance.md).
 # The lanes are chosen from the modules' times so that they take about as long. The first and the
-# fifth hold e2e modules that make stacks of their own only (the first also the integration tier), so
+# fifth hold e2e modules that make stacks of their own only (the first also the integration tier, but for
+# test_dev_teardown, in the second, the lightest in the runs on record), so
 # they never install the shared stack; the failover tests (a runtime of their own) run first of the
 # shared stack's in theirs. An e2e module named in no lane is in LAST_LANE.
 LANES = {
@@ -60,6 +65,7 @@ LANES = {
         "test_two_homes",  # a second home cluster of its own making
     },
     "clusters-2": {
+        "test_dev_teardown",  # integration, clusters of its own: two minutes of API servers exiting at their start
         "test_failover",
         "test_links",  # a 2-minute partition, mostly waiting
         "test_namespace_offloading",
@@ -104,11 +110,10 @@ def lane_of(nodeid: str) -> str:
     test that needs no clusters (it may run anywhere)."""
     path = Path(nodeid.partition("::")[0])
     tier = path.parts[1] if len(path.parts) > 2 else ""
-    if tier == "integration":
-        return "clusters-1"
-    if tier == "e2e":
-        return next((lane for lane, modules in LANES.items() if path.stem in modules), LAST_LANE)
-    return nodeid
+    if tier not in ("integration", "e2e"):
+        return nodeid
+    named = next((lane for lane, modules in LANES.items() if path.stem in modules), None)
+    return named or ("clusters-1" if tier == "integration" else LAST_LANE)
 
 
 def merged_lane(lane: str, workers: int) -> str:

@@ -295,6 +295,9 @@ class ClusterLayout:
     # per cluster id, instead of the defaults: each cluster its own ranges, like real ones
     pod_cidrs: Mapping[str, str] = field(default_factory=dict)
     service_cidrs: Mapping[str, str] = field(default_factory=dict)
+    # each cluster's metrics-server (`kubectl top`); without it, `DevEnvironment.metrics_server(id).ensure`
+    # starts one when needed (the test sessions' clusters: it scrapes every node each 10 s, for one module)
+    metrics_servers: bool = True
 
     def cluster_ids(self) -> list[str]:
         foreigns = [foreign_cluster_id(i) for i in range(1, self.foreign + 1)]
@@ -662,8 +665,9 @@ class DevEnvironment:
             with Heartbeat(progress, f"{cluster_id}: waiting for {layout.nodes_per_cluster} Ready nodes"):
                 self._wait_nodes_ready(cluster_id, layout.nodes_per_cluster)
             self._apply_kwok_usage(cluster_id)
-            port = self.metrics_server(cluster_id).ensure(self.client(cluster_id))
-            progress(f"{cluster_id}: metrics-server (kubectl top) on 127.0.0.1:{port}")
+            if layout.metrics_servers:
+                port = self.metrics_server(cluster_id).ensure(self.client(cluster_id))
+                progress(f"{cluster_id}: metrics-server (kubectl top) on 127.0.0.1:{port}")
             shape = layout.node
             progress(
                 f"{cluster_id}: {layout.nodes_per_cluster} nodes Ready ({shape.cpu} cpu, {shape.memory} each); "

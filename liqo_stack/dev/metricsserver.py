@@ -23,10 +23,11 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Service
 
@@ -137,6 +138,21 @@ class MetricsServer:
             else:
                 client.apply(APIService.from_dict(manifest), force=True)
         return port
+
+    def remove(self, client: Client) -> None:
+        """Unregistered, then stopped: an APIService left without its server would fail every client's
+        discovery of metrics.k8s.io (kubectl's "couldn't get resource list")."""
+        deletes: list[Callable[[], None]] = [
+            lambda: client.delete(APIService, APISERVICE_NAME),
+            lambda: client.delete(Service, NAME, namespace=NAMESPACE),
+        ]
+        for delete in deletes:
+            try:
+                delete()
+            except ApiError as err:
+                if err.status.code != 404:  # not registered: nothing to take back
+                    raise
+        self.stop()
 
     def _port_if_running(self) -> int | None:
         pid = self.pid()

@@ -212,6 +212,35 @@ def test_dev_env_exports_drive_kubectl_by_context(dev_env: DevEnvironment, forei
     assert "namespace/default" in out
 
 
+def test_a_metrics_server_started_on_demand_serves_and_once_removed_leaves_discovery_whole(
+    dev_env: DevEnvironment, foreign_ids: list[str]
+) -> None:
+    cluster_id = foreign_ids[-1]
+    server, client = dev_env.metrics_server(cluster_id), dev_env.client(cluster_id)
+    kubeconfig = str(dev_env.kubeconfig(cluster_id))
+    kubectl = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", kubeconfig]
+
+    def api_groups() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*kubectl, "api-versions"], capture_output=True, text=True, timeout=30)
+
+    assert server.pid() is None, "the session's layout starts no metrics-server"
+    assert "metrics.k8s.io/v1beta1" not in api_groups().stdout
+    try:
+        server.ensure(client)
+        served = wait_until(
+            lambda: (done := api_groups()).returncode == 0 and "metrics.k8s.io/v1beta1" in done.stdout,
+            60,
+            f"{cluster_id}'s API server serving metrics.k8s.io",
+        )
+        assert served and server.pid() is not None
+    finally:
+        server.remove(client)
+    assert server.pid() is None
+    after = api_groups()
+    assert after.returncode == 0 and not after.stderr, after.stderr  # no "couldn't get resource list"
+    assert "metrics.k8s.io/v1beta1" not in after.stdout
+
+
 def test_up_again_keeps_the_running_control_planes(dev_env: DevEnvironment, session_layout: ClusterLayout) -> None:
     before = sorted(dev_env.processes())
     assert before, "the session's clusters run as processes under the dev state directory"

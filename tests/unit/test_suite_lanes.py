@@ -9,6 +9,7 @@ from tests.conftest import LANES, LAST_LANE, REPO, lane_of, merged_lane
 
 def test_each_cluster_tier_module_has_one_lane_and_unit_tests_run_anywhere() -> None:
     assert lane_of("tests/integration/test_informer.py::test_x") == "clusters-1"
+    assert lane_of("tests/integration/test_dev_teardown.py::test_x") == "clusters-2"  # named in LANES
     assert lane_of("tests/e2e/test_two_homes.py::test_x[a::b]") == "clusters-1"
     assert lane_of("tests/e2e/test_promote.py::test_x") == "clusters-5"
     assert lane_of("tests/e2e/test_failover.py::test_x") == "clusters-2"
@@ -19,7 +20,8 @@ def test_each_cluster_tier_module_has_one_lane_and_unit_tests_run_anywhere() -> 
 def test_every_module_named_for_a_lane_exists_and_is_in_one_lane_only() -> None:
     """A renamed module would silently move to the last lane and unbalance them."""
     named = Counter(name for modules in LANES.values() for name in modules)
-    missing = sorted(name for name in named if not (REPO / "tests" / "e2e" / f"{name}.py").exists())
+    tiers = [REPO / "tests" / "e2e", REPO / "tests" / "integration"]
+    missing = sorted(name for name in named if not any((tier / f"{name}.py").exists() for tier in tiers))
     assert not missing, f"LANES in tests/conftest.py names modules that do not exist: {missing}"
     assert not [name for name, lanes in named.items() if lanes > 1]
 
