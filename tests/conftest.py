@@ -26,7 +26,7 @@ from tests.support.stack_results import read_results_when_asked
 
 # The two foreign clusters share one pod range, as independently installed clusters often do: the
 # stack must remap one of them so that no two pods share an IP at home (docs/reflection.md).
-# Without metrics-servers: only e2e/test_kubectl_top reads the metrics API, and starts them for itself
+# Without metrics-servers: the few tests that read the metrics API start them (tests/e2e/conftest.py)
 # (each scrapes every node every 10 s, the virtual kubelets' through the foreign metrics API).
 SESSION_LAYOUT = ClusterLayout(
     foreign=2, nodes_per_cluster=2, pod_cidrs={"foreign-2": default_pod_cidr(1)}, metrics_servers=False

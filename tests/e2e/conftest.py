@@ -407,3 +407,15 @@ def virtual_node_patched(home: Client) -> Iterator[Any]:
         ]
         if restore:
             home.patch(VirtualNodeResource, name, restore, namespace=names.LIQO_NAMESPACE, patch_type=PatchType.JSON)
+
+
+@pytest.fixture(scope="module")
+def metrics_servers(dev_env: DevEnvironment, session_layout: ClusterLayout) -> Iterator[None]:
+    """Each cluster's metrics-server (the metrics API) for the module that asks: the session's clusters run
+    none (tests/conftest.py). A virtual kubelet's /metrics/resource reads the foreign one's."""
+    cluster_ids = session_layout.cluster_ids()
+    for cluster_id in cluster_ids:
+        dev_env.metrics_server(cluster_id).ensure(dev_env.client(cluster_id))
+    yield
+    for cluster_id in cluster_ids:
+        dev_env.metrics_server(cluster_id).remove(dev_env.client(cluster_id))

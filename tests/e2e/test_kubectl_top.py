@@ -14,13 +14,13 @@ from lightkube import ApiError, Client
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.utils.quantity import parse_quantity
 
-from liqo_stack.dev.clusters import USAGE_CPU_ANNOTATION, USAGE_MEMORY_ANNOTATION, ClusterLayout, DevEnvironment
+from liqo_stack.dev.clusters import USAGE_CPU_ANNOTATION, USAGE_MEMORY_ANNOTATION, DevEnvironment
 from liqo_stack.dev.external_runtime import ExternalRuntime
 from tests.e2e.test_kubelet_api import granted, kubelet_get
 from tests.support.cli import kubectl
 from tests.support.kube import VIRTUAL_NODES, pod_on_each_virtual_node, wait_until
 
-pytestmark = [pytest.mark.clusters, pytest.mark.pulumi]
+pytestmark = [pytest.mark.clusters, pytest.mark.pulumi, pytest.mark.usefixtures("metrics_servers")]
 
 CLUSTERS = list(VIRTUAL_NODES)
 CONTAINER = "main"
@@ -33,17 +33,6 @@ TOP_TIMEOUT = 150
 # kubectl process costs about 0.1 CPU-second, and two per poll for a minute slowed the other lanes.
 PodMetrics = create_namespaced_resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods")
 NodeMetrics = create_global_resource("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def metrics_servers(dev_env: DevEnvironment, session_layout: ClusterLayout) -> Iterator[None]:
-    """Each cluster's metrics-server for this module: the session's clusters run none (tests/conftest.py)."""
-    cluster_ids = session_layout.cluster_ids()
-    for cluster_id in cluster_ids:
-        dev_env.metrics_server(cluster_id).ensure(dev_env.client(cluster_id))
-    yield
-    for cluster_id in cluster_ids:
-        dev_env.metrics_server(cluster_id).remove(dev_env.client(cluster_id))
 
 
 @pytest.fixture(scope="module")

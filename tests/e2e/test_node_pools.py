@@ -145,6 +145,7 @@ def metrics_pods(dev_env: DevEnvironment, home: Client, node: str) -> set[str]:
     }
 
 
+@pytest.mark.usefixtures("metrics_servers")  # its nodes' /metrics/resource reads foreign-1's metrics API
 def test_a_gpu_and_a_general_pool_are_two_virtual_nodes(
     pooled: list[str],
     dev_env: DevEnvironment,
