@@ -296,7 +296,7 @@ class ClusterLayout:
     pod_cidrs: Mapping[str, str] = field(default_factory=dict)
     service_cidrs: Mapping[str, str] = field(default_factory=dict)
     # each cluster's metrics-server (`kubectl top`); without it, `DevEnvironment.metrics_server(id).ensure`
-    # starts one when needed (the test sessions' clusters: it scrapes every node each 10 s, for one module)
+    # starts one when needed (the test sessions' clusters: it scrapes every node each 10 s, for two modules)
     metrics_servers: bool = True
 
     def cluster_ids(self) -> list[str]:

@@ -26,6 +26,7 @@ from lightkube.types import PatchType
 from liqo_stack.dev import clusters, ports
 from liqo_stack.dev.clusters import KWOK_NODE_ANNOTATION, KWOKCTL_PORT_OPTIONS, ClusterLayout, DevEnvironment, env_name
 from liqo_stack.dev.workloads import apply_deployment, example_deployment, wait_pods_running
+from tests.support.cli import kubectl
 from tests.support.kube import node_ready, wait_until
 
 pytestmark = pytest.mark.clusters
@@ -217,11 +218,10 @@ def test_a_metrics_server_started_on_demand_serves_and_once_removed_leaves_disco
 ) -> None:
     cluster_id = foreign_ids[-1]
     server, client = dev_env.metrics_server(cluster_id), dev_env.client(cluster_id)
-    kubeconfig = str(dev_env.kubeconfig(cluster_id))
-    kubectl = [str(dev_env.bin_dir / "kubectl"), "--kubeconfig", kubeconfig]
 
     def api_groups() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*kubectl, "api-versions"], capture_output=True, text=True, timeout=30)
+        done = kubectl(dev_env.kubeconfig(cluster_id), "api-versions", timeout=30)
+        return cast(subprocess.CompletedProcess[str], done)
 
     assert server.pid() is None, "the session's layout starts no metrics-server"
     assert "metrics.k8s.io/v1beta1" not in api_groups().stdout
